@@ -1,0 +1,1 @@
+"""Thin click skins over the ``corpus`` and ``trainer`` libraries (no logic lives here)."""

@@ -1,0 +1,37 @@
+"""``corpus``: prepare token data (tokenize, merge, inspect, blend). Each command parses its
+options, calls one library function and prints; the logic lives in the ``corpus`` package."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from cli.errors import friendly_errors
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
+def main(verbose: bool) -> None:
+    """Turn raw text into Megatron-compatible token files and blends."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+
+@main.command()
+@click.option("--input", "inputs", multiple=True, required=True,
+              help="A prefix, .idx/.bin path, glob or directory; repeat for more. Order is kept (globs sorted).")
+@click.option("--output-prefix", required=True, help="Prefix of the merged pair (PREFIX.bin/.idx).")
+@friendly_errors
+def merge(inputs: tuple[str, ...], output_prefix: str) -> None:
+    """Concatenate many .bin/.idx pairs into one, streaming, in the order given."""
+    from corpus.merge import merge as merge_prefixes
+
+    result = merge_prefixes(inputs, output_prefix)
+    click.echo(
+        f"merged {len(result.inputs)} inputs into {result.output_prefix}: "
+        f"{result.num_documents} documents, {result.num_sequences} sequences, {result.num_tokens} tokens"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,17 @@
+"""``trainer``: train GPT models from blend files. A thin skin over the ``trainer`` package."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def main() -> None:
+    """Train GPT models on blends of token files."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+
+if __name__ == "__main__":
+    main()
