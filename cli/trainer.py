@@ -6,11 +6,18 @@ import logging
 
 import click
 
+from cli.trainer_export import export
+from cli.trainer_run import run
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 def main() -> None:
     """Train GPT models on blends of token files."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+
+main.add_command(run)
+main.add_command(export)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,95 @@
+"""``trainer run``: train a GPT. Every option comes from a field of ``trainer.config.TrainConfig`` (its
+Megatron-style flag and help), so flags, YAML keys (``--config``) and docs stay one table."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, Literal
+
+import click
+
+from cli.errors import friendly_errors
+from trainer.config import config_fields
+
+
+class _GreedyOption(click.Option):
+    """An option taking every following word up to the next ``--flag``, as Megatron's ``nargs='*'``
+    (``--data-path 0.7 web 0.3 code``)."""
+
+    def add_to_parser(self, parser, ctx) -> None:
+        super().add_to_parser(parser, ctx)
+        for name in self.opts:
+            own = parser._long_opt.get(name) or parser._short_opt.get(name)
+            if own is not None:
+                original = own.process
+
+                def process(value, state, original=original):
+                    words = [value]
+                    while state.rargs and not state.rargs[0].startswith("--"):
+                        words.append(state.rargs.pop(0))
+                    original(words, state)
+
+                own.process = process
+
+
+def _option_for(section: str, name: str, meta: dict, kind: Any, default: Any) -> list[click.Option]:
+    dest = f"{section}__{name}"
+    help_text = meta["help"] + (f" [default: {default}]" if default not in (None, False, []) else "")
+    base = typing.get_args(kind)[0] if typing.get_origin(kind) in (typing.Union, type(int | None)) else kind
+    if base is bool:
+        flags = [meta["flag"]] if default is False else [f"{meta['flag']}/--no-{meta['flag'][2:]}"]
+        options = [click.Option([*flags, dest], is_flag=True, default=None, help=help_text)]
+    elif typing.get_origin(base) is list:
+        options = [_GreedyOption([meta["flag"], dest], multiple=True, help=help_text)]
+    elif typing.get_origin(base) is Literal:
+        options = [click.Option([meta["flag"], dest], type=click.Choice(typing.get_args(base)), help=help_text)]
+    else:
+        options = [click.Option([meta["flag"], dest], type=base, help=help_text)]
+    for switch, value in meta["switches"].items():
+        options.append(click.Option([switch, dest], flag_value=value, help=f"Same as {meta['flag']} {value}."))
+    return options
+
+
+def _params() -> list[click.Parameter]:
+    params = [click.Option(["--config"], type=click.Path(dir_okay=False), help="YAML file with the same sections "
+                           "as trainer.config.TrainConfig; flags override it.")]
+    for section, name, field, kind in config_fields():
+        if field.metadata.get("flag"):
+            default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+            params += _option_for(section, name, field.metadata, kind, default)
+    return params
+
+
+def _overrides(ctx: click.Context, values: dict) -> dict:
+    """Only what the user typed: nested ``{section: {field: value}}``."""
+    nested: dict = {}
+    for dest, value in values.items():
+        if value is None or dest == "config" or ctx.get_parameter_source(dest) != click.core.ParameterSource.COMMANDLINE:
+            continue
+        section, name = dest.split("__")
+        if isinstance(value, tuple):  # a greedy list option, possibly repeated
+            value = [word for group in value for word in (group if isinstance(group, list) else [group])]
+        nested.setdefault(section, {})[name] = value
+    return nested
+
+
+@friendly_errors
+def _run(**values: Any) -> None:
+    from trainer.config import load_config
+    from trainer.loop import train
+
+    ctx = click.get_current_context()
+    config = load_config(values.get("config"), _overrides(ctx, values))
+    result = train(config)
+    where = f"; checkpoint {result.checkpoint}" if result.checkpoint else ""
+    loss = f", loss {result.loss:.4f}" if result.loss is not None else ""
+    click.echo(f"stopped at step {result.iteration} ({result.stopped_by}){loss}{where}")
+
+
+run = click.Command(
+    "run", callback=_run, params=_params(),
+    help="Train a GPT on a blend (--blend FILE), Megatron-style --data-path, or --mock-data. "
+         "Flags use Megatron's spellings; see trainer/README.md.",
+    context_settings={"max_content_width": 110},
+)

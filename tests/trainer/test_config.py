@@ -1,0 +1,105 @@
+"""Typed configs: presets, layering (preset → YAML → flags), unknown keys and bad values rejected."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer.config import (DataConfig, ModelConfig, TrainingConfig, config_fields, from_dict, load_config,
+                            padded_vocab_size)
+from trainer.errors import ConfigError
+from trainer.presets import PRESETS
+
+MOCK = {"data": {"mock_data": True, "seq_length": 64}, "training": {"train_iters": 5}}
+
+
+def test_preset_fills_shape_and_flags_override_it():
+    config = ModelConfig(preset="1.3b", num_layers=2)
+    assert (config.num_layers, config.hidden_size, config.num_attention_heads, config.ffn_hidden_size) == (2, 2048, 16, 5632)
+    assert config.head_dim == 128
+
+
+def test_presets_match_the_documented_shapes():
+    assert PRESETS["1.3b"].num_layers == 24 and PRESETS["1.3b"].hidden_size == 2048  # DESIGN §7
+    assert PRESETS["1.3b"].ffn_hidden_size == 5632 and PRESETS["1.3b"].num_attention_heads == 16
+    eight = PRESETS["8b"]
+    assert (eight.num_layers, eight.hidden_size, eight.num_query_groups, eight.ffn_hidden_size) == (32, 4096, 8, 14336)
+    for name in PRESETS:
+        ModelConfig(preset=name)  # every preset validates
+
+
+def test_yaml_then_flags(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("model: {preset: 125m, num_layers: 3}\noptim: {lr: 0.001}\n"
+                    "data: {mock_data: true, seq_length: 32}\ntraining: {train_iters: 7}\n")
+    config = load_config(path, {"model": {"num_layers": 5}, "optim": {"min_lr": 1e-5}})
+    assert config.model.num_layers == 5 and config.model.hidden_size == 768
+    assert config.optim.lr == 0.001 and config.optim.min_lr == 1e-5 and config.training.train_iters == 7
+
+
+@pytest.mark.parametrize("document, fragment", [
+    ("model: {num_layer: 3}", "unknown key(s) num_layer"),
+    ("optimizer: {lr: 1}", "unknown section(s) optimizer"),
+    ("optim: {lr: fast}", "optim.lr: expected float"),
+    ("training: {micro_batch_size: 2.5}", "training.micro_batch_size: expected int"),
+    ("training: {precision: fp16}", "not one of auto, bf16, fp32"),
+    ("- a list", "expected a mapping"),
+    ("model: [1, 2]", ": model: expected a mapping"),
+])
+def test_bad_yaml_names_file_and_key(tmp_path, document, fragment):
+    path = tmp_path / "bad.yaml"
+    path.write_text(document + "\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(path, MOCK)
+    assert fragment in str(error.value)
+    if "list" not in document:
+        assert str(path) in str(error.value)
+
+
+@pytest.mark.parametrize("section, values, fragment", [
+    ("model", {"hidden_size": 100, "num_attention_heads": 3}, "must be divisible by --num-attention-heads"),
+    ("model", {"num_attention_heads": 4, "num_query_groups": 3}, "multiple of --num-query-groups"),
+    ("model", {"preset": "2b"}, "unknown; choose one of tiny"),
+    ("optim", {"lr": 1e-3, "min_lr": 1e-2}, "--min-lr"),
+    ("training", {"train_iters": 0}, "--train-iters must be positive"),
+])
+def test_invalid_values_name_the_flag(section, values, fragment):
+    overrides = {**MOCK, section: {**MOCK.get(section, {}), **values}}
+    with pytest.raises(ConfigError, match=fragment):
+        load_config(None, overrides)
+
+
+def test_data_source_is_exactly_one():
+    with pytest.raises(ConfigError, match="exactly one data source"):
+        DataConfig()
+    with pytest.raises(ConfigError, match="--blend and --mock-data"):
+        DataConfig(blend="b.yaml", mock_data=True, seq_length=8)
+    with pytest.raises(ConfigError, match="--seq-length is required"):
+        DataConfig(mock_data=True)
+    with pytest.raises(ConfigError, match="--train-iters is required"):
+        TrainingConfig()
+
+
+def test_round_trip_through_dict():
+    config = load_config(None, {**MOCK, "model": {"preset": "350m"}})
+    assert from_dict(type(config), config.to_dict()) == config
+
+
+def test_every_field_has_help_and_flags_are_unique():
+    flags = [f.metadata["flag"] for _, _, f, _ in config_fields() if f.metadata.get("flag")]
+    assert len(flags) == len(set(flags))
+    assert all(f.metadata.get("help") for _, _, f, _ in config_fields())
+    for flag in ("--train-iters", "--global-batch-size", "--micro-batch-size", "--lr", "--min-lr", "--lr-warmup-iters",
+                 "--lr-decay-style", "--weight-decay", "--clip-grad", "--seed", "--save", "--save-interval", "--load",
+                 "--log-interval", "--eval-interval", "--eval-iters", "--num-layers", "--hidden-size",
+                 "--num-attention-heads", "--num-query-groups", "--ffn-hidden-size", "--seq-length", "--data-path",
+                 "--split", "--data-cache-path", "--vocab-size", "--make-vocab-size-divisible-by", "--mock-data",
+                 "--exit-duration-in-mins", "--profile", "--use-pytorch-profiler", "--profile-step-start",
+                 "--profile-step-end", "--tensorboard-dir", "--log-throughput", "--metrics-jsonl", "--preset",
+                 "--save-retain", "--attention-backend"):
+        assert flag in flags, flag
+
+
+def test_vocab_padding_as_megatron():
+    assert padded_vocab_size(50257, 128) == 50304
+    assert padded_vocab_size(100277, 128, tensor_parallel_size=2) == 100352
+    assert padded_vocab_size(256, 128) == 256

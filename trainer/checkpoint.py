@@ -1,0 +1,147 @@
+"""Checkpoints in Megatron's layout, written with ``torch.distributed.checkpoint`` (sharded, so a later
+run at another parallel layout can reshard them)::
+
+    SAVE/iter_0000100/   .metadata, __0_0.distcp …  model, optimizer, torch RNG states
+                         run.json                    step, loader states, Python/numpy RNG, config
+    SAVE/latest_checkpointed_iteration.txt           "100"
+
+Atomic: a checkpoint is written under a hidden partial name and renamed to ``iter_*`` only when
+complete (the rename is the commit point), then the tracker file is replaced. A process killed at any
+moment leaves the previous checkpoint loadable and never a half-written ``iter_*`` folder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import warnings
+from pathlib import Path
+
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+from trainer.errors import CheckpointError
+
+log = logging.getLogger(__name__)
+
+TRACKER = "latest_checkpointed_iteration.txt"
+INFO = "run.json"
+_ITER = re.compile(r"^iter_(\d{7,})$")
+
+
+def iteration_dir(root: str | os.PathLike, iteration: int) -> Path:
+    """``root/iter_0000100`` for iteration 100 (Megatron's naming)."""
+    return Path(root) / f"iter_{iteration:07d}"
+
+
+def _is_complete(directory: Path) -> bool:
+    return (directory / ".metadata").is_file() and (directory / INFO).is_file()
+
+
+def complete_iterations(root: Path) -> list[int]:
+    """Iterations with a complete checkpoint under ``root``, ascending."""
+    if not root.is_dir():
+        return []
+    found = [int(m.group(1)) for entry in root.iterdir() if (m := _ITER.match(entry.name))]
+    return sorted(i for i in found if _is_complete(iteration_dir(root, i)))
+
+
+def _dcp_call(function, state: dict, directory: Path) -> None:
+    with warnings.catch_warnings():  # NOTE: one process needs no process group; DCP warns about that
+        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+        function(state, checkpoint_id=str(directory), no_dist=not dist.is_initialized())
+
+
+def _fsync_dir(directory: Path) -> None:
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    with partial.open("w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(partial, path)
+
+
+def save(root: str | os.PathLike, iteration: int, tensors: dict, info: dict, retain: int | None = None) -> Path:
+    """Write checkpoint ``iteration`` under ``root`` atomically, point the tracker at it and keep only the
+    newest ``retain`` checkpoints. ``tensors`` goes through DCP; ``info`` (JSON) into ``run.json``."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".iter_*.partial-*"):  # left by a process killed mid-save
+        shutil.rmtree(stale, ignore_errors=True)
+    final = iteration_dir(root, iteration)
+    partial = root / f".{final.name}.partial-{os.getpid()}"
+    _dcp_call(dcp.save, tensors, partial)
+    _write_atomically(partial / INFO, json.dumps({"iteration": iteration, **info}, indent=2, sort_keys=True) + "\n")
+    if final.exists():  # re-saving an iteration (a new run over an old folder): swap, then drop the old one
+        replaced = root / f".{final.name}.replaced-{os.getpid()}"
+        os.replace(final, replaced)
+        os.replace(partial, final)
+        shutil.rmtree(replaced)
+    else:
+        os.replace(partial, final)
+    _fsync_dir(root)
+    _write_atomically(root / TRACKER, f"{iteration}\n")
+    _prune(root, retain, keep=iteration)
+    return final
+
+
+def _prune(root: Path, retain: int | None, keep: int) -> None:
+    if retain is None:
+        return
+    for iteration in complete_iterations(root)[:-retain]:
+        if iteration != keep:
+            shutil.rmtree(iteration_dir(root, iteration))
+            log.info("removed checkpoint %s (--save-retain %d)", iteration_dir(root, iteration), retain)
+
+
+def find(path: str | os.PathLike) -> Path | None:
+    """The checkpoint folder ``--load PATH`` means: PATH itself when it is one ``iter_*`` checkpoint;
+    else the tracker's iteration, or the newest complete checkpoint when the tracker is missing or
+    points at nothing complete; None when PATH holds no checkpoint (a first run with --load = --save)."""
+    path = Path(path)
+    if _is_complete(path):
+        return path
+    iterations = complete_iterations(path)
+    tracker = path / TRACKER
+    if tracker.is_file():
+        text = tracker.read_text().strip()
+        if text.isdigit() and int(text) in iterations:
+            return iteration_dir(path, int(text))
+        log.warning("%s says %r but that checkpoint is missing or incomplete", tracker, text)
+    if (path / ".metadata").exists() or (path.name.startswith("iter_") and path.is_dir()):
+        raise CheckpointError(f"{path}: incomplete checkpoint (no {INFO} or .metadata); load another iter_* folder "
+                              f"or its parent")
+    if iterations:
+        log.warning("loading the newest complete checkpoint under %s: iteration %d", path, iterations[-1])
+        return iteration_dir(path, iterations[-1])
+    return None
+
+
+def read_info(directory: str | os.PathLike) -> dict:
+    """The ``run.json`` of a checkpoint folder."""
+    path = Path(directory) / INFO
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path}: cannot read ({error}); is this a blendforge checkpoint folder?") from None
+
+
+def load(directory: str | os.PathLike, tensors: dict) -> None:
+    """Fill ``tensors`` (a template with the wanted keys, e.g. only ``model``) in place from ``directory``."""
+    try:
+        _dcp_call(dcp.load, tensors, Path(directory))
+    except (RuntimeError, ValueError, KeyError) as error:
+        raise CheckpointError(f"{directory}: cannot load into this model ({str(error).splitlines()[0][:300]}); "
+                              "was it saved with another model shape?") from None
+

@@ -1,0 +1,347 @@
+"""Typed training configuration: one dataclass per concern, every field documented, unknown keys rejected.
+
+A run's configuration is built in layers, later ones winning: dataclass defaults → the model preset
+(``model.preset``) → a YAML file (``--config run.yaml``, same nesting as :class:`TrainConfig`) → flags.
+Each field's metadata carries its Megatron-style flag and help text; ``cli/trainer_run.py`` builds its
+options from this table, so the flags, the YAML keys and the docs cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+
+from trainer.errors import ConfigError
+from trainer.presets import PRESETS, preset_table
+
+
+def knob(default: Any, help: str, flag: str | None = None, switches: Mapping[str, Any] | None = None) -> Any:
+    """A documented config field. ``flag`` is its command-line spelling (None: YAML only); ``switches``
+    maps extra value-less flags to the value they set (``--bf16`` → ``precision: bf16``)."""
+    factory = {"default_factory": lambda: list(default)} if isinstance(default, list) else {"default": default}
+    return field(**factory, metadata={"help": help, "flag": flag, "switches": dict(switches or {})})
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+@dataclass
+class ModelConfig:
+    """The GPT's shape. Unset shape fields come from ``preset``."""
+
+    preset: str = knob("tiny", f"Named model shape; shape flags override it. {preset_table()}.", "--preset")
+    num_layers: int | None = knob(None, "Transformer layers.", "--num-layers")
+    hidden_size: int | None = knob(None, "Model width d.", "--hidden-size")
+    num_attention_heads: int | None = knob(None, "Query heads.", "--num-attention-heads")
+    num_query_groups: int | None = knob(None, "Key/value heads (grouped-query attention).", "--num-query-groups")
+    ffn_hidden_size: int | None = knob(None, "SwiGLU inner width.", "--ffn-hidden-size")
+    rotary_base: float | None = knob(None, "RoPE base (theta).", "--rotary-base")
+    norm_epsilon: float = knob(1e-5, "RMSNorm epsilon.", "--norm-epsilon")
+    init_method_std: float = knob(0.02, "Std of the normal weight init (output projections scaled by 1/sqrt(2L)).",
+                                  "--init-method-std")
+    vocab_size: int | None = knob(None, "Model vocabulary before padding (default: the tokenizer's, from the data).",
+                                  "--vocab-size")
+    make_vocab_size_divisible_by: int = knob(128, "Pad the vocabulary to a multiple of this (× TP), as Megatron does.",
+                                             "--make-vocab-size-divisible-by")
+    attention_backend: str = knob("auto", "Attention kernel: auto (probe and pick, logged) or a name from "
+                                  "trainer.attention.BACKENDS.", "--attention-backend")
+    gemm_backend: str = knob("plain", "Local GEMM of the linear layers (trainer.layers.GEMMS).", None)
+
+    def __post_init__(self) -> None:
+        _require(self.preset in PRESETS, f"--preset {self.preset!r}: unknown; choose one of {', '.join(PRESETS)}")
+        shape = PRESETS[self.preset]
+        for name in ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "ffn_hidden_size",
+                     "rotary_base"):
+            if getattr(self, name) is None:
+                setattr(self, name, getattr(shape, name))
+        heads, groups = self.num_attention_heads, self.num_query_groups
+        for name in ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "ffn_hidden_size"):
+            _require(getattr(self, name) > 0, f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        _require(self.hidden_size % heads == 0,
+                 f"--hidden-size {self.hidden_size} must be divisible by --num-attention-heads {heads}")
+        _require(heads % groups == 0, f"--num-attention-heads {heads} must be a multiple of --num-query-groups {groups}")
+        _require(self.vocab_size is None or self.vocab_size > 0, f"--vocab-size must be positive, got {self.vocab_size}")
+        _require(self.make_vocab_size_divisible_by > 0, "--make-vocab-size-divisible-by must be positive")
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.hidden_size // self.num_attention_heads
+
+
+@dataclass
+class DataConfig:
+    """What the trainer reads: a blend file, Megatron's ``--data-path`` list, or synthetic documents."""
+
+    blend: str | None = knob(None, "Blend YAML file (see blends/web_code.yaml).", "--blend")
+    data_path: list[str] = knob([], "Megatron-style data path: prefixes, optionally weighted "
+                                "('0.7 web_text_document 0.3 code_text_document'); turned into a blend.", "--data-path")
+    split: str | None = knob(None, "Train/valid/test shares of sequences, e.g. '969,30,1' "
+                             "(default: the blend's; 969,30,1 with --data-path).", "--split")
+    data_cache_path: str | None = knob(None, "Where index maps are cached (default: the blend's cache_dir).",
+                                       "--data-cache-path")
+    mock_data: bool = knob(False, "Train on synthetic documents (benchmarks, smoke tests); no blend needed.",
+                           "--mock-data")
+    seq_length: int | None = knob(None, "Sequence length (default: the blend's seq_length).", "--seq-length")
+    reset_position_ids: bool = knob(False, "Restart position ids at every document.", "--reset-position-ids")
+    reset_attention_mask: bool = knob(False, "Document-masked attention: tokens attend within their document only.",
+                                      "--reset-attention-mask")
+    eod_mask_loss: bool = knob(False, "Do not train on predicting the token after an end-of-document.",
+                               "--eod-mask-loss")
+    override_blend_check: bool = knob(False, "Resume even if the checkpoint was trained on a different blend.",
+                                      "--override-blend-check")
+
+    def __post_init__(self) -> None:
+        given = [name for name, on in (("--blend", self.blend), ("--data-path", self.data_path),
+                                       ("--mock-data", self.mock_data)) if on]
+        _require(len(given) == 1, "give exactly one data source: --blend FILE, --data-path PREFIX… or --mock-data"
+                 + (f" (got {' and '.join(given)})" if given else ""))
+        _require(self.seq_length is None or self.seq_length > 0, f"--seq-length must be positive, got {self.seq_length}")
+        if (self.mock_data or self.data_path) and self.seq_length is None:
+            raise ConfigError("--seq-length is required with --mock-data and --data-path (a blend file carries its own)")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW and its learning-rate schedule (linear warmup, then decay to ``min_lr``)."""
+
+    lr: float = knob(3e-4, "Peak learning rate.", "--lr")
+    min_lr: float = knob(0.0, "Learning rate at the end of the decay.", "--min-lr")
+    lr_warmup_iters: int = knob(0, "Linear warmup steps from --lr-warmup-init to --lr.", "--lr-warmup-iters")
+    lr_warmup_init: float = knob(0.0, "Learning rate warmup starts from.", "--lr-warmup-init")
+    lr_decay_style: str = knob("linear", "Decay after warmup: a name from trainer.schedule.DECAY_STYLES.",
+                               "--lr-decay-style")
+    lr_decay_iters: int | None = knob(None, "Steps over which the lr decays (default: --train-iters).",
+                                      "--lr-decay-iters")
+    weight_decay: float = knob(0.01, "Decoupled weight decay (not applied to norm weights).", "--weight-decay")
+    adam_beta1: float = knob(0.9, "Adam beta1.", "--adam-beta1")
+    adam_beta2: float = knob(0.999, "Adam beta2.", "--adam-beta2")
+    adam_eps: float = knob(1e-8, "Adam epsilon.", "--adam-eps")
+    clip_grad: float = knob(1.0, "Clip the global gradient norm to this (0: no clipping).", "--clip-grad")
+
+    def __post_init__(self) -> None:
+        _require(self.lr > 0 and 0 <= self.min_lr <= self.lr, f"need 0 <= --min-lr ({self.min_lr}) <= --lr ({self.lr}), --lr > 0")
+        _require(self.lr_warmup_iters >= 0, "--lr-warmup-iters must be >= 0")
+        _require(self.clip_grad >= 0 and self.weight_decay >= 0, "--clip-grad and --weight-decay must be >= 0")
+        _require(self.lr_decay_iters is None or self.lr_decay_iters > 0, "--lr-decay-iters must be positive")
+
+
+@dataclass
+class TrainingConfig:
+    """Steps, batch sizes, precision, device and seed."""
+
+    train_iters: int | None = knob(None, "Optimizer steps to train for (required).", "--train-iters")
+    global_batch_size: int | None = knob(None, "Samples per optimizer step (default: micro batch × data parallel); "
+                                         "reached by gradient accumulation.", "--global-batch-size")
+    micro_batch_size: int = knob(1, "Samples per forward/backward pass.", "--micro-batch-size")
+    seed: int = knob(1234, "Seed of the weight init and every random number generator.", "--seed")
+    precision: Literal["auto", "bf16", "fp32"] = knob(
+        "auto", "Numeric precision: bf16 autocast with fp32 master weights, or fp32 (auto: bf16 on CUDA, fp32 on CPU).",
+        "--precision", switches={"--bf16": "bf16"})
+    device: Literal["auto", "cpu", "cuda"] = knob("auto", "Where to train (auto: CUDA when available).", "--device")
+    exit_duration_in_mins: float | None = knob(None, "Save a checkpoint and exit cleanly after this many minutes.",
+                                               "--exit-duration-in-mins")
+    exit_interval: int | None = knob(None, "Save a checkpoint and exit cleanly at the first step that is a multiple "
+                                     "of N.", "--exit-interval")
+
+    def __post_init__(self) -> None:
+        _require(self.train_iters is not None, "--train-iters is required (how many optimizer steps to train for)")
+        _require(self.train_iters > 0, f"--train-iters must be positive, got {self.train_iters}")
+        _require(self.micro_batch_size > 0, "--micro-batch-size must be positive")
+        _require(self.global_batch_size is None or self.global_batch_size > 0, "--global-batch-size must be positive")
+        _require(self.exit_interval is None or self.exit_interval > 0, "--exit-interval must be positive")
+
+
+@dataclass
+class CheckpointConfig:
+    """Where and when checkpoints are written and what a resume restores."""
+
+    save: str | None = knob(None, "Checkpoint folder (SAVE/iter_0000100/ + latest_checkpointed_iteration.txt).",
+                            "--save")
+    save_interval: int | None = knob(None, "Save every N steps (always at the end, on SIGTERM and on "
+                                     "--exit-duration-in-mins).", "--save-interval")
+    save_retain: int | None = knob(None, "Keep only the newest K checkpoints (default: all).", "--save-retain")
+    load: str | None = knob(None, "Resume from this checkpoint folder (or one iter_* folder in it); "
+                            "an empty or missing folder starts from scratch.", "--load")
+    no_load_optim: bool = knob(False, "Do not restore optimizer state when loading.", "--no-load-optim")
+    no_load_rng: bool = knob(False, "Do not restore random number generator states when loading.", "--no-load-rng")
+    finetune: bool = knob(False, "Load weights only; restart the step count, data and optimizer.", "--finetune")
+
+    def __post_init__(self) -> None:
+        _require(self.save_interval is None or self.save_interval > 0, "--save-interval must be positive")
+        _require(self.save_retain is None or self.save_retain > 0, "--save-retain must be positive")
+
+
+@dataclass
+class LoggingConfig:
+    """Console, TensorBoard and JSONL metrics, and evaluation cadence."""
+
+    log_interval: int = knob(100, "Log every N steps.", "--log-interval")
+    eval_interval: int = knob(1000, "Evaluate on the valid split every N steps.", "--eval-interval")
+    eval_iters: int = knob(100, "Global batches per evaluation (0: no evaluation).", "--eval-iters")
+    tensorboard_dir: str | None = knob(None, "Write TensorBoard event files here.", "--tensorboard-dir")
+    metrics_jsonl: str | None = knob(None, "Append one JSON object per logged step (and per evaluation) here.",
+                                     "--metrics-jsonl")
+    log_throughput: bool = knob(True, "Show tokens/s per GPU, model TFLOP/s and MFU on console lines.",
+                                "--log-throughput")
+    peak_tflops: float | None = knob(None, "Dense bf16 peak TFLOP/s per device for MFU (default: looked up "
+                                     "from the GPU name; needed for unknown GPUs).", "--peak-tflops")
+
+    def __post_init__(self) -> None:
+        _require(self.log_interval > 0 and self.eval_interval > 0, "--log-interval and --eval-interval must be positive")
+        _require(self.eval_iters >= 0, "--eval-iters must be >= 0")
+
+
+@dataclass
+class ProfileConfig:
+    """Profiling a range of steps, as Megatron spells it."""
+
+    profile: bool = knob(False, "Profile steps --profile-step-start to --profile-step-end - 1.", "--profile")
+    use_pytorch_profiler: bool = knob(False, "Use torch.profiler (a Chrome trace); without it, CUDA's profiler "
+                                      "range for nsys --capture-range=cudaProfilerApi.", "--use-pytorch-profiler")
+    profile_step_start: int = knob(10, "First profiled step (1-based).", "--profile-step-start")
+    profile_step_end: int = knob(12, "Profiling stops before this step.", "--profile-step-end")
+    profile_dir: str | None = knob(None, "Where traces go (default: --tensorboard-dir, else ./profile).",
+                                   "--profile-dir")
+
+    def __post_init__(self) -> None:
+        _require(0 < self.profile_step_start < self.profile_step_end,
+                 "need 0 < --profile-step-start < --profile-step-end")
+
+
+@dataclass
+class TrainConfig:
+    """Everything one ``trainer run`` needs; ``trainer.loop.train(config)`` runs it."""
+
+    data: DataConfig = field(metadata={"help": "Data source."})
+    training: TrainingConfig = field(metadata={"help": "Steps, batches, precision."})
+    model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "Model shape."})
+    optim: OptimConfig = field(default_factory=OptimConfig, metadata={"help": "Optimizer and schedule."})
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig, metadata={"help": "Checkpoints."})
+    logging: LoggingConfig = field(default_factory=LoggingConfig, metadata={"help": "Logging and evaluation."})
+    profile: ProfileConfig = field(default_factory=ProfileConfig, metadata={"help": "Profiling."})
+
+    def to_dict(self) -> dict:
+        """Plain nested dict (YAML/JSON ready); ``from_dict(TrainConfig, config.to_dict())`` round-trips."""
+        return dataclasses.asdict(self)
+
+
+def from_dict(cls: type, data: Mapping[str, Any], where: str = "config", key: str = "") -> Any:
+    """Build dataclass ``cls`` from a nested mapping, rejecting unknown keys and wrongly typed values.
+
+    ``where`` names the source (a file, or ``flags``) and ``key`` the path inside it, for error messages.
+    """
+    at = f"{where}: {key}" if key else where
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{at}: expected a mapping of keys, got {type(data).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ConfigError(f"{at}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(known)}")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for name, value in data.items():
+        kind, inner = hints[name], f"{key}.{name}" if key else name
+        values[name] = (from_dict(kind, value, where, inner) if is_dataclass(kind)
+                        else _checked(value, kind, f"{where}: {inner}"))
+    try:
+        return cls(**values)
+    except ConfigError as error:
+        raise ConfigError(f"{at}: {error}") from None
+
+
+def _checked(value: Any, kind: Any, where: str) -> Any:
+    """``value`` if it fits the annotation ``kind`` (ints accepted for floats), else a ConfigError."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        for option in args:
+            try:
+                return _checked(value, option, where)
+            except ConfigError:
+                continue
+    elif origin is Literal:
+        if value in args:
+            return value
+        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(str, args))}")
+    elif origin is list:
+        items = value.split() if isinstance(value, str) else value
+        if isinstance(items, list):
+            return [_checked(item, args[0], f"{where}[{i}]") for i, item in enumerate(items)]
+    elif kind is type(None):
+        if value is None:
+            return None
+    elif kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    elif kind is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)
+    elif isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        return value
+    raise ConfigError(f"{where}: expected {_type_name(kind)}, got {value!r}")
+
+
+def _type_name(kind: Any) -> str:
+    args = typing.get_args(kind)
+    return " or ".join(_type_name(a) for a in args) if args else getattr(kind, "__name__", str(kind))
+
+
+def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested dict merge: ``override`` wins, sub-mappings merge key by key."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
+    """The run configuration from an optional YAML file and flag overrides (nested by section).
+
+    Sections absent from both are built from their dataclass defaults (so ``data`` must be given).
+    """
+    layers: dict[str, Any] = {}
+    where = "flags"
+    if path is not None:
+        where = str(path)
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"--config {path}: no such file") from None
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{path}: not valid YAML ({error})") from None
+        if not isinstance(loaded, Mapping):
+            raise ConfigError(f"{path}: expected a mapping of sections ({', '.join(f.name for f in fields(TrainConfig))})")
+        layers = dict(loaded)
+        where = f"{path} (with flags)" if overrides else str(path)
+    layers = merge(layers, overrides or {})
+    sections = {f.name: layers.get(f.name, {}) for f in fields(TrainConfig)}
+    unknown = sorted(set(layers) - set(sections))
+    if unknown:
+        raise ConfigError(f"{where}: unknown section(s) {', '.join(unknown)}; known: {', '.join(sections)}")
+    return from_dict(TrainConfig, sections, where)
+
+
+def config_fields(cls: type = TrainConfig) -> list[tuple[str, str, dataclasses.Field, Any]]:
+    """Every leaf field as ``(section, name, field, type)``, in declaration order (what the CLI exposes)."""
+    rows = []
+    for section in fields(cls):
+        section_type = typing.get_type_hints(cls)[section.name]
+        hints = typing.get_type_hints(section_type)
+        rows += [(section.name, leaf.name, leaf, hints[leaf.name]) for leaf in fields(section_type)]
+    return rows
+
+
+def padded_vocab_size(vocab_size: int, divisible_by: int, tensor_parallel_size: int = 1) -> int:
+    """Megatron's padding: round up to a multiple of ``divisible_by × TP`` so every TP shard is equal."""
+    multiple = divisible_by * tensor_parallel_size
+    return int(math.ceil(vocab_size / multiple) * multiple)

@@ -1,0 +1,191 @@
+"""The training loop: gradient accumulation to the global batch, clipping, the LR schedule, evaluation,
+logging, checkpoints and clean stops. ``train(config)`` is what ``trainer run`` calls.
+
+A step (counted from 1, after the optimizer update) takes ``global_batch / (micro_batch × DP)``
+micro-batches; the loss is the mean over every unmasked token of the global batch, so accumulating
+micro-batches gives the same gradient as one large batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from trainer.config import TrainConfig
+from trainer.errors import ConfigError, OutOfMemory, TrainingDiverged
+from trainer.metrics import MetricsSink, perplexity, throughput
+from trainer.model import token_loss_sum
+from trainer.optim import set_learning_rate
+from trainer.profiling import StepProfiler
+from trainer.run import Run, build_run, metrics_sink, save
+from trainer.runtime import stop_on_signals
+
+log = logging.getLogger(__name__)
+
+OOM_HINT = ("lower --micro-batch-size (--global-batch-size stays reached by gradient accumulation), shorten "
+            "--seq-length, or pick a smaller --preset; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces "
+            "fragmentation")
+
+
+@dataclass
+class StepResult:
+    """What one optimizer step measured."""
+
+    loss: float
+    grad_norm: float
+    lr: float
+    seconds: float
+
+
+@dataclass
+class TrainResult:
+    """How a run ended."""
+
+    iteration: int
+    loss: float | None
+    stopped_by: str
+    checkpoint: Path | None
+
+
+def _micro_batches(run: Run, split: str, count: int) -> list[dict[str, torch.Tensor]]:
+    batches = []
+    for _ in range(count):
+        try:
+            batch = next(run.batches(split))
+        except StopIteration:
+            raise ConfigError(f"the {split} data ran out of samples at step {run.iteration}; the loader was built "
+                              "for fewer samples than this run reads") from None
+        largest = int(batch["tokens"].max())
+        if largest >= run.model.vocab_size:
+            raise ConfigError(f"{split} data holds token id {largest} but the model's vocabulary is "
+                              f"{run.model.vocab_size}: the data was tokenized with a bigger vocabulary; give a "
+                              f"--vocab-size above {largest}")
+        batches.append(batch)
+    return batches
+
+
+def _loss_sum(run: Run, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    batch = {key: value.to(run.parallel.device, non_blocking=True) for key, value in batch.items()}
+    with run.precision.autocast():
+        logits = run.model(batch["tokens"], batch["position_ids"], batch.get("cu_seqlens"))
+    return token_loss_sum(logits, batch["labels"], batch["loss_mask"])
+
+
+def train_step(run: Run) -> StepResult:
+    """One optimizer step over a global batch; raises :class:`TrainingDiverged` before applying a bad one."""
+    started = time.perf_counter()
+    batches = _micro_batches(run, "train", run.accumulation)
+    tokens = max(1.0, float(sum(batch["loss_mask"].sum() for batch in batches)))
+    run.optimizer.zero_grad(set_to_none=True)
+    total = torch.zeros((), device=run.parallel.device)
+    for batch in batches:
+        part = _loss_sum(run, batch)
+        (part / tokens).backward()
+        total += part.detach()
+    clip = run.config.optim.clip_grad or math.inf
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(run.model.parameters(), clip))
+    loss = float(total) / tokens
+    step = run.iteration + 1
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        raise TrainingDiverged(
+            f"step {step}: loss {loss}, gradient norm {grad_norm}; the step was not applied and the last "
+            "checkpoint is untouched. Resume from it with a lower --lr, a longer --lr-warmup-iters or "
+            "--clip-grad 1.0; check the data around this step with the corpus blend command logged at start")
+    lr = run.schedule(step)
+    set_learning_rate(run.optimizer, lr)
+    run.optimizer.step()
+    run.iteration = step
+    return StepResult(loss, grad_norm, lr, time.perf_counter() - started)
+
+
+@torch.no_grad()
+def evaluate(run: Run, split: str) -> float | None:
+    """Mean token loss over ``--eval-iters`` global batches of ``split`` (None when it has no data)."""
+    if run.data.loaders.get(split) is None or run.config.logging.eval_iters == 0:
+        return None
+    run.model.eval()
+    total, tokens = 0.0, 0.0
+    for batch in _micro_batches(run, split, run.config.logging.eval_iters * run.accumulation):
+        total += float(_loss_sum(run, batch))
+        tokens += float(batch["loss_mask"].sum())
+    run.model.train()
+    return total / max(tokens, 1.0)
+
+
+class _Window:
+    """Steps since the last log line: averaged loss and throughput over them."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+        self.seconds = 0.0
+
+    def add(self, result: StepResult) -> None:
+        self.losses.append(result.loss)
+        self.seconds += result.seconds
+
+    def record(self, run: Run, last: StepResult) -> dict:
+        tokens = len(self.losses) * run.global_batch_size * run.data.seq_length
+        record = {"step": run.iteration, "loss": sum(self.losses) / len(self.losses), "lr": last.lr,
+                  "grad_norm": last.grad_norm,
+                  **throughput(tokens, self.seconds, run.flops_per_token, run.parallel.world_size, run.peak_tflops),
+                  "consumed_samples": run.iteration * run.global_batch_size}
+        self.__init__()
+        return record
+
+
+def _evaluate_and_log(run: Run, sink: MetricsSink, split: str = "valid") -> None:
+    loss = evaluate(run, split)
+    if loss is not None:
+        sink.write({"step": run.iteration, "split": split, "eval_loss": loss, "eval_ppl": perplexity(loss)})
+
+
+def _loop(run: Run, sink: MetricsSink, profiler: StepProfiler, stop) -> tuple[str, float | None]:
+    """Steps until ``--train-iters`` or a stop request; returns (why it stopped, last loss)."""
+    config, window, last = run.config, _Window(), None
+    while run.iteration < config.training.train_iters:
+        profiler.before_step(run.iteration + 1)
+        try:
+            last = train_step(run)
+        except torch.OutOfMemoryError:
+            raise OutOfMemory(f"out of memory at step {run.iteration + 1}: {OOM_HINT}") from None
+        profiler.after_step(run.iteration)
+        window.add(last)
+        if run.iteration % config.logging.log_interval == 0 or run.iteration == config.training.train_iters:
+            sink.write(window.record(run, last))
+        if config.logging.eval_iters and run.iteration % config.logging.eval_interval == 0:
+            _evaluate_and_log(run, sink)
+        reason = stop.check(run.iteration)
+        interval = config.checkpoint.save_interval
+        if config.checkpoint.save and (reason or (interval and run.iteration % interval == 0)):
+            save(run)
+        if reason:
+            return reason, last.loss
+    return "completed", last.loss if last else None
+
+
+def train(config: TrainConfig) -> TrainResult:
+    """Run training as ``config`` says: build, resume, loop, evaluate, checkpoint. Returns how it ended."""
+    run = build_run(config)
+    for split, command in run.data.reproduce.items():
+        log.info("%s samples of this run: %s", split, command)
+    sink = metrics_sink(run)
+    profiler = StepProfiler(config.profile, config.logging.tensorboard_dir, run.parallel.device)
+    try:
+        with stop_on_signals(config.training) as stop:
+            stopped_by, loss = _loop(run, sink, profiler, stop)
+            profiler.stop(run.iteration)
+            if stopped_by == "completed":
+                if config.logging.eval_iters and run.iteration % config.logging.eval_interval:
+                    _evaluate_and_log(run, sink)
+                _evaluate_and_log(run, sink, "test")
+            if config.checkpoint.save and run.checkpoint_iteration != run.iteration:
+                save(run)
+    finally:
+        sink.close()
+    log.info("stopped at step %d: %s", run.iteration, stopped_by)
+    return TrainResult(run.iteration, loss, stopped_by, run.checkpoint_dir)

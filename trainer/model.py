@@ -1,0 +1,141 @@
+"""The GPT: a Llama-style decoder (RMSNorm, RoPE, SwiGLU, grouped-query attention, untied output layer).
+
+Weight layouts follow Megatron so tensor parallelism splits them on one dimension:
+- ``qkv``: rows grouped per key/value head, ``[q heads of the group…, k, v]`` × head_dim each; a TP shard
+  is a contiguous block of whole groups;
+- ``fc1``: ``[gate; up]`` of the SwiGLU, per TP shard.
+``trainer.export`` maps these onto transformers' Llama names.
+
+Build with :func:`build_model`: parameters are created on the ``meta`` device, materialised on the
+target device and initialised from the seed there (NOTE: no full-size CPU copy of a large model).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainer.attention import AttentionBackend
+from trainer.config import ModelConfig
+from trainer.layers import (ColumnParallelLinear, LocalGemm, RMSNorm, RotaryEmbedding, RowParallelLinear,
+                            VocabParallelEmbedding, local_gemm, scaled_init_std)
+from trainer.parallel_state import ParallelState
+
+
+class SelfAttention(nn.Module):
+    """Grouped-query causal self-attention with rotary positions."""
+
+    def __init__(self, config: ModelConfig, parallel: ParallelState, attention: AttentionBackend,
+                 gemm: LocalGemm) -> None:
+        super().__init__()
+        groups_per_rank = config.num_query_groups // parallel.tp_size
+        self.shape = (groups_per_rank, config.num_attention_heads // config.num_query_groups, config.head_dim)
+        width = (config.num_attention_heads + 2 * config.num_query_groups) * config.head_dim
+        out_std = scaled_init_std(config.init_method_std, config.num_layers)
+        self.qkv = ColumnParallelLinear(config.hidden_size, width, parallel, config.init_method_std, gemm)
+        self.proj = RowParallelLinear(config.num_attention_heads * config.head_dim, config.hidden_size, parallel,
+                                      out_std, gemm)
+        self.attention = attention
+
+    def forward(self, x: torch.Tensor, rope: RotaryEmbedding, position_ids: torch.Tensor,
+                cu_seqlens: torch.Tensor | None) -> torch.Tensor:
+        batch, size, _ = x.shape
+        groups, per_group, head_dim = self.shape
+        qkv = self.qkv(x).view(batch, size, groups, per_group + 2, head_dim)
+        q = rope(qkv[:, :, :, :per_group].reshape(batch, size, groups * per_group, head_dim), position_ids)
+        k = rope(qkv[:, :, :, per_group], position_ids)
+        v = qkv[:, :, :, per_group + 1]
+        out = self.attention.attend(q, k, v, cu_seqlens)
+        return self.proj(out.reshape(batch, size, groups * per_group * head_dim))
+
+
+class SwiGLU(nn.Module):
+    """``down(silu(gate(x)) * up(x))`` with gate and up fused in one GEMM."""
+
+    def __init__(self, config: ModelConfig, parallel: ParallelState, gemm: LocalGemm) -> None:
+        super().__init__()
+        out_std = scaled_init_std(config.init_method_std, config.num_layers)
+        self.fc1 = ColumnParallelLinear(config.hidden_size, 2 * config.ffn_hidden_size, parallel,
+                                        config.init_method_std, gemm)
+        self.fc2 = RowParallelLinear(config.ffn_hidden_size, config.hidden_size, parallel, out_std, gemm)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.fc1(x).chunk(2, dim=-1)
+        return self.fc2(F.silu(gate) * up)
+
+
+class TransformerLayer(nn.Module):
+    """Pre-norm block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``."""
+
+    def __init__(self, config: ModelConfig, parallel: ParallelState, attention: AttentionBackend,
+                 gemm: LocalGemm) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(config.hidden_size, config.norm_epsilon)
+        self.attn = SelfAttention(config, parallel, attention, gemm)
+        self.mlp_norm = RMSNorm(config.hidden_size, config.norm_epsilon)
+        self.mlp = SwiGLU(config, parallel, gemm)
+
+    def forward(self, x: torch.Tensor, rope: RotaryEmbedding, position_ids: torch.Tensor,
+                cu_seqlens: torch.Tensor | None) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), rope, position_ids, cu_seqlens)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class GPT(nn.Module):
+    """Embedding → layers → final norm → output layer (logits over the padded vocabulary)."""
+
+    def __init__(self, config: ModelConfig, vocab_size: int, seq_length: int, parallel: ParallelState,
+                 attention: AttentionBackend) -> None:
+        super().__init__()
+        gemm = local_gemm(config.gemm_backend)
+        self.config, self.vocab_size, self.seq_length = config, vocab_size, seq_length
+        self.embedding = VocabParallelEmbedding(vocab_size, config.hidden_size, parallel, config.init_method_std)
+        self.rope = RotaryEmbedding(config.head_dim, config.rotary_base, seq_length)
+        self.layers = nn.ModuleList(TransformerLayer(config, parallel, attention, gemm)
+                                    for _ in range(config.num_layers))
+        self.final_norm = RMSNorm(config.hidden_size, config.norm_epsilon)
+        self.output = ColumnParallelLinear(config.hidden_size, vocab_size, parallel, config.init_method_std, gemm)
+
+    def init_weights(self, seed: int) -> None:
+        """(Re)initialise every parameter and buffer from ``seed`` (Megatron's normal init)."""
+        device = self.embedding.weight.device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
+            torch.manual_seed(seed)
+            for module in self.modules():
+                if hasattr(module, "reset_parameters") and module is not self:
+                    module.reset_parameters()
+
+    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor,
+                cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [B, S, vocab] for ``tokens`` [B, S]."""
+        x = self.embedding(tokens)
+        for layer in self.layers:
+            x = layer(x, self.rope, position_ids, cu_seqlens)
+        return self.output(self.final_norm(x))
+
+
+def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """Sum over unmasked tokens of the cross-entropy, in fp32 (the caller divides by the token count of
+    the whole global batch, so accumulation over micro-batches equals one big batch)."""
+    losses = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none")
+    return (losses * loss_mask.flatten().float()).sum()
+
+
+def build_model(config: ModelConfig, vocab_size: int, seq_length: int, parallel: ParallelState,
+                attention: AttentionBackend, seed: int) -> GPT:
+    """The GPT on ``parallel.device``, initialised from ``seed`` (fp32 master weights)."""
+    with torch.device("meta"):
+        model = GPT(config, vocab_size, seq_length, parallel, attention)
+    model.to_empty(device=parallel.device)
+    model.init_weights(seed)
+    return model
+
+
+def parameter_counts(model: GPT) -> dict[str, int]:
+    """Parameters in total, in the input embedding, and in matmuls (every weight but the input embedding
+    and the norm scales: the N of the FLOP formula)."""
+    total = sum(p.numel() for p in model.parameters())
+    embedding = model.embedding.weight.numel()
+    norms = sum(p.numel() for module in model.modules() if isinstance(module, RMSNorm) for p in module.parameters())
+    return {"total": total, "embedding": embedding, "matmul": total - embedding - norms}

@@ -1,0 +1,27 @@
+"""AdamW over the model's parameters, fused on CUDA; norm weights are exempt from weight decay."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from trainer.config import OptimConfig
+
+
+def build_optimizer(model: nn.Module, config: OptimConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with two parameter groups (decayed matrices and embeddings; undecayed 1-D norm weights).
+
+    The learning rate is set before every step from :class:`trainer.schedule.LRSchedule`.
+    """
+    decayed = [p for p in model.parameters() if p.ndim >= 2]
+    undecayed = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decayed, "weight_decay": config.weight_decay},
+              {"params": undecayed, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps,
+                             fused=device.type == "cuda" or None)
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set ``lr`` on every parameter group."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr

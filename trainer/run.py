@@ -1,0 +1,183 @@
+"""Assemble a run from its config (device, data, model, optimizer, schedule, metrics) and move it in
+and out of checkpoints. :mod:`trainer.loop` drives what this builds."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from trainer import checkpoint
+from trainer.attention import AttentionShape, select_backend
+from trainer.config import ModelConfig, TrainConfig, padded_vocab_size
+from trainer.data import TrainData, build_data
+from trainer.errors import CheckpointError, ConfigError
+from trainer.metrics import FLOP_CONVENTION, MetricsSink, flops_per_token, peak_tflops
+from trainer.model import GPT, build_model, parameter_counts
+from trainer.optim import build_optimizer
+from trainer.parallel_state import ParallelState, single_process_state
+from trainer.runtime import Precision, pick_device, pick_precision, rng_state, seed_everything, set_rng_state
+from trainer.schedule import LRSchedule
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Run:
+    """Everything the loop touches, built once by :func:`build_run`."""
+
+    config: TrainConfig
+    parallel: ParallelState
+    precision: Precision
+    data: TrainData
+    model: GPT
+    optimizer: torch.optim.Optimizer
+    schedule: LRSchedule
+    global_batch_size: int
+    accumulation: int
+    flops_per_token: float
+    peak_tflops: float | None
+    iteration: int = 0
+    checkpoint_dir: Path | None = None  # the last checkpoint written or loaded
+    checkpoint_iteration: int | None = None
+    iterators: dict = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+
+    def batches(self, split: str):
+        """The (persistent) micro-batch iterator of ``split``."""
+        if split not in self.iterators:
+            self.iterators[split] = iter(self.data.loaders[split])
+        return self.iterators[split]
+
+
+def model_vocab_size(model: ModelConfig, tokenizer_vocab: int | None, tensor_parallel_size: int) -> int:
+    """The padded vocabulary of the model: ``--vocab-size`` or the tokenizer's, padded as Megatron pads it."""
+    if model.vocab_size is None and tokenizer_vocab is None:
+        raise ConfigError("the data records no tokenizer vocabulary (files without a .meta.json sidecar, e.g. "
+                          "written by Megatron); give the model's vocabulary with --vocab-size")
+    if model.vocab_size is not None and tokenizer_vocab is not None and tokenizer_vocab > model.vocab_size:
+        raise ConfigError(f"the data's tokenizer has {tokenizer_vocab} ids but --vocab-size is {model.vocab_size}: "
+                          f"the model could not embed them; raise --vocab-size to at least {tokenizer_vocab} or drop "
+                          "it (the default is the tokenizer's)")
+    size = model.vocab_size if model.vocab_size is not None else tokenizer_vocab
+    return padded_vocab_size(size, model.make_vocab_size_divisible_by, tensor_parallel_size)
+
+
+def _batch_sizes(config: TrainConfig, parallel: ParallelState) -> tuple[int, int]:
+    micro = config.training.micro_batch_size
+    global_batch = config.training.global_batch_size or micro * parallel.dp_size
+    if global_batch % (micro * parallel.dp_size):
+        raise ConfigError(f"--global-batch-size {global_batch} must be a multiple of --micro-batch-size {micro} × "
+                          f"data-parallel size {parallel.dp_size}")
+    return global_batch, global_batch // (micro * parallel.dp_size)
+
+
+def build_run(config: TrainConfig) -> Run:
+    """Build every component of ``config`` (logging the choices made), then resume if ``--load`` says so."""
+    device = pick_device(config.training.device)
+    parallel = single_process_state(device)
+    precision = pick_precision(config.training, device)
+    seed_everything(config.training.seed)
+    global_batch, accumulation = _batch_sizes(config, parallel)
+    data = build_data(config, parallel, global_batch)
+    vocab = model_vocab_size(config.model, data.vocab_size, parallel.tp_size)
+    model_config = config.model
+    shape = AttentionShape(config.training.micro_batch_size, data.seq_length, model_config.num_attention_heads,
+                           model_config.num_query_groups, model_config.head_dim, precision.dtype,
+                           config.data.reset_attention_mask)
+    attention = select_backend(model_config.attention_backend, device, shape)
+    model = build_model(model_config, vocab, data.seq_length, parallel, attention, config.training.seed)
+    counts = parameter_counts(model)
+    peak, peak_note = peak_tflops(device, config.logging.peak_tflops)
+    run = Run(config, parallel, precision, data, model, build_optimizer(model, config.optim, device),
+              LRSchedule(config.optim, config.training.train_iters), global_batch, accumulation,
+              flops_per_token(model_config, counts["matmul"], data.seq_length), peak)
+    log.info("model: preset %s, %d layers, d=%d, %d heads / %d kv, ffn %d, vocab %d (padded), %.1fM parameters "
+             "(%.1fM in matmuls)", model_config.preset, model_config.num_layers,
+             model_config.hidden_size, model_config.num_attention_heads, model_config.num_query_groups,
+             model_config.ffn_hidden_size, vocab, counts["total"] / 1e6, counts["matmul"] / 1e6)
+    log.info("device %s, precision %s, global batch %d = micro %d × accumulation %d × DP %d, seq %d; %s",
+             device, precision.name, global_batch, config.training.micro_batch_size, accumulation, parallel.dp_size,
+             data.seq_length, data.description)
+    log.info("%s; %.3g GFLOP/token; peak: %s", FLOP_CONVENTION, run.flops_per_token / 1e9,
+             f"{peak:g} TFLOP/s ({peak_note})" if peak else peak_note)
+    if config.checkpoint.load:
+        resume(run, config.checkpoint.load)
+    return run
+
+
+def model_shape(run: Run) -> dict:
+    """What must agree between a checkpoint and the model loading it."""
+    shape = {name: getattr(run.config.model, name) for name in
+             ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "ffn_hidden_size")}
+    return {**shape, "vocab_size": run.model.vocab_size}
+
+
+def save(run: Run) -> Path:
+    """Write the run's state as checkpoint ``run.iteration`` under ``--save``."""
+    model_state, optimizer_state = get_state_dict(run.model, run.optimizer)
+    plain_rng, tensor_rng = rng_state(run.parallel.device)
+    info = {"loaders": {split: loader.state_dict() for split, loader in run.data.loaders.items() if loader},
+            "rng": plain_rng, "config": run.config.to_dict(), "model_shape": model_shape(run),
+            "seq_length": run.data.seq_length, "schedule": run.schedule.describe(),
+            "tokenizer": {"vocab_size": run.data.vocab_size, "eod_id": run.data.eod_id},
+            "torch_version": torch.__version__}
+    directory = checkpoint.save(run.config.checkpoint.save, run.iteration,
+                                {"model": model_state, "optimizer": optimizer_state, "rng": tensor_rng}, info,
+                                run.config.checkpoint.save_retain)
+    run.checkpoint_dir, run.checkpoint_iteration = directory, run.iteration
+    log.info("saved checkpoint %s", directory)
+    return directory
+
+
+def resume(run: Run, path: str) -> None:
+    """Restore the run from the checkpoint ``--load`` names (nothing there: start from scratch)."""
+    directory = checkpoint.find(path)
+    if directory is None:
+        log.info("no checkpoint in %s: training from scratch", path)
+        return
+    info = checkpoint.read_info(directory)
+    expected = model_shape(run)
+    if info.get("model_shape") != expected:
+        raise CheckpointError(f"{directory} holds a model of shape {info.get('model_shape')}, this run builds "
+                              f"{expected}; give the same shape flags (or --preset) as the run that saved it")
+    options = run.config.checkpoint
+    weights_only = options.finetune
+    model_state, optimizer_state = get_state_dict(run.model, run.optimizer)
+    template = {"model": model_state}
+    if not (weights_only or options.no_load_optim):
+        template["optimizer"] = optimizer_state
+    if not (weights_only or options.no_load_rng):
+        template["rng"] = rng_state(run.parallel.device)[1]
+    checkpoint.load(directory, template)
+    set_state_dict(run.model, run.optimizer, model_state_dict=template["model"],
+                   optim_state_dict=template.get("optimizer", {}))
+    if "rng" in template:
+        set_rng_state(info["rng"], template["rng"], run.parallel.device)
+    if not weights_only:
+        _restore_progress(run, info, directory)
+        run.checkpoint_dir, run.checkpoint_iteration = directory, run.iteration
+    log.info("loaded %s (iteration %d%s)", directory, info["iteration"], ", weights only" if weights_only else "")
+
+
+def _restore_progress(run: Run, info: dict, directory: Path) -> None:
+    saved_schedule = info.get("schedule")
+    if saved_schedule != run.schedule.describe():
+        log.warning("learning-rate schedule differs from the checkpoint's (%s); using this run's (%s)",
+                    saved_schedule, run.schedule.describe())
+    for split, loader in run.data.loaders.items():
+        if loader is not None and split in info["loaders"]:
+            loader.load_state_dict(info["loaders"][split])
+    run.iteration = info["iteration"]
+    if run.iteration > run.config.training.train_iters:
+        raise CheckpointError(f"{directory} is at iteration {run.iteration}, past --train-iters "
+                              f"{run.config.training.train_iters}; raise --train-iters to continue")
+
+
+def metrics_sink(run: Run) -> MetricsSink:
+    """The console/TensorBoard/JSONL sink, trimmed to the resumed step."""
+    return MetricsSink(run.config.logging, run.iteration, run.config.training.train_iters)
