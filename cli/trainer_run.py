@@ -41,7 +41,7 @@ def _option_for(section: str, name: str, meta: dict, kind: Any, default: Any) ->
         flags = [meta["flag"]] if default is False else [f"{meta['flag']}/--no-{meta['flag'][2:]}"]
         options = [click.Option([*flags, dest], is_flag=True, default=None, help=help_text)]
     elif typing.get_origin(base) is list:
-        options = [_GreedyOption([meta["flag"], dest], multiple=True, help=help_text)]
+        options = [_GreedyOption([meta["flag"], dest], multiple=True, type=click.UNPROCESSED, help=help_text)]
     elif typing.get_origin(base) is Literal:
         options = [click.Option([meta["flag"], dest], type=click.Choice(typing.get_args(base)), help=help_text)]
     else:

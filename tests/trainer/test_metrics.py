@@ -27,7 +27,6 @@ def test_flops_of_the_design_baseline_by_hand():
 
 
 def test_flop_formula_equals_torch_flop_counter():
-    torch.set_num_threads(1)
     config = ModelConfig(num_layers=2, hidden_size=32, num_attention_heads=4, num_query_groups=2, ffn_hidden_size=48)
     model = build_model(config, 128, 24, ParallelState(torch.device("cpu")), BACKENDS["math"], 0)
     tokens = torch.randint(0, 128, (2, 24))

@@ -15,11 +15,6 @@ CPU = ParallelState(torch.device("cpu"))
 VOCAB, SEQ = 128, 24
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    torch.set_num_threads(1)
-
-
 def tiny(seed: int = 0, backend: str = "math", **shape):
     config = ModelConfig(num_layers=2, hidden_size=32, num_attention_heads=4, num_query_groups=2, ffn_hidden_size=48,
                          **shape)

@@ -1,0 +1,43 @@
+"""Tiny, fast training configurations shared by the trainer tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainer.config import TrainConfig, load_config, merge
+
+TINY_MODEL = {"num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "num_query_groups": 2,
+              "ffn_hidden_size": 64, "vocab_size": 96}
+
+
+def tiny_overrides(tmp_path: Path, **sections: dict) -> dict:
+    """Flag-style overrides of a ~30k-parameter mock-data run with per-step metrics in tmp_path."""
+    base = {
+        "data": {"mock_data": True, "seq_length": 16},
+        "model": TINY_MODEL,
+        "training": {"train_iters": 8, "micro_batch_size": 2, "global_batch_size": 4},
+        "optim": {"lr": 3e-3, "lr_warmup_iters": 2},
+        "logging": {"log_interval": 1, "eval_interval": 4, "eval_iters": 1,
+                    "metrics_jsonl": str(tmp_path / "metrics.jsonl")},
+    }
+    return merge(base, sections)
+
+
+def tiny_config(tmp_path: Path, **sections: dict) -> TrainConfig:
+    """:func:`tiny_overrides` as a TrainConfig."""
+    return load_config(None, tiny_overrides(tmp_path, **sections))
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The records of a --metrics-jsonl file."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and 2 cores are shared by every test process."""
+    torch.set_num_threads(1)

@@ -1,0 +1,110 @@
+"""The training loop end to end on tiny mock-data runs: learning, exact resume, accumulation,
+clean stops, and each failure's message."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tests.trainer.conftest import read_metrics, tiny_config
+from trainer import checkpoint, loop
+from trainer.config import ModelConfig
+from trainer.errors import ConfigError, OutOfMemory, TrainingDiverged
+from trainer.loop import train
+from trainer.run import model_vocab_size
+
+
+def losses(path) -> list[tuple]:
+    return [(r["step"], r.get("loss"), r.get("grad_norm"), r.get("eval_loss")) for r in read_metrics(path)]
+
+
+def test_mock_loss_falls_and_records_are_complete(tmp_path):
+    result = train(tiny_config(tmp_path, training={"train_iters": 30}, optim={"lr": 1e-2},
+                               logging={"eval_interval": 10, "tensorboard_dir": str(tmp_path / "tb")}))
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    train_records = [r for r in records if "loss" in r]
+    assert [r["step"] for r in train_records] == list(range(1, 31))
+    assert train_records[-1]["loss"] < 0.75 * train_records[0]["loss"]
+    for key in ("lr", "grad_norm", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "consumed_samples"):
+        assert key in train_records[0]
+    evals = [r for r in records if "eval_loss" in r]
+    assert [(r["step"], r["split"]) for r in evals] == [(10, "valid"), (20, "valid"), (30, "valid"), (30, "test")]
+    assert result.iteration == 30 and result.stopped_by == "completed"
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+
+
+def test_resume_equals_uninterrupted_to_the_bit(tmp_path):
+    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
+    reference.mkdir(), resumed.mkdir()
+    train(tiny_config(reference, training={"train_iters": 10}))
+    save = str(resumed / "ckpt")
+    first = train(tiny_config(resumed, training={"train_iters": 10, "exit_interval": 5}, checkpoint={"save": save}))
+    assert first.stopped_by == "--exit-interval 5 reached" and first.iteration == 5
+    train(tiny_config(resumed, training={"train_iters": 10}, checkpoint={"save": save, "load": save}))
+    assert losses(resumed / "metrics.jsonl") == losses(reference / "metrics.jsonl")
+    assert checkpoint.read_info(checkpoint.find(save))["iteration"] == 10
+
+
+def test_gradient_accumulation_matches_one_big_batch(tmp_path):
+    one, many = tmp_path / "one", tmp_path / "many"
+    one.mkdir(), many.mkdir()
+    train(tiny_config(one, training={"micro_batch_size": 4, "global_batch_size": 4, "train_iters": 4}))
+    train(tiny_config(many, training={"micro_batch_size": 1, "global_batch_size": 4, "train_iters": 4}))
+    for a, b in zip(losses(one / "metrics.jsonl"), losses(many / "metrics.jsonl")):
+        assert a[0] == b[0]
+        for x, y in zip(a[1:], b[1:]):
+            assert (x is None and y is None) or math.isclose(x, y, rel_tol=1e-5)
+
+
+def test_nan_loss_stops_without_applying_the_step_or_saving(tmp_path, monkeypatch):
+    save = tmp_path / "ckpt"
+    real, calls = loop.token_loss_sum, []
+
+    def poisoned(*args):
+        calls.append(1)
+        value = real(*args)
+        return value * math.nan if len(calls) == 7 else value  # step 4's first micro-batch (2 per step)
+
+    monkeypatch.setattr(loop, "token_loss_sum", poisoned)
+    config = tiny_config(tmp_path, checkpoint={"save": str(save), "save_interval": 2},
+                         logging={"eval_iters": 0})
+    with pytest.raises(TrainingDiverged, match=r"step 4: loss nan.*last checkpoint is untouched.*--lr"):
+        train(config)
+    assert checkpoint.complete_iterations(save) == [2]
+    assert (save / checkpoint.TRACKER).read_text() == "2\n"
+
+
+def test_out_of_memory_names_the_knobs(tmp_path, monkeypatch):
+    def exhausted(run, batch):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+
+    monkeypatch.setattr(loop, "_loss_sum", exhausted)
+    with pytest.raises(OutOfMemory, match=r"step 1.*--micro-batch-size.*--seq-length"):
+        train(tiny_config(tmp_path))
+
+
+def test_vocabulary_checks():
+    model = ModelConfig()
+    assert model_vocab_size(model, 50257, 1) == 50304
+    assert model_vocab_size(ModelConfig(vocab_size=60000), 50257, 1) == 60032
+    with pytest.raises(ConfigError, match="tokenizer has 50257 ids but --vocab-size is 1000"):
+        model_vocab_size(ModelConfig(vocab_size=1000), 50257, 1)
+    with pytest.raises(ConfigError, match="give the model's vocabulary with --vocab-size"):
+        model_vocab_size(model, None, 1)
+
+
+def test_exit_duration_saves_and_stops(tmp_path):
+    save = tmp_path / "ckpt"
+    result = train(tiny_config(tmp_path, training={"exit_duration_in_mins": 0.0}, checkpoint={"save": str(save)}))
+    assert result.stopped_by == "--exit-duration-in-mins reached" and result.iteration == 1
+    assert checkpoint.complete_iterations(save) == [1]
+
+
+def test_pytorch_profiler_writes_a_trace(tmp_path):
+    train(tiny_config(tmp_path, profile={"profile": True, "use_pytorch_profiler": True, "profile_step_start": 2,
+                                         "profile_step_end": 4, "profile_dir": str(tmp_path / "prof")}))
+    assert [p.name for p in (tmp_path / "prof").iterdir()] == ["trace_steps_2-3.json"]
+    with pytest.raises(ConfigError, match="--use-pytorch-profiler"):
+        train(tiny_config(tmp_path, profile={"profile": True}))
