@@ -113,20 +113,24 @@ def _unusable(backend: AttentionBackend, device: torch.device) -> str | None:
 
 
 def _time_backend(backend: AttentionBackend, shape: AttentionShape, device: torch.device, repeats: int = 3) -> float:
-    """Milliseconds of one forward + backward at ``shape`` (raises if the kernel refuses the shape)."""
-    q = torch.randn(shape.batch, shape.seq_length, shape.heads, shape.head_dim, device=device, dtype=shape.dtype,
-                    requires_grad=True)
-    k, v = (torch.randn(shape.batch, shape.seq_length, shape.kv_heads, shape.head_dim, device=device,
-                        dtype=shape.dtype, requires_grad=True) for _ in range(2))
+    """Milliseconds of one forward + backward at ``shape`` (raises if the kernel refuses the shape).
+
+    NOTE: the inputs have the model's memory layout (q and k fresh from RoPE, v a strided slice of the
+    fused QKV output), so a kernel that accepts them here accepts them in training."""
+    per_group = shape.heads // shape.kv_heads
+    qkv = torch.randn(shape.batch, shape.seq_length, shape.kv_heads, per_group + 2, shape.head_dim, device=device,
+                      dtype=shape.dtype, requires_grad=True)
+    q = qkv[:, :, :, :per_group].reshape(shape.batch, shape.seq_length, shape.heads, shape.head_dim)
+    k, v = qkv[:, :, :, per_group].contiguous(), qkv[:, :, :, per_group + 1]
     cu_seqlens = None
     if shape.document_masked:  # two documents per row, as a typical packed sample has
         starts = torch.arange(0, shape.batch * shape.seq_length + 1, shape.seq_length // 2, device=device)
         cu_seqlens = starts.to(torch.int32)
-    backend.attend(q, k, v, cu_seqlens).sum().backward()  # warm-up, and the check that it runs at all
+    backend.attend(q, k, v, cu_seqlens).sum().backward(retain_graph=True)  # warm-up; the check that it runs
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(repeats):
-        backend.attend(q, k, v, cu_seqlens).sum().backward()
+        backend.attend(q, k, v, cu_seqlens).sum().backward(retain_graph=True)
     end.record()
     torch.cuda.synchronize(device)
     return start.elapsed_time(end) / repeats

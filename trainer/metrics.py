@@ -124,6 +124,8 @@ class MetricsSink:
             parts += [f"{record['tokens_per_s_per_gpu']:,.0f} tok/s/GPU", f"{record['tflops_per_gpu']:.3g} TFLOP/s/GPU"]
             if "mfu" in record:
                 parts.append(f"MFU {100 * record['mfu']:.1f}%")
+        if "peak_memory_gib" in record:
+            parts.append(f"peak mem {record['peak_memory_gib']:.1f} GiB")
         return " | ".join(parts)
 
     def close(self) -> None:
