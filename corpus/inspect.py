@@ -22,7 +22,7 @@ from corpus.errors import CorpusError
 from corpus.indexed import VERSION, IndexedReader, IndexFormatError
 from corpus.inspect_checks import CheckOptions, Problem, check_prefix
 from corpus.inspect_stats import Histogram, LengthStats, document_lengths, length_histogram, length_stats
-from corpus.inspect_show import DocumentRange, ShownDocument, show_documents
+from corpus.inspect_show import DocumentRange, ShownDocument, cached_tokenizer, show_documents
 from corpus.prefixes import expand_all
 
 if TYPE_CHECKING:
@@ -140,10 +140,9 @@ def inspect_prefix(prefix: str) -> InspectReport:
         )
 
 
-def _inspect_one(prefix: str, config: InspectConfig) -> Inspection:
+def _inspect_one(prefix: str, config: InspectConfig, vocab_size: int | None) -> Inspection:
     problems = None
     if config.check:
-        vocab_size = None  # TODO(tokenizers): the given tokenizer's vocabulary size
         problems = check_prefix(prefix, CheckOptions(vocab_size=vocab_size, max_problems=config.max_problems))
     try:
         report = inspect_prefix(prefix)
@@ -163,7 +162,10 @@ def inspect(config: InspectConfig) -> list[Inspection]:
         from corpus.inspect_plot import require_matplotlib, write_plot
 
         require_matplotlib()  # before any work, not after minutes of it
-    inspections = [_inspect_one(prefix, config) for prefix in expand_all(config.datasets)]
+    prefixes = expand_all(config.datasets)
+    # An explicit tokenizer bounds the ids (--check) of every file; otherwise each sidecar does.
+    vocab_size = cached_tokenizer(config.tokenizer).vocab_size if config.tokenizer is not None else None
+    inspections = [_inspect_one(prefix, config, vocab_size) for prefix in prefixes]
     if config.plot is not None:
         write_plot(config.plot, [i.report for i in inspections if i.report is not None])
     return inspections

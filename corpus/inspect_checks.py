@@ -73,6 +73,7 @@ class _Pair:
     meta: dict | None
     meta_error: str | None
     vocab_size: int | None
+    eod_id: int | None
     max_problems: int
     structure_ok: bool = False
 
@@ -228,8 +229,8 @@ def _check_sidecar(pair: _Pair) -> list[Problem]:
     for key in ("eod_id", "bos_id"):
         if vocab is not None and meta.get(key) is not None and not 0 <= meta[key] < vocab:
             found.add_one(f"{key}={meta[key]} is outside the vocabulary [0, {vocab})")
-    if meta.get("append_eod") and meta.get("eod_id") is None:
-        found.add_one("append_eod is true but no eod_id is recorded")
+    if meta.get("append_eod") and pair.eod_id is None:
+        found.add_one("append_eod is true but no EOD id is recorded (eod_id)")
     if vocab is not None and pair.dtype.kind in "iu" and vocab - 1 > np.iinfo(pair.dtype).max:
         found.add_one(f"dtype {pair.dtype} cannot hold the ids of a {vocab}-token vocabulary")
     return found.problems()
@@ -260,12 +261,12 @@ def _check_token_ids(pair: _Pair) -> list[Problem]:
 def _check_eod(pair: _Pair) -> list[Problem]:
     """Every non-empty document ends with the EOD id when the sidecar says EOD was appended."""
     meta = pair.meta or {}
-    if not meta.get("append_eod") or meta.get("eod_id") is None:
+    if not meta.get("append_eod") or pair.eod_id is None:
         return []
     if not pair.structure_ok:
         log.info("%s: EOD not checked: the index structure is broken (see the problems above)", pair.prefix)
         return []
-    eod, itemsize = meta["eod_id"], pair.dtype.itemsize
+    eod, itemsize = pair.eod_id, pair.dtype.itemsize
     found = _Findings(pair, "eod", pair.bin_file)
     for first, starts, ends in iter_document_bounds(pair):
         nonempty = np.flatnonzero(ends > starts)
@@ -307,6 +308,15 @@ def _read_meta(prefix: str) -> tuple[dict | None, str | None]:
         return None, str(error)
 
 
+def _recorded(meta: dict | None, key: str, tokenizer_key: str) -> int | None:
+    """A value of the sidecar: top level first, else inside its ``tokenizer`` record."""
+    meta = meta or {}
+    if meta.get(key) is not None:
+        return meta[key]
+    record = meta.get("tokenizer")
+    return record.get(tokenizer_key) if isinstance(record, dict) else None
+
+
 def check_prefix(prefix: str, options: CheckOptions = CheckOptions()) -> list[Problem]:
     """Run every check on the pair ``prefix`` and return all problems found (empty when clean).
 
@@ -322,9 +332,10 @@ def check_prefix(prefix: str, options: CheckOptions = CheckOptions()) -> list[Pr
         return [Problem(prefix, "header", error.path, error.problem)]
     lengths, pointers, documents = index_arrays(np.memmap(idx_path(prefix), dtype=np.uint8, mode="r"), header)
     meta, meta_error = _read_meta(prefix)
-    vocab = options.vocab_size if options.vocab_size is not None else (meta or {}).get("vocab_size")
+    vocab = options.vocab_size if options.vocab_size is not None else _recorded(meta, "vocab_size", "vocab_size")
     pair = _Pair(prefix, idx_path(prefix), bin_path(prefix), header.dtype, lengths, pointers, documents,
-                 _map_tokens(bin_path(prefix), header.dtype), meta, meta_error, vocab, options.max_problems)
+                 _map_tokens(bin_path(prefix), header.dtype), meta, meta_error, vocab,
+                 _recorded(meta, "eod_id", "eod"), options.max_problems)
     problems = [problem for check in STRUCTURE_CHECKS.values() for problem in check(pair)]
     pair = dataclasses.replace(pair, structure_ok=not problems)
     problems += [problem for check in CONTENT_CHECKS.values() for problem in check(pair)]

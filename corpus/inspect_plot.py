@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 #: Ids counted when neither the sidecar nor a small dtype bounds the vocabulary (larger ones are
 #: tallied apart, so a corrupt file cannot make the count array explode).
 DEFAULT_ID_LIMIT = 1 << 20
+#: Equal-width bins of token ids in the frequency histogram.
+ID_BINS = 256
 #: Prefixes beyond this many share the plot without a legend entry each.
 LEGEND_LIMIT = 10
 
@@ -62,8 +64,8 @@ def _draw(axes_lengths, axes_ids, report: "InspectReport") -> None:
     if len(edges):
         edges[0] = max(edges[0], 0.5)  # a log axis cannot start at 0: empty documents sit left of 1
         axes_lengths.stairs(report.histogram.counts, edges, label=report.prefix)
-    used = np.flatnonzero(counts)
-    axes_ids.plot(used, counts[used], linewidth=0.6, label=report.prefix)
+    edges = np.unique(np.linspace(0, len(counts), ID_BINS + 1).astype(np.int64))
+    axes_ids.stairs(np.add.reduceat(counts, edges[:-1]), edges, label=report.prefix)
 
 
 def write_plot(path: str | os.PathLike, reports: list["InspectReport"]) -> None:
@@ -83,9 +85,9 @@ def write_plot(path: str | os.PathLike, reports: list["InspectReport"]) -> None:
         _draw(axes_lengths, axes_ids, report)
     axes_lengths.set(xscale="log", yscale="log", xlabel="tokens per document (power-of-two bins)",
                      ylabel="documents", title="document lengths")
-    axes_ids.set(yscale="log", xlabel="token id", ylabel="occurrences", title="token-id frequency")
+    axes_ids.set(yscale="log", xlabel=f"token id ({ID_BINS} equal bins)", ylabel="occurrences", title="token-id frequency")
     if 1 < len(reports) <= LEGEND_LIMIT:
-        axes_lengths.legend(fontsize="small")
+        axes_lengths.legend(fontsize="small", loc="best")
     partial = path.with_name(path.name + ".partial")
     try:
         figure.savefig(partial, format=fmt, dpi=120)

@@ -69,29 +69,35 @@ class ShownDocument:
 
 
 @functools.lru_cache(maxsize=8)
-def _build(config: "TokenizerConfig") -> "TextTokenizer":
+def cached_tokenizer(config: "TokenizerConfig") -> "TextTokenizer":
+    """``build_tokenizer(config)``, built once per distinct config (loading one can take a second)."""
     from corpus.tokenizers import build_tokenizer
 
     return build_tokenizer(config)
 
 
-def resolve_tokenizer(config: "TokenizerConfig | None", meta: dict | None) -> "TextTokenizer | None":
-    """The tokenizer to decode with: ``config`` when given, else the one the sidecar records, else None."""
-    if config is None:
-        record = (meta or {}).get("tokenizer")
-        if record is None:
-            return None
-        from corpus.tokenizers import config_from_record
+def resolve_tokenizer(prefix: str, config: "TokenizerConfig | None", meta: dict | None) -> "TextTokenizer | None":
+    """The tokenizer to decode with: ``config`` when given, else the one the sidecar of ``prefix``
+    records, else None. A record that cannot be rebuilt (file moved, other tool) is a :class:`ShowError`."""
+    if config is not None:
+        return cached_tokenizer(config)
+    record = (meta or {}).get("tokenizer")
+    if record is None:
+        return None
+    from corpus.tokenizers import config_from_record
 
-        config = config_from_record(record)
-    return _build(config)
+    try:
+        return cached_tokenizer(config_from_record(record))
+    except CorpusError as error:
+        raise ShowError(f"{prefix}: cannot rebuild the tokenizer its sidecar records ({error}); "
+                        "give --tokenizer-type/--tokenizer-model to decode") from None
 
 
 def show_documents(prefix: str, selection: DocumentRange, config: "TokenizerConfig | None",
                    meta: dict | None, ids: bool = False) -> list[ShownDocument]:
     """Documents ``selection`` of ``prefix``, decoded when a tokenizer is known, with ids when asked
     (or when nothing can decode them)."""
-    tokenizer = resolve_tokenizer(config, meta)
+    tokenizer = resolve_tokenizer(prefix, config, meta)
     if tokenizer is None and not ids:
         log.warning("%s: no tokenizer recorded in its sidecar; showing raw ids "
                     "(give --tokenizer-type/--tokenizer-model to decode)", prefix)
@@ -101,6 +107,18 @@ def show_documents(prefix: str, selection: DocumentRange, config: "TokenizerConf
         for index in selection.resolve(reader.num_documents, prefix):
             sequences = reader.document(index)
             flat = np.concatenate(sequences) if sequences else np.empty(0, dtype=reader.dtype)
-            text = tokenizer.decode(flat.tolist()) if tokenizer is not None else None
-            shown.append(ShownDocument(index, len(flat), [s.tolist() for s in sequences] if ids else None, text))
+            text = _decode(tokenizer, flat, f"{prefix}: document {index}") if tokenizer is not None else None
+            keep_ids = ids or (tokenizer is not None and text is None)
+            shown.append(ShownDocument(index, len(flat), [s.tolist() for s in sequences] if keep_ids else None, text))
     return shown
+
+
+def _decode(tokenizer: "TextTokenizer", ids: np.ndarray, where: str) -> str | None:
+    """The text of ``ids``, or None (and a warning) when the tokenizer refuses them (e.g. an id beyond
+    its vocabulary in a corrupt file): showing the raw ids beats stopping."""
+    try:
+        return tokenizer.decode(ids.tolist())
+    except Exception as error:  # noqa: BLE001 - each library raises its own types
+        log.warning("%s cannot be decoded with %s (%s: %s); showing raw ids (run --check)",
+                    where, tokenizer.config.type, type(error).__name__, error)
+        return None
