@@ -10,7 +10,6 @@ in seconds, holding one int64 per document (exact quantiles need them all). Chec
 from __future__ import annotations
 
 import dataclasses
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,8 +26,6 @@ from corpus.prefixes import expand_all
 
 if TYPE_CHECKING:
     from corpus.tokenizers import TokenizerConfig
-
-log = logging.getLogger(__name__)
 
 
 class InspectError(CorpusError):
