@@ -74,6 +74,9 @@ class InspectConfig:
     plot: Path | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.datasets, (str, Path)):  # one spec, not its characters
+            object.__setattr__(self, "datasets", (str(self.datasets),))
+        object.__setattr__(self, "datasets", tuple(map(str, self.datasets)))
         if not self.datasets:
             raise InspectError("name at least one dataset (a prefix, an .idx/.bin path, a glob or a directory)")
         if self.max_problems < 1:

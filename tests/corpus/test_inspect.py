@@ -236,6 +236,14 @@ def test_missing_eod(pair: Path, documents) -> None:
     assert f"ends with id 3, not EOD ({EOD})" in problem.message
 
 
+def test_eod_id_from_the_tokenizer_record(tmp_path: Path, documents) -> None:
+    """Sidecars that record the EOD only inside their tokenizer record are still checked."""
+    documents[3] = [np.array([1, 2, 3], dtype=np.uint16)]
+    write_pair(tmp_path / "p", documents, {"append_eod": True, "tokenizer": {"vocab_size": VOCAB, "eod": EOD}})
+    [problem] = checks(tmp_path / "p")
+    assert (problem.check, problem.document) == ("eod", 3)
+
+
 def test_eod_not_required_without_append_eod(tmp_path: Path, documents) -> None:
     documents[0] = [np.array([1, 2, 3], dtype=np.uint16)]
     write_pair(tmp_path / "p", documents, {"vocab_size": VOCAB, "eod_id": EOD, "append_eod": False})
@@ -247,6 +255,9 @@ def test_sidecar_problems(pair: Path) -> None:
     sidecar.write(pair, {**meta, "num_tokens": meta["num_tokens"] + 1, "dtype": "int32"})
     messages = [p.message for p in checks(pair)]
     assert any("num_tokens" in m for m in messages) and any("dtype='int32'" in m for m in messages)
+    sidecar.write(pair, {**meta, "vocab_size": 70000})
+    [problem] = checks(pair)
+    assert problem.check == "sidecar" and "dtype uint16 cannot hold the ids of a 70000-token vocabulary" in problem.message
     Path(f"{pair}.meta.json").write_text("{not json")
     [problem] = checks(pair)
     assert problem.check == "sidecar" and "not valid JSON" in problem.message
@@ -302,6 +313,9 @@ def test_show_without_tokenizer_falls_back_to_ids(pair: Path, documents, caplog)
 def test_config_rejects_ids_without_show() -> None:
     with pytest.raises(InspectError, match="--show"):
         InspectConfig(datasets=("x",), ids=True)
+    with pytest.raises(InspectError, match="at least one dataset"):
+        InspectConfig(datasets=())
+    assert InspectConfig(datasets="data/web").datasets == ("data/web",)
 
 
 def test_check_lists_problems_when_no_summary_is_possible(pair: Path) -> None:
