@@ -139,12 +139,15 @@ class RotaryEmbedding(nn.Module):
         self.cos.copy_(angles.cos())
         self.sin.copy_(angles.sin())
 
-    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        """Rotate ``x`` of shape [B, S, heads, head_dim] by the angles of ``position_ids`` [B, S]."""
-        cos = self.cos[position_ids].unsqueeze(2).to(x.dtype)
-        sin = self.sin[position_ids].unsqueeze(2).to(x.dtype)
-        first, second = x.chunk(2, dim=-1)
-        return x * cos + torch.cat((-second, first), dim=-1) * sin
+    def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [B, S, 1, head_dim] for ``position_ids`` [B, S], computed once per forward pass."""
+        return self.cos[position_ids].unsqueeze(2).to(dtype), self.sin[position_ids].unsqueeze(2).to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` [B, S, heads, head_dim] by the tables of :class:`RotaryEmbedding`."""
+    first, second = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-second, first), dim=-1) * sin
 
 
 def scaled_init_std(std: float, num_layers: int) -> float:

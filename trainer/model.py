@@ -19,7 +19,7 @@ from torch import nn
 from trainer.attention import AttentionBackend
 from trainer.config import ModelConfig
 from trainer.layers import (ColumnParallelLinear, LocalGemm, RMSNorm, RotaryEmbedding, RowParallelLinear,
-                            VocabParallelEmbedding, local_gemm, scaled_init_std)
+                            VocabParallelEmbedding, apply_rotary, local_gemm, scaled_init_std)
 from trainer.parallel_state import ParallelState
 
 
@@ -38,13 +38,13 @@ class SelfAttention(nn.Module):
                                       out_std, gemm)
         self.attention = attention
 
-    def forward(self, x: torch.Tensor, rope: RotaryEmbedding, position_ids: torch.Tensor,
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
                 cu_seqlens: torch.Tensor | None) -> torch.Tensor:
         batch, size, _ = x.shape
         groups, per_group, head_dim = self.shape
         qkv = self.qkv(x).view(batch, size, groups, per_group + 2, head_dim)
-        q = rope(qkv[:, :, :, :per_group].reshape(batch, size, groups * per_group, head_dim), position_ids)
-        k = rope(qkv[:, :, :, per_group], position_ids)
+        q = apply_rotary(qkv[:, :, :, :per_group].reshape(batch, size, groups * per_group, head_dim), *rotary)
+        k = apply_rotary(qkv[:, :, :, per_group], *rotary)
         v = qkv[:, :, :, per_group + 1]
         out = self.attention.attend(q, k, v, cu_seqlens)
         return self.proj(out.reshape(batch, size, groups * per_group * head_dim))
@@ -76,9 +76,9 @@ class TransformerLayer(nn.Module):
         self.mlp_norm = RMSNorm(config.hidden_size, config.norm_epsilon)
         self.mlp = SwiGLU(config, parallel, gemm)
 
-    def forward(self, x: torch.Tensor, rope: RotaryEmbedding, position_ids: torch.Tensor,
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
                 cu_seqlens: torch.Tensor | None) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), rope, position_ids, cu_seqlens)
+        x = x + self.attn(self.attn_norm(x), rotary, cu_seqlens)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -110,8 +110,11 @@ class GPT(nn.Module):
                 cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [B, S, vocab] for ``tokens`` [B, S]."""
         x = self.embedding(tokens)
+        kind = tokens.device.type
+        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
+        rotary = self.rope(position_ids, dtype)
         for layer in self.layers:
-            x = layer(x, self.rope, position_ids, cu_seqlens)
+            x = layer(x, rotary, cu_seqlens)
         return self.output(self.final_norm(x))
 
 
