@@ -52,14 +52,26 @@ class TrainResult:
     checkpoint: Path | None
 
 
+def _next_batch(run: Run, split: str) -> dict[str, torch.Tensor]:
+    """The next micro-batch of ``split``. An evaluation split that runs out (a run extended past the
+    --train-iters its loader was sized for) starts over instead of stopping the training."""
+    try:
+        return next(run.batches(split))
+    except StopIteration:
+        if split == "train":
+            raise ConfigError(f"the train data ran out of samples at step {run.iteration}; the loader was built for "
+                              "fewer samples than this run reads") from None
+    log.info("%s data exhausted at step %d: evaluating from its first sample again", split, run.iteration)
+    loader = run.data.loaders[split]
+    loader.load_state_dict({**loader.state_dict(), "consumed_samples": 0})
+    run.iterators[split] = iter(loader)
+    return next(run.iterators[split])
+
+
 def _micro_batches(run: Run, split: str, count: int) -> list[dict[str, torch.Tensor]]:
     batches = []
     for _ in range(count):
-        try:
-            batch = next(run.batches(split))
-        except StopIteration:
-            raise ConfigError(f"the {split} data ran out of samples at step {run.iteration}; the loader was built "
-                              "for fewer samples than this run reads") from None
+        batch = _next_batch(run, split)
         largest = int(batch["tokens"].max())
         if largest >= run.model.vocab_size:
             raise ConfigError(f"{split} data holds token id {largest} but the model's vocabulary is "

@@ -121,10 +121,10 @@ def save(run: Run) -> Path:
     """Write the run's state as checkpoint ``run.iteration`` under ``--save``."""
     model_state, optimizer_state = get_state_dict(run.model, run.optimizer)
     plain_rng, tensor_rng = rng_state(run.parallel.device)
-    info = {"loaders": {split: loader.state_dict() for split, loader in run.data.loaders.items() if loader},
+    info = {"loaders": {split: loader.state_dict() for split, loader in run.data.loaders.items() if loader is not None},
             "rng": plain_rng, "config": run.config.to_dict(), "model_shape": model_shape(run),
             "seq_length": run.data.seq_length, "schedule": run.schedule.describe(),
-            "tokenizer": {"vocab_size": run.data.vocab_size, "eod_id": run.data.eod_id},
+            "tokenizer": {"vocab_size": run.data.vocab_size, "eod_id": run.data.eod_id, "record": run.data.tokenizer},
             "torch_version": torch.__version__}
     directory = checkpoint.save(run.config.checkpoint.save, run.iteration,
                                 {"model": model_state, "optimizer": optimizer_state, "rng": tensor_rng}, info,
@@ -171,7 +171,7 @@ def _restore_progress(run: Run, info: dict, directory: Path) -> None:
                     saved_schedule, run.schedule.describe())
     for split, loader in run.data.loaders.items():
         if loader is not None and split in info["loaders"]:
-            loader.load_state_dict(info["loaders"][split])
+            loader.load_state_dict(info["loaders"][split], allow_blend_change=run.config.data.override_blend_check)
     run.iteration = info["iteration"]
     if run.iteration > run.config.training.train_iters:
         raise CheckpointError(f"{directory} is at iteration {run.iteration}, past --train-iters "

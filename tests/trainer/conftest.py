@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.conftest import REPO, run_cli
 from trainer.config import TrainConfig, load_config, merge
 
 TINY_MODEL = {"num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "num_query_groups": 2,
@@ -41,3 +43,30 @@ def read_metrics(path: Path) -> list[dict]:
 def one_thread():
     """Tiny models run fastest on one thread, and 2 cores are shared by every test process."""
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def sample_blend(tmp_path_factory) -> Path:
+    """The shipped blend (blends/web_code.yaml) over the shipped sample, tokenized as the README's
+    quickstart does it (web as one file, code as two shards), in a copy of the repo layout."""
+    root = tmp_path_factory.mktemp("sample")
+    (root / "examples").mkdir()
+    shutil.copy(REPO / "examples" / "tokenizer.json", root / "examples")
+    (root / "blends").mkdir()
+    shutil.copy(REPO / "blends" / "web_code.yaml", root / "blends")
+    common = ["--json-keys", "text", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
+              str(REPO / "examples" / "tokenizer.json"), "--append-eod", "--quiet"]
+    run_cli("corpus", "tokenize", "--input", str(REPO / "examples" / "web.jsonl"), "--output-prefix",
+            str(root / "blends" / "data" / "web"), *common)
+    for shard in ("0", "1"):
+        run_cli("corpus", "tokenize", "--input", str(REPO / "examples" / "code.jsonl"), "--output-prefix",
+                str(root / "blends" / "data" / "code" / "code"), "--shard-index", shard, "--num-shards", "2", *common)
+    return root / "blends" / "web_code.yaml"
+
+
+def blend_overrides(tmp_path: Path, blend: Path, **sections: dict) -> dict:
+    """:func:`tiny_overrides` reading ``blend`` (seq 64 for speed; index maps cached in tmp_path)."""
+    base = tiny_overrides(tmp_path)
+    base["data"] = {"blend": str(blend), "seq_length": 64, "data_cache_path": str(tmp_path / "maps")}
+    base["model"] = {key: value for key, value in TINY_MODEL.items() if key != "vocab_size"}  # the tokenizer's
+    return merge(base, sections)
