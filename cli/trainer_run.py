@@ -83,7 +83,7 @@ def _run(**values: Any) -> None:
     config = load_config(values.get("config"), _overrides(ctx, values))
     result = train(config)
     where = f"; checkpoint {result.checkpoint}" if result.checkpoint else ""
-    loss = f", loss {result.loss:.4f}" if result.loss is not None else ""
+    loss = f", last step's loss {result.loss:.4f}" if result.loss is not None else ""
     click.echo(f"stopped at step {result.iteration} ({result.stopped_by}){loss}{where}")
 
 

@@ -1,17 +1,20 @@
 """``trainer export --hf DIR --load CKPT``: a checkpoint as a Hugging Face Llama model (safetensors +
 ``config.json``) that ``transformers.LlamaForCausalLM.from_pretrained(DIR)`` loads, so what is trained
-here leaves the toolkit. Our layouts (grouped QKV, fused gate/up) are split into Llama's names."""
+here leaves the toolkit. Our layouts (grouped QKV, fused gate/up) are split into Llama's names. The
+data's tokenizer comes along when it is a HF ``tokenizer.json`` (``AutoTokenizer`` loads the folder)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
+from corpus.meta import fingerprint_files
 from trainer import checkpoint
 from trainer.attention import BACKENDS
 from trainer.config import ModelConfig, from_dict
@@ -111,6 +114,27 @@ def _write_shards(tensors: dict[str, torch.Tensor], directory: Path) -> list[str
     return names
 
 
+def _copy_tokenizer(record: dict | None, eod_id: int | None, directory: Path) -> list[str]:
+    """The data's HF tokenizer as ``tokenizer.json`` + ``tokenizer_config.json`` (so AutoTokenizer loads
+    it); other kinds, or a file that changed since tokenization, are left to the user with a note."""
+    path = Path((record or {}).get("model") or "")
+    if (record or {}).get("type") != "HuggingFaceTokenizer" or not path.is_file():
+        log.info("tokenizer not exported (%s): copy it next to the model yourself",
+                 (record or {}).get("type") or "no tokenizer recorded in the data")
+        return []
+    if fingerprint_files([path]) != record.get("fingerprint"):
+        log.warning("tokenizer not exported: %s changed since the data was tokenized", path)
+        return []
+    from tokenizers import Tokenizer
+
+    shutil.copyfile(path, directory / "tokenizer.json")
+    config: dict = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    if eod_id is not None:
+        config["eos_token"] = Tokenizer.from_file(str(path)).id_to_token(eod_id)
+    _write_json(directory / "tokenizer_config.json", config)
+    return ["tokenizer.json", "tokenizer_config.json"]
+
+
 def export_hf(load: str | os.PathLike, out_dir: str | os.PathLike, dtype: str = "bfloat16") -> list[str]:
     """Write checkpoint ``load`` as a transformers Llama model into ``out_dir``; returns the files written."""
     if dtype not in DTYPES:
@@ -121,4 +145,5 @@ def export_hf(load: str | os.PathLike, out_dir: str | os.PathLike, dtype: str = 
     tensors = {name: tensor.detach().to(DTYPES[dtype]).contiguous() for name, tensor in llama_state_dict(model).items()}
     files = _write_shards(tensors, directory)
     _write_json(directory / "config.json", llama_config(model, info, dtype))
-    return files + ["config.json"]
+    tokenizer = info.get("tokenizer", {})
+    return files + ["config.json"] + _copy_tokenizer(tokenizer.get("record"), tokenizer.get("eod_id"), directory)

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict, get_state_dict,
+                                                     set_model_state_dict, set_optimizer_state_dict)
 
 from trainer import checkpoint
 from trainer.attention import AttentionShape, select_backend
@@ -147,15 +148,17 @@ def resume(run: Run, path: str) -> None:
                               f"{expected}; give the same shape flags (or --preset) as the run that saved it")
     options = run.config.checkpoint
     weights_only = options.finetune
-    model_state, optimizer_state = get_state_dict(run.model, run.optimizer)
-    template = {"model": model_state}
+    template = {"model": get_model_state_dict(run.model)}
     if not (weights_only or options.no_load_optim):
-        template["optimizer"] = optimizer_state
+        # NOTE: this initialises the optimizer state (a zero-lr step) so DCP has tensors to load into; only
+        # done when that state is then overwritten, so a fresh optimizer really starts fresh.
+        template["optimizer"] = get_optimizer_state_dict(run.model, run.optimizer)
     if not (weights_only or options.no_load_rng):
         template["rng"] = rng_state(run.parallel.device)[1]
     checkpoint.load(directory, template)
-    set_state_dict(run.model, run.optimizer, model_state_dict=template["model"],
-                   optim_state_dict=template.get("optimizer", {}))
+    set_model_state_dict(run.model, template["model"])
+    if "optimizer" in template:
+        set_optimizer_state_dict(run.model, run.optimizer, template["optimizer"])
     if "rng" in template:
         set_rng_state(info["rng"], template["rng"], run.parallel.device)
     if not weights_only:

@@ -109,3 +109,23 @@ def test_document_masked_training_on_the_sample(sample_blend, tmp_path):
     batch = next(iter(data.loaders["train"]))
     assert "cu_seqlens" in batch and int(batch["position_ids"].min()) == 0
     assert train(config).loss is not None
+
+
+def test_export_carries_the_data_tokenizer(sample_blend, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer
+
+    from trainer.export import export_hf
+
+    save = tmp_path / "ckpt"
+    train(load_config(None, blend_overrides(tmp_path, sample_blend, training={"train_iters": 2},
+                                            checkpoint={"save": str(save)})))
+    files = export_hf(save, tmp_path / "hf", dtype="float32")
+    assert {"tokenizer.json", "tokenizer_config.json", "config.json"} <= set(files)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    text = "def answer(x):\n    return 42  # the docs\n"
+    reference = Tokenizer.from_file(str(sample_blend.parent.parent / "examples" / "tokenizer.json"))
+    assert tokenizer(text)["input_ids"] == reference.encode(text).ids
+    assert tokenizer.eos_token_id == 0
+    model = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "hf")
+    assert model.config.eos_token_id == 0 and model.config.vocab_size == 8192

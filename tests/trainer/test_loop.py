@@ -108,3 +108,19 @@ def test_pytorch_profiler_writes_a_trace(tmp_path):
     assert [p.name for p in (tmp_path / "prof").iterdir()] == ["trace_steps_2-3.json"]
     with pytest.raises(ConfigError, match="--use-pytorch-profiler"):
         train(tiny_config(tmp_path, profile={"profile": True}))
+
+
+def test_finetune_and_no_load_optim(tmp_path):
+    from trainer.run import build_run
+
+    save = str(tmp_path / "ckpt")
+    train(tiny_config(tmp_path, training={"train_iters": 3}, checkpoint={"save": save}))
+    saved = {"model": {"output.weight": torch.zeros(128, 32)}}
+    checkpoint.load(checkpoint.find(save), saved)
+    finetune = build_run(tiny_config(tmp_path, checkpoint={"load": save, "finetune": True}))
+    assert finetune.iteration == 0 and not finetune.optimizer.state
+    assert torch.equal(finetune.model.output.weight, saved["model"]["output.weight"])
+    fresh_optimizer = build_run(tiny_config(tmp_path, checkpoint={"load": save, "no_load_optim": True}))
+    assert fresh_optimizer.iteration == 3 and not fresh_optimizer.optimizer.state
+    resumed = build_run(tiny_config(tmp_path, checkpoint={"load": save}))
+    assert resumed.iteration == 3 and len(resumed.optimizer.state) == len(list(resumed.model.parameters()))
