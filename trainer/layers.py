@@ -43,20 +43,27 @@ def _shard(size: int, parts: int, what: str) -> int:
     return size // parts
 
 
-class _ShardedLinear(nn.Module):
-    """A bias-free linear layer holding one tensor-parallel shard of its weight."""
+class _ShardedWeight(nn.Module):
+    """A module holding one tensor-parallel shard of a [rows, cols] weight, normal(0, init_std) init."""
 
     partition_dim: int
 
-    def __init__(self, in_local: int, out_local: int, init_std: float, gemm: LocalGemm) -> None:
+    def __init__(self, rows: int, cols: int, init_std: float) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(out_local, in_local))
+        self.weight = nn.Parameter(torch.empty(rows, cols))
         self.init_std = init_std
-        self.gemm = gemm
 
     def reset_parameters(self) -> None:
         """Normal(0, init_std) init."""
         nn.init.normal_(self.weight, mean=0.0, std=self.init_std)
+
+
+class _ShardedLinear(_ShardedWeight):
+    """A bias-free linear layer computing its shard with the local GEMM."""
+
+    def __init__(self, in_local: int, out_local: int, init_std: float, gemm: LocalGemm) -> None:
+        super().__init__(out_local, in_local, init_std)
+        self.gemm = gemm
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.gemm(x, self.weight)
@@ -82,19 +89,13 @@ class RowParallelLinear(_ShardedLinear):
         super().__init__(_shard(in_features, parallel.tp_size, "input features"), out_features, init_std, gemm)
 
 
-class VocabParallelEmbedding(nn.Module):
+class VocabParallelEmbedding(_ShardedWeight):
     """Token embedding with the (padded) vocabulary split across the TP group."""
 
     partition_dim = 0
 
     def __init__(self, vocab_size: int, hidden_size: int, parallel: ParallelState, init_std: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(_shard(vocab_size, parallel.tp_size, "vocabulary"), hidden_size))
-        self.init_std = init_std
-
-    def reset_parameters(self) -> None:
-        """Normal(0, init_std) init."""
-        nn.init.normal_(self.weight, mean=0.0, std=self.init_std)
+        super().__init__(_shard(vocab_size, parallel.tp_size, "vocabulary"), hidden_size, init_std)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return F.embedding(tokens, self.weight)

@@ -107,3 +107,28 @@ def test_backend_selection_on_cpu():
         select_backend("cudnn", cpu, shape)
     with pytest.raises(ConfigError, match="flash_attn"):
         select_backend("flash_attn", cpu, shape)
+
+
+def test_auto_on_cuda_keeps_the_fastest_working_kernel(monkeypatch, caplog):
+    """The probe's decision logic, with the timings faked (CI has no GPU): refused kernels are skipped
+    with their reason, the fastest of the rest wins, math is the last resort."""
+    import trainer.attention as attention
+
+    timings = {"cudnn": 1.0, "flash": 2.0, "efficient": 3.0}
+
+    def fake_time(backend, shape, device):
+        if backend.name not in timings:
+            raise RuntimeError("No available kernel for this shape")
+        return timings[backend.name]
+
+    monkeypatch.setattr(attention, "_time_backend", fake_time)
+    monkeypatch.setattr(attention, "_unusable", lambda backend, device: None)
+    shape = AttentionShape(4, 4096, 16, 16, 128, torch.bfloat16, False)
+    cuda = torch.device("cuda")
+    with caplog.at_level("INFO"):
+        assert select_backend("auto", cuda, shape).name == "cudnn"
+    assert "flash_attn: No available kernel" in caplog.text and "cudnn 1.00 ms" in caplog.text
+    timings.update(flash_attn=0.5)
+    assert select_backend("auto", cuda, shape).name == "flash_attn"
+    timings.clear()
+    assert select_backend("auto", cuda, shape).name == "math"
