@@ -33,5 +33,9 @@ def merge(inputs: tuple[str, ...], output_prefix: str) -> None:
     )
 
 
+from cli.corpus_tokenize import tokenize  # noqa: E402
+
+main.add_command(tokenize)
+
 if __name__ == "__main__":
     main()
