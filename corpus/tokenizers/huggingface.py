@@ -60,6 +60,9 @@ class HuggingFaceTextTokenizer(TextTokenizer):
     def id_options(self) -> dict:
         return {"include_special_tokens": self.add_special_tokens}
 
+    def special_strings(self) -> list[str]:
+        return [token.content for token in self.tokenizer.get_added_tokens_decoder().values()]
+
 
 def _token_content(value: object) -> str | None:
     """A special token as written in a transformers config: a string or ``{"content": ...}``."""
