@@ -7,6 +7,7 @@ import logging
 
 import click
 
+from cli.corpus_inspect import inspect_command
 from cli.errors import friendly_errors
 
 
@@ -32,6 +33,8 @@ def merge(inputs: tuple[str, ...], output_prefix: str) -> None:
         f"{result.num_documents} documents, {result.num_sequences} sequences, {result.num_tokens} tokens"
     )
 
+
+main.add_command(inspect_command)
 
 if __name__ == "__main__":
     main()
