@@ -7,6 +7,8 @@ import logging
 
 import click
 
+from cli.corpus_inspect import inspect_command
+from cli.corpus_tokenize import tokenize_command
 from cli.errors import friendly_errors
 
 
@@ -33,9 +35,8 @@ def merge(inputs: tuple[str, ...], output_prefix: str) -> None:
     )
 
 
-from cli.corpus_tokenize import tokenize  # noqa: E402
-
-main.add_command(tokenize)
+main.add_command(inspect_command)
+main.add_command(tokenize_command)
 
 if __name__ == "__main__":
     main()

@@ -100,7 +100,7 @@ def _config(options: dict):
 @click.option("--split-sentences", is_flag=True, help="Not supported (Megatron's NLTK sentence splitting).")
 @click.option("--keep-newlines", is_flag=True, hidden=True)
 @friendly_errors
-def tokenize(**options) -> None:
+def tokenize_command(**options) -> None:
     """Tokenize JSONL/Parquet text into Megatron .bin/.idx files (Megatron's preprocess_data.py options)."""
     from corpus.pipeline.stats import RunStats
     from corpus.tokenize import tokenize as run

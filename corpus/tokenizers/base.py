@@ -59,6 +59,10 @@ class TextTokenizer(ABC):
         """Options besides the files that change ids (recorded in the sidecar and its identity)."""
         return {}
 
+    def special_strings(self) -> list[str]:
+        """Strings the tokenizer treats specially when they occur in text (checked by the fast path)."""
+        return []
+
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Ids of each text, exactly as Megatron's ``tokenize(text)`` (EOD is the caller's job).
 
