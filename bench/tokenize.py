@@ -70,7 +70,7 @@ def _config(tokenizer: dict, **changes):
     return TokenizerConfig(**{**tokenizer, **changes})
 
 
-def raw_library(tokenizer: dict, path: str, out: str, workers: int, threads: int) -> dict:
+def raw_library(tokenizer: dict, path: str, out: str, workers: int | None, threads: int | None) -> dict:
     """(a): strings decoded up front; time only the library's batch encode with every core."""
     import orjson
 
@@ -107,7 +107,7 @@ class MegatronEncoder:
         return ids, [len(ids)] if ids else [], len(json_line)
 
 
-def megatron_style(tokenizer: dict, path: str, out: str, workers: int, threads: int) -> dict:
+def megatron_style(tokenizer: dict, path: str, out: str, workers: int | None, threads: int | None) -> dict:
     """(b): Pool.imap(chunksize=32) + IndexedDatasetBuilder, as Megatron's preprocess_data.py."""
     import multiprocessing
     import warnings
@@ -124,7 +124,7 @@ def megatron_style(tokenizer: dict, path: str, out: str, workers: int, threads: 
     prefix = f"{out}/megatron_text_document"
     builder = IndexedDatasetBuilder(get_bin_path(prefix), dtype=token_dtype_for_vocab(vocab_size).type)
     tokens = 0
-    with open(path, encoding="utf-8") as lines, multiprocessing.Pool(workers, initializer=encoder.initializer) as pool:
+    with open(path, encoding="utf-8") as lines, multiprocessing.Pool(workers or CORES, initializer=encoder.initializer) as pool:
         for ids, lengths, _ in pool.imap(encoder.encode, lines, 32):
             builder.add_document(ids, lengths)
             tokens += len(ids)
@@ -132,14 +132,15 @@ def megatron_style(tokenizer: dict, path: str, out: str, workers: int, threads: 
     return {"seconds": time.perf_counter() - began, "tokens": tokens, "prefix": prefix}
 
 
-def ours(tokenizer: dict, path: str, out: str, workers: int, threads: int) -> dict:
-    """(c): corpus tokenize, the whole pipeline."""
+def ours(tokenizer: dict, path: str, out: str, workers: int | None, threads: int | None) -> dict:
+    """(c): corpus tokenize, the whole pipeline (its defaults unless workers/threads are given)."""
     from corpus.pipeline.config import TokenizeConfig
     from corpus.tokenize import tokenize
 
     began = time.perf_counter()
+    parallelism = {"workers": workers} if workers is not None else {}
     stats = tokenize(TokenizeConfig(inputs=[path], output_prefix=f"{out}/ours", tokenizer=_config(tokenizer),
-                                    append_eod=True, workers=workers, threads_per_worker=threads, quiet=True))
+                                    append_eod=True, threads_per_worker=threads, quiet=True, **parallelism))
     return {"seconds": time.perf_counter() - began, "tokens": stats.counters.total_tokens,
             "prefix": f"{out}/ours_text_document", "encoder": stats.encoder}
 
@@ -147,10 +148,12 @@ def ours(tokenizer: dict, path: str, out: str, workers: int, threads: int) -> di
 METHODS = {"a": raw_library, "b": megatron_style, "c": ours}
 
 
-def run_child(method: str, tokenizer: str, path: Path, out: str, workers: int, threads: int) -> dict:
+def run_child(method: str, tokenizer: str, path: Path, out: str, workers: int | None, threads: int | None) -> dict:
     """One measurement in a fresh interpreter (clean caches, its own peak RSS)."""
     command = [sys.executable, "-m", "bench.tokenize", "--child", method, "--tokenizers", tokenizer,
-               "--child-input", str(path), "--child-out", out, "--workers", str(workers), "--threads", str(threads)]
+               "--child-input", str(path), "--child-out", out]
+    command += [] if workers is None else ["--workers", str(workers)]
+    command += [] if threads is None else ["--threads", str(threads)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(f"{method} failed:\n{done.stderr[-3000:]}")
@@ -176,7 +179,9 @@ def compare(tokenizer: str, corpus: str, args: argparse.Namespace) -> dict:
     """(a), (b), (c) on one corpus, side by side."""
     path = build(corpus)
     with tempfile.TemporaryDirectory(prefix="bench-tokenize-") as out:
-        results = {m: run_child(m, tokenizer, path, out, args.workers, args.threads) for m in ("a", "b", "c")}
+        results = {"a": run_child("a", tokenizer, path, out, None, None),
+                   "b": run_child("b", tokenizer, path, out, args.baseline_workers, None),
+                   "c": run_child("c", tokenizer, path, out, args.workers, args.threads)}
         identical = same_bytes(results["b"]["prefix"], results["c"]["prefix"])
     row = {"tokenizer": tokenizer, "corpus": corpus, "megabytes": path.stat().st_size / 1e6, "identical": identical,
            "c/a": results["c"]["megabytes_per_second"] / results["a"]["megabytes_per_second"],
@@ -219,8 +224,9 @@ def main() -> None:
     parser.add_argument("--corpora", nargs="+", default=["prose", "code"])
     parser.add_argument("--rss-corpus", nargs="+", default=["code", "code_300"],
                         help="corpora for the RSS rows of (c) with the first tokenizer ('none' to skip)")
-    parser.add_argument("--workers", type=int, default=CORES, help="processes for (b) and (c)")
-    parser.add_argument("--threads", type=int, default=1, help="threads per worker for (c)")
+    parser.add_argument("--baseline-workers", type=int, default=CORES, help="Pool processes of (b)")
+    parser.add_argument("--workers", type=int, help="--workers of (c) (default: corpus tokenize's)")
+    parser.add_argument("--threads", type=int, help="--threads-per-worker of (c) (default: corpus tokenize's)")
     parser.add_argument("--child", choices=list(METHODS), help=argparse.SUPPRESS)
     parser.add_argument("--child-input", help=argparse.SUPPRESS)
     parser.add_argument("--child-out", help=argparse.SUPPRESS)

@@ -84,8 +84,10 @@ def _config(options: dict):
 @click.option("--encoder", type=click.Choice(ENCODERS), default="auto", show_default=True,
               help="auto: gigatoken when proven identical on a sample of the input, else the reference library.")
 @click.option("--append-eod", is_flag=True, help="Add EOD after every document that has at least one token.")
-@click.option("--workers", type=int, default=1, show_default=True, help="Encoder processes (0: encode in this process).")
-@click.option("--threads-per-worker", type=int, default=1, show_default=True, help="Library threads per worker.")
+@click.option("--workers", type=int, default=0, show_default=True,
+              help="Encoder processes; 0 encodes in this process with a multi-threaded batch call.")
+@click.option("--threads-per-worker", type=int,
+              help="Library threads per batch call [default: the cores divided among the workers].")
 @click.option("--batch-size", type=int, default=1000, show_default=True, help="Records per encode call.")
 @click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
               help="Bad records: fail at the first (no output left), or skip and list them in PREFIX.skipped.jsonl.")

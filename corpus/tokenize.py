@@ -39,7 +39,7 @@ from corpus.tokenizers import TextTokenizer, select_encoder
 log = logging.getLogger(__name__)
 
 #: Bytes of input text the encoder check reads at most (on top of the record count limit).
-SAMPLE_BYTES = 2 << 20
+SAMPLE_BYTES = 512 << 10
 
 
 class BadRecordError(CorpusError):
@@ -105,7 +105,7 @@ def prepare(config: TokenizeConfig) -> Job:
     shard = resolve_shard(config.shard_index, config.num_shards)
     slices = plan_slices(files, shard)
     sample = _sample_texts(slices, config.json_keys, config.sample_records) if config.sample_records else []
-    tokenizer, reason = select_encoder(config.tokenizer, sample, config.threads_per_worker)
+    tokenizer, reason = select_encoder(config.tokenizer, sample, config.threads)
     eod = tokenizer.require_eod() if config.append_eod else None
     prefix = shard.prefix(config.output_prefix)
     if shard.count > 1:
@@ -144,7 +144,7 @@ def _encoded(job: Job, state: dict | None) -> Iterator[tuple[RawBatch, EncodedBa
     config = job.config
     batches = read_slices(job.slices, ReadOptions(job.keys, config.batch_size, config.batch_bytes),
                           checkpoints.resume_point(state) if state else None)
-    spec = WorkerSpec(config.tokenizer.replace(encoder=_chosen_encoder(job.tokenizer)), config.threads_per_worker,
+    spec = WorkerSpec(config.tokenizer.replace(encoder=_chosen_encoder(job.tokenizer)), config.threads,
                       tuple(job.keys), job.eod, str(job.dtype))
     if config.workers == 0:
         return encode_inline(batches, BatchEncoder(spec, job.tokenizer))

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from corpus.tokenizers.base import TextTokenizer, library_version
 from corpus.tokenizers.huggingface import HuggingFaceTextTokenizer, limit_rayon_threads
 from corpus.tokenizers.sentencepiece import SentencePieceTextTokenizer
@@ -78,6 +80,23 @@ SOURCES = {
 }
 
 
+def with_affixes(flat: np.ndarray, lengths: np.ndarray, prefix: list[int], suffix: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Put ``prefix`` before and ``suffix`` after every text of a flat batch (the post-processor's tokens)."""
+    if not prefix and not suffix:
+        return flat, lengths
+    extra = len(prefix) + len(suffix)
+    new_lengths = lengths + extra
+    starts = np.concatenate(([0], np.cumsum(new_lengths)[:-1]))
+    out = np.empty(int(new_lengths.sum()), dtype=flat.dtype)
+    out[np.arange(len(flat)) + np.repeat(starts + len(prefix) - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)] = flat
+    if prefix:
+        out[(starts[:, None] + np.arange(len(prefix))).ravel()] = np.tile(prefix, len(lengths))
+    if suffix:
+        ends = starts + new_lengths
+        out[(ends[:, None] - len(suffix) + np.arange(len(suffix))).ravel()] = np.tile(suffix, len(lengths))
+    return out, new_lengths
+
+
 class GigatokenTextTokenizer(TextTokenizer):
     """gigatoken's Rust BPE behind the TextTokenizer interface; decode and metadata from the reference."""
 
@@ -98,6 +117,17 @@ class GigatokenTextTokenizer(TextTokenizer):
         if self.prefix or self.suffix:
             return [[*self.prefix, *row, *self.suffix] for row in ids]
         return ids
+
+    def encode_batch_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """gigatoken's own flat result (an awkward array): no Python int per token."""
+        try:
+            ids = self.backend.encode_batch(texts, parallel=self.parallel)
+        except Exception:  # noqa: BLE001 - a text it refuses: the list path names it (TokenizeError)
+            return super().encode_batch_flat(texts)
+        import awkward
+
+        flat = awkward.to_numpy(awkward.flatten(ids)).astype(np.int64)
+        return with_affixes(flat, awkward.to_numpy(awkward.num(ids)).astype(np.int64), self.prefix, self.suffix)
 
     def decode(self, ids: list[int]) -> str:
         return self.reference.decode(ids)
