@@ -91,7 +91,7 @@ def _sample_texts(slices: list[Slice], keys: list[str], limit: int) -> list[str]
     try:
         for batch in batches:
             for column in extract(batch.payload, keys).texts:
-                texts.extend(column)
+                texts.extend(text[:SAMPLE_BYTES] for text in column)  # a huge document is checked by its start
             if len(texts) >= limit * len(keys) or sum(map(len, texts)) >= SAMPLE_BYTES:
                 break
     finally:

@@ -79,7 +79,8 @@ class TextTokenizer(ABC):
             return self._locate_failure(texts, error)
 
     def encode_batch_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """The ids of every text concatenated (int64) and each text's count: what the pipeline writes.
+        """The ids of every text concatenated (an integer array) and each text's count (int64): what the
+        pipeline writes.
 
         Same ids as :meth:`encode_batch`; adapters whose library hands back flat arrays override this
         to avoid building a Python int per token (it dominates the cost at tens of MB/s).

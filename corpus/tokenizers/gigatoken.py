@@ -126,7 +126,7 @@ class GigatokenTextTokenizer(TextTokenizer):
             return super().encode_batch_flat(texts)
         import awkward
 
-        flat = awkward.to_numpy(awkward.flatten(ids)).astype(np.int64)
+        flat = awkward.to_numpy(awkward.flatten(ids))  # uint32: the writer casts to the output dtype once
         return with_affixes(flat, awkward.to_numpy(awkward.num(ids)).astype(np.int64), self.prefix, self.suffix)
 
     def decode(self, ids: list[int]) -> str:
