@@ -169,3 +169,14 @@ def test_kill_9_then_resume_is_byte_identical(tmp_path, cli_uninterrupted, recor
 @pytest.mark.parametrize("records", [0, 2, 30, 61, 90, 123, 170, 200, 240])
 def test_kill_9_at_many_points_then_resume_is_byte_identical(tmp_path, cli_uninterrupted, records):
     assert kill_and_resume(tmp_path, records, "1") == cli_uninterrupted
+
+
+def test_resume_of_a_finished_run_is_a_no_op(tmp_path, uninterrupted):
+    run = config(tmp_path, INPUTS, json_keys=["text"], on_error="skip", batch_size=3)
+    tokenize(run)
+    written = (tmp_path / "out_text_document.bin").stat().st_mtime_ns
+    stats = tokenize(run.replace(resume=True))
+    assert stats.counters == uninterrupted[1] and stats.resumed
+    assert (tmp_path / "out_text_document.bin").stat().st_mtime_ns == written
+    changed = tokenize(run.replace(resume=True, append_eod=False))
+    assert not changed.resumed and changed.counters.total_tokens < stats.counters.total_tokens
