@@ -269,11 +269,13 @@ def tokenize(config: TokenizeConfig) -> RunStats:
     """
     began = time.monotonic()
     job = prepare(config)
+    startup = time.monotonic() - began
     state = _previous_state(job)
     done = _already_done(job) if config.resume and state is None else None
     if done is not None:
         log.info("--resume: %s is already complete for these inputs and options; nothing to do", job.prefix)
         stats = _stats(job, done, done, time.monotonic() - began, resumed=True, worker_rss_kb=0)
+        stats.startup_seconds = startup
     else:
         if state and state["phase"] == "finalizing":
             writing = _Writing(job, state, unfinished_keys(job.prefix, job.keys))
@@ -282,6 +284,7 @@ def tokenize(config: TokenizeConfig) -> RunStats:
         else:
             writing, start = _write_all(job, state)
         stats = _stats(job, writing.counters, start, time.monotonic() - began, state is not None, writing.worker_rss_kb)
+        stats.startup_seconds = startup
     if config.stats_json:
         write_stats_json(config.stats_json, stats)
     return stats
