@@ -35,13 +35,23 @@ def test_megatron_json_list_is_the_same_tokenizer(tokenizer_files):
     assert tekken.vocab_size == plain.vocab_size == 131072  # Megatron's default cuts 150k ranks
 
 
-def test_tiktoken_file_ids_equal_megatron(tokenizer_files, megatron_tokenizer, conformance_texts):
+@pytest.mark.parametrize("pattern", ["v1", "v2"])
+def test_tiktoken_file_ids_equal_megatron(tokenizer_files, megatron_tokenizer, conformance_texts, pattern):
     """megatron-core's loader refuses .tiktoken files; the reference patches in a .tiktoken reader."""
-    config = TokenizerConfig("TikTokenizer", model=tokenizer_files.cl100k_tiktoken, vocab_size=101256)
+    config = TokenizerConfig("TikTokenizer", model=tokenizer_files.cl100k_tiktoken, vocab_size=101256,
+                             tiktoken_pattern=pattern)
     ours = build_tokenizer(config, threads=1)
     megatron = megatron_tokenizer(config)
     assert_megatron_ids(ours, megatron, conformance_texts)
     assert_same_metadata(ours, megatron)
+
+
+def test_the_pattern_changes_ids(tokenizer_files):
+    """tekken was trained on v2's splits, so v1 and v2 agree there; cl100k was not, and they differ."""
+    v1, v2 = (build_tokenizer(TokenizerConfig("TikTokenizer", model=tokenizer_files.cl100k_tiktoken,
+                                              tiktoken_pattern=pattern)) for pattern in ("v1", "v2"))
+    assert v1.encode_batch(["getElementById"]) != v2.encode_batch(["getElementById"])
+    assert v1.describe()["options"]["pattern"] == "v1"
 
 
 def test_default_vocab_size_fits_a_small_file(tokenizer_files):
