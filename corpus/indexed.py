@@ -321,17 +321,41 @@ class IndexedReader:
         self.close()
 
 
+def _sync(handle) -> None:
+    handle.flush()
+    os.fsync(handle.fileno())
+
+
+def _reopen_at(path: Path, size: int):
+    """Open a partial file of an interrupted writer for appending, cut back to its checkpointed ``size``
+    (bytes written after the checkpoint are discarded and will be written again)."""
+    try:
+        handle = open(path, "r+b")
+    except FileNotFoundError:
+        raise IndexFormatError(path, "cannot resume: this partial file is missing; start again without --resume") from None
+    actual = os.fstat(handle.fileno()).st_size
+    if actual < size:
+        handle.close()
+        raise IndexFormatError(path, f"cannot resume: {actual} bytes, fewer than the {size} checkpointed; "
+                                     "start again without --resume")
+    handle.truncate(size)
+    handle.seek(size)
+    return handle
+
+
 class _SpillBuffer:
     """A growable int array that spills to a file every ``_CHUNK`` values, so a writer of
     tens of millions of documents holds no per-document Python objects and bounded memory."""
 
-    def __init__(self, path: Path, dtype: type) -> None:
+    def __init__(self, path: Path, dtype: type, resume_count: int | None = None) -> None:
         self.path = path
         self.dtype = np.dtype(dtype)
         self._buffer = np.empty(_CHUNK, dtype=self.dtype)
         self._used = 0
-        self.count = 0
-        self._file = open(path, "wb")
+        if resume_count is None:
+            self.count, self._file = 0, open(path, "wb")
+        else:
+            self.count, self._file = resume_count, _reopen_at(path, resume_count * self.dtype.itemsize)
 
     def extend(self, values: np.ndarray) -> None:
         values = np.asarray(values, dtype=self.dtype)
@@ -347,6 +371,11 @@ class _SpillBuffer:
     def flush(self) -> None:
         self._file.write(self._buffer[: self._used].tobytes())
         self._used = 0
+
+    def sync(self) -> None:
+        """Write the buffered values and make the file durable (a checkpoint)."""
+        self.flush()
+        _sync(self._file)
 
     def chunks(self) -> Iterator[np.ndarray]:
         """Yield the stored values in order, chunk by chunk (after :meth:`close`)."""
@@ -368,19 +397,37 @@ class IndexedWriter:
     partial files.
     """
 
-    def __init__(self, prefix: str | os.PathLike, dtype: np.dtype | type) -> None:
+    def __init__(self, prefix: str | os.PathLike, dtype: np.dtype | type, resume: dict | None = None) -> None:
+        """Start a new pair, or, with ``resume`` (a :meth:`checkpoint` result), continue the partial
+        files of an interrupted writer exactly where that checkpoint was taken."""
         self.prefix = str(prefix)
         self.dtype = np.dtype(dtype)
         if self.dtype not in CODE_BY_DTYPE:
             raise ValueError(f"dtype {self.dtype} has no Megatron code; use one of {sorted(map(str, CODE_BY_DTYPE))}")
         Path(self.prefix).parent.mkdir(parents=True, exist_ok=True)
         self._partial_bin = Path(f"{self.prefix}.bin.partial")
-        self._bin = open(self._partial_bin, "wb")
-        self._lengths = _SpillBuffer(Path(f"{self.prefix}.lengths.partial"), np.int32)
-        self._doc_ends = _SpillBuffer(Path(f"{self.prefix}.docs.partial"), np.int64)
-        self._doc_ends.extend(np.zeros(1, dtype=np.int64))
-        self.num_tokens = 0
+        lengths, doc_ends = Path(f"{self.prefix}.lengths.partial"), Path(f"{self.prefix}.docs.partial")
+        if resume is None:
+            self._bin = open(self._partial_bin, "wb")
+            self._lengths = _SpillBuffer(lengths, np.int32)
+            self._doc_ends = _SpillBuffer(doc_ends, np.int64)
+            self._doc_ends.extend(np.zeros(1, dtype=np.int64))
+            self.num_tokens = 0
+        else:
+            self._bin = _reopen_at(self._partial_bin, resume["num_tokens"] * self.dtype.itemsize)
+            self._lengths = _SpillBuffer(lengths, np.int32, resume_count=resume["num_sequences"])
+            self._doc_ends = _SpillBuffer(doc_ends, np.int64, resume_count=resume["num_documents"] + 1)
+            self.num_tokens = resume["num_tokens"]
         self._limits = np.iinfo(self.dtype) if self.dtype.kind in "iu" else None
+
+    def checkpoint(self) -> dict:
+        """Make everything written so far durable; the returned counts let ``IndexedWriter(prefix, dtype,
+        resume=...)`` continue from exactly here after a crash (even ``kill -9``)."""
+        _sync(self._bin)
+        self._lengths.sync()
+        self._doc_ends.sync()
+        return {"num_tokens": self.num_tokens, "num_sequences": self.num_sequences,
+                "num_documents": self.num_documents}
 
     @property
     def num_sequences(self) -> int:
@@ -501,10 +548,14 @@ class IndexedWriter:
             "num_tokens": self.num_tokens,
         }
 
-    def abort(self) -> None:
-        """Close and delete every partial file; nothing under the final names is touched."""
+    def close(self) -> None:
+        """Close the partial files, keeping them (an interrupted run that ``--resume`` will continue)."""
         for handle in (self._bin, self._lengths._file, self._doc_ends._file):
             handle.close()
+
+    def abort(self) -> None:
+        """Close and delete every partial file; nothing under the final names is touched."""
+        self.close()
         for path in (self._partial_bin, self._lengths.path, self._doc_ends.path, Path(f"{self.prefix}.idx.partial")):
             path.unlink(missing_ok=True)
 
@@ -514,3 +565,17 @@ class IndexedWriter:
     def __exit__(self, exc_type: type | None, *rest: object) -> None:
         if exc_type is not None:
             self.abort()
+
+
+def finish_interrupted_finalize(prefix: str | os.PathLike) -> bool:
+    """Complete a :meth:`IndexedWriter.finalize` that a crash cut short after the ``.bin`` was renamed
+    into place (the ``.idx.partial`` was complete and synced by then) and return True; return False
+    when the ``.bin.partial`` is still there, i.e. the writer must be resumed and finalized again."""
+    if Path(f"{prefix}.bin.partial").exists():
+        return False
+    partial_idx = Path(f"{prefix}.idx.partial")
+    if partial_idx.exists():
+        os.replace(partial_idx, idx_path(prefix))
+    for suffix in (".lengths.partial", ".docs.partial"):
+        Path(f"{prefix}{suffix}").unlink(missing_ok=True)
+    return True

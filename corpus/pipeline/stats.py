@@ -1,0 +1,105 @@
+"""Counters of a tokenize run and the statistics reported at the end (summary, ``--stats-json``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import resource
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Counters:
+    """Running totals; saved in every checkpoint so a resumed run reports the whole job."""
+
+    records_read: int = 0
+    """Records seen (blank lines are not records)."""
+    records_written: int = 0
+    """Records written as one document in every key's output."""
+    records_skipped: int = 0
+    """Bad records skipped (``--on-error skip``), each listed in ``P.skipped.jsonl``."""
+    blank_lines: int = 0
+    input_bytes: int = 0
+    """Input bytes done (compressed bytes for .gz/.zst), the basis of MB/s and the ETA."""
+    tokens: dict[str, int] = field(default_factory=dict)
+    """Tokens written per json key, EOD included."""
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.tokens.values())
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class RunStats:
+    """What a finished run did and how fast (rates over this process's own work, so they stay
+    meaningful after a resume)."""
+
+    counters: Counters
+    seconds: float
+    rate_records: int
+    rate_bytes: int
+    rate_tokens: int
+    input_bytes_total: int
+    encoder: str
+    encoder_reason: str
+    shard: dict
+    outputs: list[str]
+    resumed: bool
+    peak_rss_mb: float
+    peak_worker_rss_mb: float
+    skipped_file: str | None = None
+    startup_seconds: float = 0.0
+    """Of ``seconds``, the start-up: inputs listed, tokenizer built, fast encoder checked."""
+
+    @property
+    def documents_per_second(self) -> float:
+        return self.rate_records / self.seconds if self.seconds else 0.0
+
+    @property
+    def megabytes_per_second(self) -> float:
+        return self.rate_bytes / 1e6 / self.seconds if self.seconds else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.rate_tokens / self.seconds if self.seconds else 0.0
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data.update(documents_per_second=self.documents_per_second, megabytes_per_second=self.megabytes_per_second,
+                    tokens_per_second=self.tokens_per_second)
+        return data
+
+    def summary(self) -> str:
+        """The human summary printed at the end of ``corpus tokenize``."""
+        c = self.counters
+        lines = [
+            f"records: {c.records_read:,} read, {c.records_written:,} written, {c.records_skipped:,} skipped"
+            + (f" (listed in {self.skipped_file})" if self.skipped_file else "")
+            + (f", {c.blank_lines:,} blank lines ignored" if c.blank_lines else ""),
+            f"tokens: " + ", ".join(f"{key} {count:,}" for key, count in c.tokens.items()),
+            f"speed: {self.megabytes_per_second:.2f} MB/s, {self.documents_per_second:,.0f} docs/s, "
+            f"{self.tokens_per_second:,.0f} tokens/s over {self.seconds:.1f} s ({self.startup_seconds:.1f} s start-up)"
+            + (" (this resumed part)" if self.resumed else ""),
+            f"encoder: {self.encoder_reason}",
+            "outputs: " + ", ".join(self.outputs),
+        ]
+        return "\n".join(lines)
+
+
+def peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
+    """Peak resident memory of this process (or its waited-for children) in MB."""
+    return resource.getrusage(who).ru_maxrss / 1024
+
+
+def write_stats_json(path: str, stats: RunStats) -> None:
+    """Write ``--stats-json`` atomically."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text(json.dumps(stats.to_dict(), indent=2) + "\n")
+    os.replace(partial, target)
