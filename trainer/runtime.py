@@ -62,8 +62,7 @@ def pick_precision(config: TrainingConfig, device: torch.device) -> Precision:
     if name == "auto":
         name = "bf16" if device.type == "cuda" else "fp32"
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True  # fp32 runs on GPU still get tensor cores
-        torch.backends.cudnn.allow_tf32 = True
+        torch.set_float32_matmul_precision("high")  # fp32 matmuls on GPU use TF32 tensor cores
     return Precision(name, device)
 
 
