@@ -6,14 +6,13 @@ import json
 
 import pytest
 import torch
+import transformers  # a test dependency (pyproject's "test" extra): the reference loader of the export
 
 from tests.conftest import run_cli
 from tests.trainer.conftest import tiny_config
 from trainer import export
 from trainer.errors import CheckpointError
 from trainer.loop import train
-
-transformers = pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
