@@ -70,7 +70,14 @@ def trim_jsonl(path: Path, last_step: int) -> None:
     so a resumed run's file reads as one uninterrupted curve."""
     if not path.exists():
         return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= last_step]
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # a line torn by a kill mid-write
+            continue
+        if record.get("step", math.inf) <= last_step:
+            kept.append(line)
     partial = path.with_name(path.name + ".partial")
     partial.write_text("".join(line + "\n" for line in kept))
     os.replace(partial, path)

@@ -47,7 +47,7 @@ def test_mfu_and_unknown_devices():
 
 def test_jsonl_is_trimmed_to_the_resumed_step_then_appended(tmp_path):
     path = tmp_path / "m.jsonl"
-    path.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in (1, 2, 3, 4)))
+    path.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in (1, 2, 3, 4)) + '{"step": 5, "lo')
     trim_jsonl(path, 2)
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2]
     sink = MetricsSink(LoggingConfig(metrics_jsonl=str(path), tensorboard_dir=str(tmp_path / "tb")), 2, 10)
