@@ -42,7 +42,10 @@ def read_metrics(path: Path) -> list[dict]:
 @pytest.fixture(autouse=True)
 def one_thread():
     """Tiny models run fastest on one thread, and 2 cores are shared by every test process."""
+    previous = torch.get_num_threads()
     torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="session")
