@@ -82,6 +82,8 @@ class SplitDataset:
         self._members = [_SourceSplit(m.source, a) for m, a in zip(self.plan.members, split_maps.members)]
         self._dataset_index = split_maps.dataset_index
         self._dataset_sample_index = split_maps.dataset_sample_index
+        self.maps_built = split_maps.built
+        """Cache entries this process built for the split (0: all came from the cache)."""
 
     def __len__(self) -> int:
         return self.plan.size

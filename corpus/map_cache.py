@@ -175,6 +175,12 @@ class MapCache:
                 trash = Path(tempfile.mkdtemp(prefix=f".trash-{final.name}-", dir=self.root))
                 os.replace(final, trash / "entry")
                 shutil.rmtree(trash, ignore_errors=True)
-            os.replace(staging, final)
+            try:
+                os.replace(staging, final)
+            except OSError:
+                # NOTE: only reachable where the filesystem ignores the lock (some NFS setups): another
+                # builder published first; its entry is as good as ours if it verifies.
+                if self.load(kind, key) is None:
+                    raise
         finally:
             shutil.rmtree(staging, ignore_errors=True)

@@ -162,6 +162,8 @@ class Source:
         self.lengths: np.ndarray = table.arrays["lengths"]
         self.shard_starts: np.ndarray = table.arrays["shard_starts"]
         self.info = SourceInfo.from_meta(table.meta)
+        self.built = table.built
+        """Whether this process indexed the source (False: its table came from the cache)."""
         self._readers: OrderedDict[int, IndexedReader] = OrderedDict()
 
     @property
