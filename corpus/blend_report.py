@@ -60,8 +60,7 @@ def _achieved(plan: SplitPlan) -> list[int]:
         return [plan.size if plan.requested is None else plan.requested]
     if plan.blend_weights is None:
         return [m.length for m in plan.members]
-    index, _ = maps.blending_indices(list(plan.blend_weights), plan.size)
-    return np.bincount(index, minlength=len(plan.members)).tolist()
+    return maps.blending_indices(list(plan.blend_weights), plan.size).counts.tolist()
 
 
 def _per_epoch(tokens: int, seq_length: int, extra_token: int) -> int:

@@ -5,7 +5,7 @@ shape, byte size and crc32 of every file, plus a human-readable description). ``
 sha256 of everything that changes the arrays, computed by the caller.
 
 - Atomic: an entry is built in a private temporary folder and renamed into place; a reader never
-  sees half an entry.
+  sees half an entry. (No fsync: a file torn by a power loss fails its checks and is rebuilt.)
 - One build: builders take ``<kind>-<key>.lock`` (an ``fcntl`` lock through ``filelock``, released
   by the kernel if the holder dies, so nobody hangs on a crashed builder) and look again before
   building, so any number of processes asking at once get exactly one build per filesystem.
@@ -83,20 +83,17 @@ def _write_entry(folder: Path, arrays: dict[str, np.ndarray], meta: dict, descri
         target = folder / f"{name}.npy"
         with open(target, "wb") as handle:
             np.save(handle, array, allow_pickle=False)
-            handle.flush()
-            os.fsync(handle.fileno())
         files[name] = {"dtype": array.dtype.str, "shape": list(array.shape), "bytes": target.stat().st_size,
                        "crc32": _crc32(array)}
     manifest = {"files": files, "meta": meta, "description": description,
                 "built_by": {"host": socket.gethostname(), "pid": os.getpid()}}
     with open(folder / MANIFEST, "w") as handle:
         json.dump(manifest, handle, indent=1, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
-def _read_entry(folder: Path) -> Entry:
-    """Load and verify an entry; raise CorruptEntry on any mismatch, FileNotFoundError if absent."""
+def _read_entry(folder: Path, checksums: bool = True) -> Entry:
+    """Load and verify an entry (``checksums=False``: sizes, dtypes and shapes only, for an entry
+    this process just wrote); raise CorruptEntry on any mismatch, FileNotFoundError if absent."""
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
         files = manifest["files"]
@@ -117,7 +114,7 @@ def _read_entry(folder: Path) -> Entry:
             raise CorruptEntry(f"{path}: not a valid .npy ({error})") from None
         if array.dtype.str != expected["dtype"] or list(array.shape) != expected["shape"]:
             raise CorruptEntry(f"{path}: dtype/shape differ from the manifest")
-        if _crc32(array) != expected["crc32"]:
+        if checksums and _crc32(array) != expected["crc32"]:
             raise CorruptEntry(f"{path}: crc32 mismatch (corrupt file)")
         arrays[name] = array
     return Entry(folder, arrays, manifest.get("meta", {}))
@@ -131,6 +128,10 @@ class MapCache:
 
     def entry_path(self, kind: str, key: str) -> Path:
         return self.root / f"{kind}-{key[:40]}"
+
+    def has(self, kind: str, key: str) -> bool:
+        """Whether an entry is present (not verified: a cheap look before deciding to build)."""
+        return (self.entry_path(kind, key) / MANIFEST).is_file()
 
     def load(self, kind: str, key: str) -> Entry | None:
         """The verified entry, or None when it is absent or corrupt (a corrupt one is logged)."""
@@ -161,7 +162,7 @@ class MapCache:
                 return entry
             arrays, meta = build()
             self._publish(kind, key, arrays, meta, description or {})
-        entry = _read_entry(self.entry_path(kind, key))
+        entry = _read_entry(self.entry_path(kind, key), checksums=False)
         entry.built = True
         return entry
 

@@ -37,8 +37,8 @@ class ResolvedBlend:
     vocab_size: int | None
     eod_id: int | None
     fingerprint: str
-    """sha256 of what decides the samples: source contents, weights, split, seq_length, seed,
-    sample options. Stored in loader state to refuse resuming against another blend."""
+    """sha256 of what decides the samples: sources (their lengths and tokenizer), weights, split,
+    seq_length, seed, sample options. Stored in loader state to refuse resuming against another blend."""
 
     def all_sources(self) -> list[tuple[str, Source]]:
         """(key, source) for every distinct source, in blend order."""
@@ -145,7 +145,8 @@ def _fill_facts(resolved: ResolvedBlend) -> None:
         raise config.error("eod_mask_loss/reset_position_ids/reset_attention_mask need the EOD id, and no source's "
                            ".meta.json records one; set samples.eod_id", "samples.eod_id")
     material = {
-        "sources": {split: [[s.digest, c.weight] for s, c in zip(resolved.sources.get(split, []), config.split_sources(split))]
+        "sources": {split: [[s.digest, s.info.tokenizer_identity, c.weight]
+                            for s, c in zip(resolved.sources.get(split, []), config.split_sources(split))]
                     for split in SPLIT_NAMES},
         "split": config.split, "seq_length": config.seq_length, "seed": config.seed,
         "samples": {**dataclasses.asdict(config.samples), "eod_id": resolved.eod_id},
