@@ -8,6 +8,7 @@ import logging
 import click
 
 from cli.corpus_blend import blend
+from cli.corpus_inspect import inspect_command
 from cli.errors import friendly_errors
 
 
@@ -35,6 +36,7 @@ def merge(inputs: tuple[str, ...], output_prefix: str) -> None:
 
 
 main.add_command(blend)
+main.add_command(inspect_command)
 
 if __name__ == "__main__":
     main()

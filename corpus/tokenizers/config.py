@@ -1,0 +1,133 @@
+"""``TokenizerConfig``: everything needed to rebuild a tokenizer, in a frozen, picklable dataclass.
+
+Workers of the tokenize pipeline are spawned processes: they receive this config (not a tokenizer
+object) and build their own tokenizer from it. The field names follow Megatron's command-line options
+(``--tokenizer-type``, ``--tokenizer-model``, ``--vocab-file``, ...) so a Megatron user recognises them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, fields
+
+from corpus.errors import CorpusError
+
+ENCODERS = ("auto", "reference", "gigatoken")
+TIKTOKEN_PATTERNS = ("v1", "v2")
+# Megatron's TikTokenizer always defines <unk> <s> </s> <mask> <pad> <cls> <sep> below the shifted ranks.
+MIN_TIKTOKEN_SPECIAL_TOKENS = 7
+
+
+class TokenizerConfigError(CorpusError):
+    """A tokenizer option is wrong: unknown type, missing or unreadable file, impossible value."""
+
+
+class TokenizeError(CorpusError):
+    """A text could not be encoded (e.g. NullTokenizer input that is not integers).
+
+    ``index`` is the position of the offending text in the batch given to ``encode_batch`` so the
+    pipeline can name the record and apply its ``--on-error`` policy.
+    """
+
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(reason)
+        self.index = index
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    """How to build one tokenizer. Picklable and JSON-friendly (strings, ints, bools, None)."""
+
+    type: str
+    """Megatron's ``--tokenizer-type`` name, e.g. ``HuggingFaceTokenizer`` (see TOKENIZER_TYPES)."""
+    model: str | None = None
+    """``--tokenizer-model``: tokenizer.json (file or directory), SentencePiece ``.model``,
+    tiktoken JSON vocabulary (Megatron's list format or Mistral's ``tekken*.json``) or ``.tiktoken`` file."""
+    vocab_file: str | None = None
+    """``--vocab-file``: GPT-2 ``vocab.json`` (GPT2BPETokenizer)."""
+    merge_file: str | None = None
+    """``--merge-file``: GPT-2 ``merges.txt`` (GPT2BPETokenizer)."""
+    vocab_size: int | None = None
+    """``--vocab-size``: NullTokenizer's vocabulary (required there); TikTokenizer's total size
+    (ranks are cut to ``vocab_size - tiktoken_num_special_tokens``; default: Megatron's 131072, or
+    ranks + special tokens when the file has fewer ranks)."""
+    tiktoken_pattern: str = "v2"
+    """``--tiktoken-pattern``: Megatron's split regex ``v1`` or ``v2`` (TikTokenizer)."""
+    tiktoken_num_special_tokens: int = 1000
+    """``--tiktoken-num-special-tokens``: ids below this are Megatron's special tokens; ranks shift by it."""
+    hf_include_special_tokens: bool = True
+    """Megatron's default; ``--tokenizer-hf-no-include-special-tokens`` sets False (no post-processor
+    tokens such as a leading BOS)."""
+    eod_id: int | None = None
+    """Override of the end-of-document id appended by ``--append-eod``."""
+    bos_id: int | None = None
+    """Override of the beginning-of-sequence id (recorded in the sidecar)."""
+    encoder: str = "auto"
+    """``auto``: gigatoken when it is installed and proven identical on a sample, else the reference
+    library; ``reference``: always the reference library; ``gigatoken``: require the fast path."""
+
+    def __post_init__(self) -> None:
+        from corpus.tokenizers.registry import lookup
+
+        spec = lookup(self.type)
+        if self.encoder not in ENCODERS:
+            raise TokenizerConfigError(f"encoder {self.encoder!r} is not one of {', '.join(ENCODERS)}")
+        if self.tiktoken_pattern not in TIKTOKEN_PATTERNS:
+            raise TokenizerConfigError(
+                f"--tiktoken-pattern {self.tiktoken_pattern!r} is not one of {', '.join(TIKTOKEN_PATTERNS)} "
+                "(Megatron's split regexes)")
+        if self.tiktoken_num_special_tokens < MIN_TIKTOKEN_SPECIAL_TOKENS:
+            raise TokenizerConfigError(
+                f"--tiktoken-num-special-tokens {self.tiktoken_num_special_tokens} is below "
+                f"{MIN_TIKTOKEN_SPECIAL_TOKENS}: Megatron's TikTokenizer reserves ids for "
+                "<unk> <s> </s> <mask> <pad> <cls> <sep>")
+        if self.vocab_size is not None and self.vocab_size <= 0:
+            raise TokenizerConfigError(f"--vocab-size {self.vocab_size} must be positive")
+        for name in ("eod_id", "bos_id"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise TokenizerConfigError(f"{name} {value} must be a non-negative token id")
+        spec.check(self)
+
+    def replace(self, **changes) -> "TokenizerConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        """All fields as a plain dict (the inverse of :func:`config_from_dict`)."""
+        return dataclasses.asdict(self)
+
+
+def config_from_dict(values: dict, where: str = "tokenizer config") -> TokenizerConfig:
+    """Build a config from a dict, rejecting unknown keys with a message naming them and ``where``."""
+    known = {f.name for f in fields(TokenizerConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise TokenizerConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}")
+    if "type" not in values:
+        raise TokenizerConfigError(f"{where}: missing key 'type'")
+    return TokenizerConfig(**values)
+
+
+def config_from_record(record: dict) -> TokenizerConfig:
+    """Rebuild the config of a sidecar's ``tokenizer`` record (what :meth:`TextTokenizer.describe` wrote).
+
+    The record keeps absolute paths; a file that moved since is reported with the record's path.
+    """
+    if not isinstance(record, dict) or "config" not in record:
+        raise TokenizerConfigError("tokenizer record has no 'config' (written by another tool or version?)")
+    return config_from_dict({**record["config"], "encoder": "auto"}, where="sidecar tokenizer.config")
+
+
+def existing_file(path: str | None, option: str, type_name: str, *, allow_dir: bool = False) -> str:
+    """``path`` made absolute, or a TokenizerConfigError saying which option is missing or wrong."""
+    if not path:
+        raise TokenizerConfigError(f"{type_name} needs {option} (the tokenizer file)")
+    absolute = os.path.abspath(os.path.expanduser(path))
+    if os.path.isdir(absolute) and not allow_dir:
+        raise TokenizerConfigError(f"{option} {path}: is a directory; {type_name} needs a file")
+    if not os.path.exists(absolute):
+        raise TokenizerConfigError(f"{option} {path}: no such file or directory")
+    return absolute

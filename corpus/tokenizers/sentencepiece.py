@@ -1,0 +1,51 @@
+"""SentencePiece adapter: ``SentencePieceTokenizer``, ``GPTSentencePieceTokenizer``, ``Llama2Tokenizer``.
+
+In megatron-core 0.16.1 the three names build the same class (``SentencePieceTokenizer`` library with
+``legacy=False`` and no extra special tokens): ids are ``encode_as_ids(text)`` with no BOS or EOS added,
+EOD is the model's ``eos_id`` and BOS its ``bos_id``. (Megatron-LM's older ``--legacy-tokenizer``
+classes differed: Llama2Tokenizer prepended BOS, SentencePieceTokenizer added its own <EOD> id. Their
+files are not what megatron-core 0.16.1 builds, and we follow megatron-core.)
+"""
+
+from __future__ import annotations
+
+import sentencepiece
+
+from corpus.tokenizers.base import TextTokenizer, library_version
+from corpus.tokenizers.config import TokenizerConfig, TokenizerConfigError, existing_file
+
+
+class SentencePieceTextTokenizer(TextTokenizer):
+    """``SentencePieceProcessor`` encoding batches with its multi-threaded batch call."""
+
+    def __init__(self, config: TokenizerConfig, path: str, threads: int) -> None:
+        self.path = path
+        self.threads = threads
+        self.processor = sentencepiece.SentencePieceProcessor()
+        try:
+            self.processor.Load(path)
+        except (OSError, RuntimeError) as error:
+            raise TokenizerConfigError(f"--tokenizer-model {config.model}: not a SentencePiece model ({error})") from None
+        self.encoder_name = library_version("sentencepiece")
+        super().__init__(config, self.processor.get_piece_size(),
+                         eod=_defined(self.processor.eos_id()), bos=_defined(self.processor.bos_id()))
+
+    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self.processor.encode(texts, out_type=int, num_threads=self.threads)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.processor.decode_ids(list(ids))
+
+    def files(self) -> list[str]:
+        return [self.path]
+
+
+def _defined(token_id: int) -> int | None:
+    """SentencePiece reports an absent special token as -1."""
+    return None if token_id < 0 else token_id
+
+
+def build_sentencepiece(config: TokenizerConfig, threads: int | None = None) -> SentencePieceTextTokenizer:
+    """Any of the three SentencePiece types from a ``.model`` file (``threads`` None: all cores)."""
+    path = existing_file(config.model, "--tokenizer-model", config.type)
+    return SentencePieceTextTokenizer(config, path, -1 if threads is None else threads)
