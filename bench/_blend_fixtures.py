@@ -13,7 +13,8 @@ from corpus.indexed import IndexedWriter, exists
 
 
 def write_source(prefix: Path, num_docs: int, mean_length: int, seed: int) -> Path:
-    """``num_docs`` documents of lognormal length (mean ~``mean_length``), random uint16 ids."""
+    """``num_docs`` documents of lognormal length (mean ~``mean_length``), random uint16 ids, each
+    ended by EOD 0 (reused when the pair exists)."""
     if exists(prefix):
         return prefix
     rng = np.random.default_rng(seed)
@@ -22,7 +23,9 @@ def write_source(prefix: Path, num_docs: int, mean_length: int, seed: int) -> Pa
     with IndexedWriter(prefix, np.uint16) as writer:
         for start in range(0, num_docs, 100_000):
             chunk = lengths[start : start + 100_000]
-            writer.add_documents(rng.integers(1, 32000, int(chunk.sum()), dtype=np.uint16), chunk)
+            tokens = rng.integers(1, 32000, int(chunk.sum()), dtype=np.uint16)
+            tokens[np.cumsum(chunk) - 1] = 0  # every document ends with EOD (id 0)
+            writer.add_documents(tokens, chunk)
         writer.finalize({"tokenizer": {"type": "HuggingFaceTokenizer", "fingerprint": "bench", "options": {}},
                          "vocab_size": 32000, "eod_id": 0})
     return prefix

@@ -32,9 +32,10 @@ def _worker_ours(blend: Path, samples: int) -> dict:
     from corpus.blend import load_blend
     from corpus.datasets import SampleCounts, build_split_datasets
 
-    imported = time.perf_counter()
+    imported, cpu = time.perf_counter(), time.process_time()
     datasets = build_split_datasets(load_blend(blend), SampleCounts(samples))
-    return {"import_s": imported - start, "build_s": time.perf_counter() - imported, "length": len(datasets.train)}
+    return {"import_s": imported - start, "build_s": time.perf_counter() - imported,
+            "cpu_s": time.process_time() - cpu, "length": len(datasets.train)}
 
 
 def _worker_megatron(spec: Path, samples: int) -> dict:
@@ -45,7 +46,7 @@ def _worker_megatron(spec: Path, samples: int) -> dict:
         warnings.simplefilter("ignore")
         from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
         from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
-    imported = time.perf_counter()
+    imported, cpu = time.perf_counter(), time.process_time()
     blend = json.loads(spec.read_text())
     init_gloo(spec.parent)
     config = GPTDatasetConfig(random_seed=1234, sequence_length=blend["seq_length"], blend=(blend["prefixes"], blend["weights"]),
@@ -53,7 +54,8 @@ def _worker_megatron(spec: Path, samples: int) -> dict:
                               reset_attention_mask=False, eod_mask_loss=False, create_attention_mask=False,
                               path_to_cache=blend["cache"])
     train = BlendedMegatronDatasetBuilder(GPTDataset, [samples, 0, 0], lambda: True, config).build()[0]
-    return {"import_s": imported - start, "build_s": time.perf_counter() - imported, "length": len(train)}
+    return {"import_s": imported - start, "build_s": time.perf_counter() - imported,
+            "cpu_s": time.process_time() - cpu, "length": len(train)}
 
 
 def _run(kind: str, path: Path, samples: int, env: dict | None = None) -> dict:
@@ -82,9 +84,8 @@ def _write_blends(workdir: Path, name: str, sources: list[tuple[str, list[str], 
     return ours, spec
 
 
-def _fresh(workdir: Path, name: str) -> None:
-    for suffix in ("-cache", "-megatron-cache"):
-        shutil.rmtree(workdir / f"{name}{suffix}", ignore_errors=True)
+def _fresh(cache: Path) -> None:
+    shutil.rmtree(cache, ignore_errors=True)
 
 
 def main() -> None:
@@ -103,33 +104,36 @@ def main() -> None:
     two, two_spec = _write_blends(work, "two", [("web", [web], 0.7, web), ("code", [code], 0.3, code)], args.seq_length)
     many, many_spec = _write_blends(work, "many", [("shards", shards, 1.0, str(work / "shards" / "part-*"))], args.seq_length)
     numba_cold = {"NUMBA_CACHE_DIR": str(work / f"numba-{time.time_ns()}")}
-    _fresh(work, "two")
+    _fresh(work / "two-cache")
     first_ever = _run("ours", two, args.samples, numba_cold)
     rows = [("(a) 2 sources, cold, first process ever (numba compiles)", first_ever, None)]
-    rows.append(("(a) 2 sources, cold", *_best(args.repeat, lambda: _fresh(work, "two"),
-                                             lambda: _run("ours", two, args.samples),
-                                             lambda: _run("megatron", two_spec, args.samples))))
-    rows.append((f"(b) {args.shards} shards, cold", *_best(args.repeat, lambda: _fresh(work, "many"),
-                                                         lambda: _run("ours", many, args.shard_samples),
-                                                         lambda: _run("megatron", many_spec, args.shard_samples))))
-    rows.append((f"(b) {args.shards} shards, warm", *_best(args.repeat, lambda: None,
-                                                         lambda: _run("ours", many, args.shard_samples),
-                                                         lambda: _run("megatron", many_spec, args.shard_samples))))
+    sides = {"two": (lambda: _run("ours", two, args.samples), lambda: _run("megatron", two_spec, args.samples)),
+             "many": (lambda: _run("ours", many, args.shard_samples), lambda: _run("megatron", many_spec, args.shard_samples))}
+    rows.append(("(a) 2 sources, cold", *_best(args.repeat, work, "two", *sides["two"], cold=True)))
+    rows.append((f"(b) {args.shards} shards, cold", *_best(args.repeat, work, "many", *sides["many"], cold=True)))
+    rows.append((f"(b) {args.shards} shards, warm", *_best(args.repeat, work, "many", *sides["many"], cold=False)))
     one_sample = min((_cli_one_sample(two, args.samples) for _ in range(args.repeat)), key=lambda r: r["wall_s"])
     rows.append(("(c) one sample, warm cache (corpus blend --show-samples 0:1)", one_sample, None))
     _print(rows, args)
 
 
-def _best(repeat: int, reset, ours, theirs) -> tuple[dict, dict]:
+def _best(repeat: int, work: Path, name: str, ours, theirs, cold: bool) -> tuple[dict, dict]:
     """Alternate the two sides ``repeat`` times (the machine is shared: noise hits both) and keep
-    each side's fastest run."""
+    each side's fastest figures. Cold: each run starts with its side's cache deleted; warm: both
+    caches are filled once first."""
+    caches = (work / f"{name}-cache", work / f"{name}-megatron-cache")
+    if not cold:
+        ours(), theirs()
     mine, other = [], []
     for _ in range(repeat):
-        reset()
-        mine.append(ours())
-        reset()
-        other.append(theirs())
-    fastest = lambda runs: min(runs, key=lambda r: r["build_s"])  # noqa: E731
+        for run, cache, results in ((ours, caches[0], mine), (theirs, caches[1], other)):
+            if cold:
+                _fresh(cache)
+            results.append(run())
+
+    def fastest(runs: list[dict]) -> dict:
+        return {key: min(run[key] for run in runs) for key in ("build_s", "cpu_s", "wall_s")}
+
     return fastest(mine), fastest(other)
 
 
@@ -139,19 +143,22 @@ def _cli_one_sample(blend: Path, samples: int) -> dict:
                            "--show-samples", "0:1", "--json"], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
     assert done.returncode == 0 and json.loads(done.stdout)["index"] == 0, done.stderr
-    return {"wall_s": time.perf_counter() - start, "build_s": None, "import_s": None}
+    return {"wall_s": time.perf_counter() - start, "build_s": None, "cpu_s": None}
 
 
 def _print(rows: list, args: argparse.Namespace) -> None:
     print(f"\nsamples (a): {args.samples:,}  samples (b): {args.shard_samples:,}  seq_length {args.seq_length}  "
           f"python {sys.version.split()[0]}  cpus {os.cpu_count()}  load {os.getloadavg()[0]:.1f}  best of {args.repeat}")
-    print(f"{'case':<62} {'ours build':>10} {'ours wall':>10} {'mcore build':>11} {'mcore wall':>10} {'build x':>8} {'wall x':>7}")
+    print("build: seconds after imports (wall, and CPU of all threads); process: whole process wall, imports included")
+    header = ["case", "ours build", "ours cpu", "ours process", "mcore build", "mcore cpu", "mcore process",
+              "build x", "cpu x", "process x"]
+    print(f"{header[0]:<58}" + "".join(f"{h:>14}" for h in header[1:]))
     for name, ours, theirs in rows:
-        cells = [ours.get("build_s"), ours["wall_s"], theirs and theirs["build_s"], theirs and theirs["wall_s"]]
-        text = [f"{c:.2f}" if c is not None else "-" for c in cells]
-        build_x = f"{theirs['build_s'] / ours['build_s']:.1f}" if theirs else "-"
-        wall_x = f"{theirs['wall_s'] / ours['wall_s']:.1f}" if theirs else "-"
-        print(f"{name:<62} {text[0]:>10} {text[1]:>10} {text[2]:>11} {text[3]:>10} {build_x:>8} {wall_x:>7}")
+        cells = [ours.get("build_s"), ours.get("cpu_s"), ours["wall_s"]]
+        cells += [theirs["build_s"], theirs["cpu_s"], theirs["wall_s"]] if theirs else [None] * 3
+        ratios = ([theirs[k] / ours[k] for k in ("build_s", "cpu_s", "wall_s")] if theirs else [None] * 3)
+        text = [f"{c:.2f}" if c is not None else "-" for c in cells] + [f"{r:.1f}" if r else "-" for r in ratios]
+        print(f"{name:<58}" + "".join(f"{t:>14}" for t in text))
 
 
 if __name__ == "__main__":
