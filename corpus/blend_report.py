@@ -100,9 +100,9 @@ def dry_run(config: BlendConfig, counts: SampleCounts | None, required: tuple[st
     """Validate everything and describe each split; ``counts=None`` means one epoch (or, for a
     weighted blend, only the per-source inventory). ``required``: see ``plan_split``."""
     resolved = resolve_blend(config)
-    weighted = any(c.weight is not None for split in maps.SPLIT_NAMES for c in config.split_sources(split))
     reports = []
     for split in maps.SPLIT_NAMES:
+        weighted = any(c.weight is not None for c in config.split_sources(split))
         if counts is None and weighted:
             report = _inventory(resolved, split)
         else:

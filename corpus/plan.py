@@ -91,16 +91,18 @@ def _ranges(resolved: ResolvedBlend, split: str, requested: int | None, required
 def _usable(resolved: ResolvedBlend, split: str, ranges: list[tuple[int, int]], unweighted: bool) -> list[int]:
     """Indices of the sources that can contribute to ``split``; the others are warned about."""
     config = resolved.config
-    keep = []
+    keep, empty = [], []
     for index, (source, (begin, end)) in enumerate(zip(resolved.sources[split], ranges)):
         tokens = int(np.sum(source.lengths[begin:end], dtype=np.int64))
         too_small = unweighted and maps.samples_in(tokens, config.seq_length, config.samples.extra_token) <= 0
         if tokens == 0 or too_small:
             what = "no tokens" if tokens == 0 else f"{tokens} tokens, less than one sample"
-            log.warning("%s (%s): its %s share (sequences %d-%d) has %s; it contributes nothing to %s",
-                        config.source_key(split, index), source.name, split, begin, end, what, split)
+            empty.append(f"{config.source_key(split, index)} ({source.name}: sequences {begin}-{end}, {what})")
         else:
             keep.append(index)
+    if empty:
+        shown = "; ".join(empty[:5]) + (f"; and {len(empty) - 5} more" if len(empty) > 5 else "")
+        log.warning("%d source(s) contribute nothing to %s, their share of it being empty: %s", len(empty), split, shown)
     if not keep:
         raise config.error(f"every source's {split} share is empty; give {split} a larger share in 'split', or use "
                            "per-split source lists", "split" if config.split else f"sources.{split}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus.blend import BlendConfig, BlendError, apply_overrides, blend_from_data_path, dump_blend, load_blend
+from corpus.blend import (BlendConfig, BlendError, apply_overrides, blend_from_data_path, blend_from_dict, dump_blend,
+                          load_blend)
 from corpus.datasets import SampleCounts, build_split_datasets
 from corpus.errors import CorpusError
 from corpus.resolve import resolve_blend
@@ -233,21 +235,26 @@ def test_weights_need_a_sample_count(folder: Path) -> None:
         plan_split(resolved, "train", None)
 
 
+@contextlib.contextmanager
+def _no_hang(seconds: int = 120):
+    previous = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("the build hung"))
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_a_source_with_an_empty_share_is_left_out_and_never_hangs(folder: Path, caplog) -> None:
     """megatron-core loops forever here (a split share with no documents)."""
     write_random(folder / "data" / "tiny", 3, seed=5, empty_share=0)
     text = GOOD.replace("data/code/*_doc", "data/tiny")
-    previous = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("the build hung"))
-    signal.alarm(120)
-    try:
-        with caplog.at_level(logging.WARNING):
-            datasets = build_split_datasets(load_blend(_blend(folder, text)), SampleCounts(200, 30))
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    with _no_hang(), caplog.at_level(logging.WARNING):
+        datasets = build_split_datasets(load_blend(_blend(folder, text)), SampleCounts(200, 30))
     assert [m.name for m in datasets.valid.plan.members] == ["web"] and datasets.valid.plan.excluded == ("code",)
     assert {datasets.valid.source_name(i) for i in range(len(datasets.valid))} == {"web"}
-    assert "contributes nothing to valid" in caplog.text
+    assert "1 source(s) contribute nothing to valid" in caplog.text and "sources[1] (code" in caplog.text
     only_tiny = "seq_length: 16\nsplit: '90,10,0'\nsources: [{name: t, prefix: data/tiny, weight: 1}]\n"
     assert "every source's valid share is empty" in _build_error(folder, only_tiny, SampleCounts(10, 5))
 
@@ -260,3 +267,21 @@ def test_data_path_spelling_and_dump_round_trip(folder: Path, monkeypatch) -> No
     again = load_blend(folder / "saved.yaml")
     assert resolve_blend(again).fingerprint == resolve_blend(config).fingerprint
     assert [s.weight for s in blend_from_data_path(["data/web"], "1", 16).sources] == [None]
+
+
+def test_many_tiny_shards_with_split_99_1_0(folder: Path, caplog) -> None:
+    """The case that hangs megatron-core: many small shards, split "99,1,0". As one glob source the
+    shards are one file and valid gets its 1%; listed one by one, the shards whose valid share is
+    empty are left out with one warning."""
+    for shard in range(120):  # every tenth shard is large enough for a 1% share of its own
+        write_random(folder / "tiny" / f"s{shard:04d}", 60 if shard % 10 == 0 else 4, seed=100 + shard, empty_share=0)
+    glob_blend = {"seq_length": 8, "split": "99,1,0", "sources": [{"name": "tiny", "prefix": "tiny/s*", "weight": 1}]}
+    listed = {**glob_blend, "sources": [{"name": f"s{i}", "prefix": f"tiny/s{i:04d}", "weight": 1} for i in range(120)]}
+    with _no_hang(), caplog.at_level(logging.WARNING):
+        one = build_split_datasets(blend_from_dict(glob_blend, base_dir=folder), SampleCounts(500, 20))
+        assert one.valid.plan.members[0].end - one.valid.plan.members[0].begin == 12  # 1% of 1,152 sequences
+        assert "contribute nothing" not in caplog.text
+        many = build_split_datasets(blend_from_dict(listed, base_dir=folder), SampleCounts(500, 20))
+    assert len(many.valid.plan.members) == 12 and len(many.valid.plan.excluded) == 108
+    assert {many.valid.source_name(i) for i in range(len(many.valid))} == {f"s{i}" for i in range(0, 120, 10)}
+    assert caplog.text.count("contribute nothing to valid") == 1 and "and 103 more" in caplog.text
