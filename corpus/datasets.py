@@ -32,6 +32,7 @@ class SampleCounts:
     test: int = 0
 
     def of(self, split: str) -> int:
+        """The count of ``split`` (train, valid or test)."""
         return getattr(self, split)
 
 
@@ -135,9 +136,11 @@ class BlendDatasets:
 
     @property
     def fingerprint(self) -> str:
+        """The blend fingerprint a loader stores in its state."""
         return self.resolved.fingerprint
 
     def split(self, name: str) -> SplitDataset | None:
+        """The dataset of split ``name`` (None when not built)."""
         return getattr(self, name)
 
     def show_samples_command(self, split: str, start: int, stop: int) -> str:

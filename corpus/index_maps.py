@@ -139,6 +139,7 @@ class GptMaps:
     shuffle_index: np.ndarray
 
     def arrays(self) -> dict[str, np.ndarray]:
+        """The maps by file name, as the cache stores them."""
         return {"document_index": self.document_index, "sample_index": self.sample_index, "shuffle_index": self.shuffle_index}
 
 

@@ -18,6 +18,7 @@ Default location: ``$BLENDFORGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/blendforge/i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -25,16 +26,21 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
+
+from corpus.errors import CorpusError
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+#: Staging folders older than this are leftovers of a killed builder (cleared when that entry is built).
+STALE_SECONDS = 3600
 _CRC_BLOCK = 64 << 20
 
 
@@ -51,6 +57,10 @@ def cache_key(material: object) -> str:
     """sha256 of a JSON-serialisable description (sorted keys, so dict order never matters)."""
     text = json.dumps(material, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+class CacheError(CorpusError):
+    """The cache folder cannot be written (read-only, full, no permission)."""
 
 
 class CorruptEntry(Exception):
@@ -127,6 +137,7 @@ class MapCache:
         self.root = Path(root) if root is not None else default_cache_dir()
 
     def entry_path(self, kind: str, key: str) -> Path:
+        """The folder of entry ``kind``/``key``."""
         return self.root / f"{kind}-{key[:40]}"
 
     def has(self, kind: str, key: str) -> bool:
@@ -137,7 +148,7 @@ class MapCache:
         """The verified entry, or None when it is absent or corrupt (a corrupt one is logged)."""
         try:
             return _read_entry(self.entry_path(kind, key))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except CorruptEntry as error:
             log.warning("cache entry corrupt, will rebuild: %s", error)
@@ -155,16 +166,36 @@ class MapCache:
             return entry
         from filelock import FileLock
 
-        self.root.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.root / f"{kind}-{key[:40]}.lock")):
+        final = self.entry_path(kind, key)
+        with self._writing():
+            self.root.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(str(self.root / f"{final.name}.lock"))
+            lock.acquire()
+        try:
             entry = self.load(kind, key)
-            if entry is not None:
+            if entry is not None:  # built by another process while we waited
                 return entry
+            for leftover in self.root.glob(f".tmp-{final.name}-*"):  # from a builder killed mid-write
+                if time.time() - leftover.stat().st_mtime > STALE_SECONDS:
+                    shutil.rmtree(leftover, ignore_errors=True)
             arrays, meta = build()
-            self._publish(kind, key, arrays, meta, description or {})
-        entry = _read_entry(self.entry_path(kind, key), checksums=False)
+            with self._writing():
+                self._publish(kind, key, arrays, meta, description or {})
+        finally:
+            lock.release()
+        entry = _read_entry(final, checksums=False)
         entry.built = True
         return entry
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Turn a failed write into a message saying where the cache is and what to do."""
+        try:
+            yield
+        except OSError as error:
+            raise CacheError(f"cannot write the index-map cache {self.root} ({error.strerror or error}); set "
+                             "cache_dir in the blend or $BLENDFORGE_CACHE_DIR to a writable folder, or prebuild "
+                             "the maps where it is writable with `corpus blend FILE --build`") from None
 
     def _publish(self, kind: str, key: str, arrays: dict[str, np.ndarray], meta: dict, description: dict) -> None:
         """Write to a private folder, then swap it in (moving a corrupt predecessor aside first)."""

@@ -164,6 +164,7 @@ class SourceInfo:
 
     @classmethod
     def from_meta(cls, meta: dict) -> "SourceInfo":
+        """The facts saved in a source table's manifest."""
         identity = meta["tokenizer_identity"]
         return cls(np.dtype(meta["dtype"]), meta["num_shards"], meta["num_documents"], meta["num_sequences"],
                    meta["num_tokens"], meta["digest"], meta["tokenizer"], tuple(identity) if identity else None,

@@ -118,6 +118,7 @@ def test_overrides_are_validated(folder: Path) -> None:
         apply_overrides(config, seq_length=1)
     with pytest.raises(BlendError, match="cannot override 'sources'"):
         apply_overrides(config, sources=())
+    assert apply_overrides(config, cache_dir="maps").cache_dir == str(Path.cwd() / "maps")
 
 
 def _resolve_error(folder: Path, text: str) -> str:

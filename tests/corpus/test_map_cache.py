@@ -16,7 +16,7 @@ import pytest
 
 from corpus.blend import blend_from_dict
 from corpus.datasets import SampleCounts, build_split_datasets
-from corpus.map_cache import MapCache, cache_key
+from corpus.map_cache import CacheError, MapCache, cache_key
 from tests.conftest import REPO
 from tests.corpus.blend_data import write_random
 
@@ -151,3 +151,18 @@ def test_a_builder_killed_mid_build_blocks_nobody(tmp_path: Path) -> None:
     entry = MapCache(tmp_path / "cache").get_or_build("x", "k" * 64, lambda: ({"a": np.arange(3)}, {"ok": 1}))
     assert entry.built and entry.meta == {"ok": 1} and entry.arrays["a"].tolist() == [0, 1, 2]
     assert MapCache(tmp_path / "cache").load("x", "k" * 64) is not None
+
+
+def test_an_unwritable_cache_is_a_clear_error(folder: Path) -> None:
+    (folder / "not-a-folder").write_text("")
+    with pytest.raises(CacheError, match="cannot write the index-map cache .*not-a-folder.*writable folder"):
+        _datasets(folder, {**BLEND, "cache_dir": "not-a-folder"})
+
+
+def test_leftovers_of_a_killed_writer_are_cleared(tmp_path: Path) -> None:
+    cache = MapCache(tmp_path)
+    stale = tmp_path / f".tmp-{cache.entry_path('x', 'k' * 64).name}-dead"
+    stale.mkdir()
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    cache.get_or_build("x", "k" * 64, lambda: ({"a": np.arange(2)}, {}))
+    assert not stale.exists()
