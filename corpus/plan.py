@@ -113,7 +113,9 @@ def plan_split(resolved: ResolvedBlend, split: str, requested: int | None, requi
     """The plan of ``split`` for ``requested`` samples (None: one epoch, unweighted blends only).
 
     Returns None when nothing is to be built: 0 samples asked, or a split the blend gives no
-    share (an error when ``required``; otherwise logged, as megatron-core skips such a split)."""
+    share (an error when ``required``; otherwise logged, as megatron-core skips such a split).
+    Asking an unweighted blend for more than one epoch is an error when ``required``; otherwise
+    the split is capped at one epoch, as megatron-core caps it."""
     if requested == 0:
         return None
     ranges = _ranges(resolved, split, requested, required)
@@ -134,7 +136,7 @@ def plan_split(resolved: ResolvedBlend, split: str, requested: int | None, requi
             raise config.error("weighted sources need a sample count; pass --num-samples (or drop every weight for "
                                "one epoch of each source)", f"{config.source_key(split, keep[0])}.weight")
         return _weighted(resolved, split, requested, keep, ranges, excluded)
-    return _unweighted(resolved, split, requested, keep, ranges, excluded)
+    return _unweighted(resolved, split, requested, keep, ranges, excluded, required)
 
 
 def _member(resolved: ResolvedBlend, split: str, index: int, bounds: tuple[int, int], weight: float | None,
@@ -176,15 +178,18 @@ def _weighted(resolved: ResolvedBlend, split: str, requested: int, keep: list[in
 
 
 def _unweighted(resolved: ResolvedBlend, split: str, requested: int | None, keep: list[int],
-                ranges: list[tuple[int, int]], excluded: tuple[str, ...]) -> SplitPlan:
+                ranges: list[tuple[int, int]], excluded: tuple[str, ...], required: bool) -> SplitPlan:
     members = tuple(_member(resolved, split, i, ranges[i], None, None, None) for i in keep)
     lengths = [m.length for m in members]
     total = sum(lengths)
     if requested is None:
         return SplitPlan(split, None, "unweighted", members, excluded, None, total)
-    if requested > total:
+    if requested > total and required:
         raise resolved.config.error(
             f"sources without weights give one epoch each: {total} {split} samples at most, {requested} asked; "
             "give every source a weight to repeat data, or ask for fewer samples", "sources")
+    if requested > total:
+        log.info("sources without weights give one epoch each: %d %s samples of the %d asked", total, split, requested)
+        requested = total
     shares = maps.normalize(lengths)
     return SplitPlan(split, requested, "unweighted", members, excluded, tuple(shares), requested)

@@ -219,6 +219,8 @@ def test_more_samples_than_one_epoch_without_weights(folder: Path) -> None:
     text = GOOD.replace(", weight: 0.7", "").replace(", weight: 0.3", "")
     message = _build_error(folder, text, SampleCounts(100_000))
     assert "one epoch each" in message and "give every source a weight" in message
+    capped = build_split_datasets(load_blend(_blend(folder, text)), SampleCounts(100, 100_000)).valid
+    assert len(capped) == sum(m.length for m in capped.plan.members) < 100_000  # megatron-core's cap
 
 
 def test_max_epochs_refuses_repetition(folder: Path) -> None:
