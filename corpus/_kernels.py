@@ -5,9 +5,9 @@ They are line-for-line ports of megatron-core 0.16.1's ``helpers.cpp`` (``build_
 the same double-precision error terms evaluated in the same order, ties to the lower index. No
 ``fastmath``: contracting ``w * x - c`` into an FMA would change which source wins a tie.
 
-``cache=True`` keeps the machine code on disk (``__pycache__`` next to this file, or numba's
-fallback user cache when that is read-only), so only the first process ever pays the 1-3 s
-compile. Import this module lazily: importing numba costs ~0.2 s, which a warm cache lookup
+``nogil=True`` lets several sources build in parallel threads. ``cache=True`` keeps the machine
+code on disk (``__pycache__`` next to this file, or numba's fallback user cache when that is
+read-only), so only the first process ever pays the 1-3 s compile. Import this module lazily: importing numba costs ~0.2 s, which a warm cache lookup
 (``corpus blend --show-samples``) never needs.
 """
 
@@ -17,7 +17,7 @@ import numba
 import numpy as np
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def fill_sample_index(lengths, document_index, seq_length, extra_token, out):  # pragma: no cover - compiled
     """Fill ``out`` [num_samples + 1, 2] with (document position, token offset) sample starts.
 
@@ -49,9 +49,10 @@ def fill_sample_index(lengths, document_index, seq_length, extra_token, out):  #
         out[row, 1] = offset
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def fill_blending_indices(weights, dataset_index, dataset_sample_index):  # pragma: no cover - compiled
-    """Megatron's greedy blend: sample i goes to ``argmax_d(w_d * max(i, 1) - count_d)``."""
+    """Megatron's greedy blend: sample i goes to ``argmax_d(w_d * max(i, 1) - count_d)``.
+    Returns the number of samples taken from each dataset."""
     num_datasets = weights.shape[0]
     counts = np.zeros(num_datasets, dtype=np.int64)
     for sample in range(dataset_index.shape[0]):
@@ -66,9 +67,10 @@ def fill_blending_indices(weights, dataset_index, dataset_sample_index):  # prag
         dataset_index[sample] = best
         dataset_sample_index[sample] = counts[best]
         counts[best] += 1
+    return counts
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def fill_exhaustive_blending_indices(sizes, dataset_index, dataset_sample_index):  # pragma: no cover - compiled
     """Megatron's exhaustive blend: exactly ``sizes[d]`` samples of each dataset, interleaved by
     the same greedy rule among the datasets not yet spent (visited in ascending order)."""

@@ -120,10 +120,12 @@ class SampleOptions:
 
     @property
     def extra_token(self) -> int:
+        """1 when samples carry the extra label token, else 0 (Megatron's integer use of the flag)."""
         return int(self.add_extra_token_to_sequence)
 
     @property
     def needs_eod(self) -> bool:
+        """Whether any option needs the EOD id."""
         return self.eod_mask_loss or self.reset_position_ids or self.reset_attention_mask
 
 
@@ -237,7 +239,8 @@ def load_blend(path: str | os.PathLike, **overrides: object) -> BlendConfig:
 
 
 def apply_overrides(config: BlendConfig, **overrides: object) -> BlendConfig:
-    """``config`` with top-level fields or sample options replaced (None values are ignored)."""
+    """``config`` with top-level fields or sample options replaced (None values are ignored). A
+    ``cache_dir`` given here is relative to the working directory, not to the blend's folder."""
     top = typing.get_type_hints(BlendConfig)
     sample_hints = typing.get_type_hints(SampleOptions)
     changes, sample_changes = {}, {}
@@ -248,6 +251,8 @@ def apply_overrides(config: BlendConfig, **overrides: object) -> BlendConfig:
             sample_changes[name] = coerce(value, sample_hints[name], ("samples", name), None, BlendError)
         elif name in top and name not in ("sources", "origin", "base_dir", "samples"):
             changes[name] = coerce(value, top[name], (name,), None, BlendError)
+            if name == "cache_dir":  # given on a command line: relative to where it was typed
+                changes[name] = os.path.abspath(os.path.expanduser(changes[name]))
         else:
             raise BlendError(f"cannot override {name!r}; overridable: "
                              f"{', '.join(n for n in top if n not in ('sources', 'origin', 'base_dir', 'samples'))}, "

@@ -60,8 +60,7 @@ def _achieved(plan: SplitPlan) -> list[int]:
         return [plan.size if plan.requested is None else plan.requested]
     if plan.blend_weights is None:
         return [m.length for m in plan.members]
-    index, _ = maps.blending_indices(list(plan.blend_weights), plan.size)
-    return np.bincount(index, minlength=len(plan.members)).tolist()
+    return maps.blending_indices(list(plan.blend_weights), plan.size).counts.tolist()
 
 
 def _per_epoch(tokens: int, seq_length: int, extra_token: int) -> int:
@@ -101,9 +100,9 @@ def dry_run(config: BlendConfig, counts: SampleCounts | None, required: tuple[st
     """Validate everything and describe each split; ``counts=None`` means one epoch (or, for a
     weighted blend, only the per-source inventory). ``required``: see ``plan_split``."""
     resolved = resolve_blend(config)
-    weighted = any(c.weight is not None for split in maps.SPLIT_NAMES for c in config.split_sources(split))
     reports = []
     for split in maps.SPLIT_NAMES:
+        weighted = any(c.weight is not None for c in config.split_sources(split))
         if counts is None and weighted:
             report = _inventory(resolved, split)
         else:

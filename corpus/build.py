@@ -10,6 +10,8 @@ every ``.idx`` (so a copied dataset hits the cache and a rewritten one misses it
 from __future__ import annotations
 
 import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,10 +68,9 @@ def _blend_entry(resolved: ResolvedBlend, plan: SplitPlan, member_keys: list[str
 
     def build() -> tuple[dict[str, np.ndarray], dict]:
         if plan.blend_weights is None:
-            index, sample = maps.exhaustive_blending_indices(lengths)
+            index, sample, counts = maps.exhaustive_blending_indices(lengths)
         else:
-            index, sample = maps.blending_indices(list(plan.blend_weights), plan.size)
-        counts = np.bincount(index, minlength=len(lengths))
+            index, sample, counts = maps.blending_indices(list(plan.blend_weights), plan.size)
         for member, count, length in zip(plan.members, counts, lengths):
             if count > length:
                 raise resolved.config.error(
@@ -82,8 +83,13 @@ def _blend_entry(resolved: ResolvedBlend, plan: SplitPlan, member_keys: list[str
 
 
 def build_split_maps(resolved: ResolvedBlend, plan: SplitPlan) -> SplitMaps:
-    """Load every map ``plan`` needs, building (once, under a lock) whatever the cache lacks."""
-    entries = [_gpt_entry(resolved, member, plan.split) for member in plan.members]
+    """Load every map ``plan`` needs, building (once, under a lock) whatever the cache lacks.
+    Sources build in parallel threads (numpy's shuffles and the compiled loops release the GIL)."""
+    if not all(resolved.cache.has("gpt", gpt_key(resolved, member)) for member in plan.members):
+        maps.prepare_kernels()
+    workers = min(len(plan.members), os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="maps") as pool:
+        entries = list(pool.map(lambda member: _gpt_entry(resolved, member, plan.split), plan.members))
     built = sum(entry.built for entry in entries)
     members = [entry.arrays for entry in entries]
     if plan.mode == "single":

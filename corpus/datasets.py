@@ -32,6 +32,7 @@ class SampleCounts:
     test: int = 0
 
     def of(self, split: str) -> int:
+        """The count of ``split`` (train, valid or test)."""
         return getattr(self, split)
 
 
@@ -82,6 +83,8 @@ class SplitDataset:
         self._members = [_SourceSplit(m.source, a) for m, a in zip(self.plan.members, split_maps.members)]
         self._dataset_index = split_maps.dataset_index
         self._dataset_sample_index = split_maps.dataset_sample_index
+        self.maps_built = split_maps.built
+        """Cache entries this process built for the split (0: all came from the cache)."""
 
     def __len__(self) -> int:
         return self.plan.size
@@ -133,9 +136,11 @@ class BlendDatasets:
 
     @property
     def fingerprint(self) -> str:
+        """The blend fingerprint a loader stores in its state."""
         return self.resolved.fingerprint
 
     def split(self, name: str) -> SplitDataset | None:
+        """The dataset of split ``name`` (None when not built)."""
         return getattr(self, name)
 
     def show_samples_command(self, split: str, start: int, stop: int) -> str:

@@ -24,7 +24,9 @@ from __future__ import annotations
 import functools
 import math
 import re
+import threading
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -137,6 +139,7 @@ class GptMaps:
     shuffle_index: np.ndarray
 
     def arrays(self) -> dict[str, np.ndarray]:
+        """The maps by file name, as the cache stores them."""
         return {"document_index": self.document_index, "sample_index": self.sample_index, "shuffle_index": self.shuffle_index}
 
 
@@ -160,17 +163,26 @@ def blend_counts(weights: list[float], num_samples: int, surplus: float = 0.0) -
     return [int(math.ceil(math.ceil(num_samples * weight) * (1 + surplus))) for weight in weights]
 
 
-def blending_indices(weights: list[float], size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(source of each blended sample [int16], its sample number within that source [int64])."""
+class Blending(NamedTuple):
+    """A blended split: the source of each sample [int16], its sample number within that source
+    [int64], and how many samples each source gives."""
+
+    dataset_index: np.ndarray
+    dataset_sample_index: np.ndarray
+    counts: np.ndarray
+
+
+def blending_indices(weights: list[float], size: int) -> Blending:
+    """Megatron's greedy interleave of ``size`` samples in proportion to ``weights``."""
     from corpus._kernels import fill_blending_indices
 
     dataset_index = np.zeros(size, dtype=np.int16)
     dataset_sample_index = np.zeros(size, dtype=np.int64)
-    fill_blending_indices(np.asarray(weights, dtype=np.float64), dataset_index, dataset_sample_index)
-    return dataset_index, dataset_sample_index
+    counts = fill_blending_indices(np.asarray(weights, dtype=np.float64), dataset_index, dataset_sample_index)
+    return Blending(dataset_index, dataset_sample_index, counts)
 
 
-def exhaustive_blending_indices(sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+def exhaustive_blending_indices(sizes: list[int]) -> Blending:
     """Exactly ``sizes[d]`` samples of each source, interleaved in proportion to the sizes."""
     from corpus._kernels import fill_exhaustive_blending_indices
 
@@ -178,4 +190,25 @@ def exhaustive_blending_indices(sizes: list[int]) -> tuple[np.ndarray, np.ndarra
     dataset_index = np.zeros(total, dtype=np.int16)
     dataset_sample_index = np.zeros(total, dtype=np.int64)
     fill_exhaustive_blending_indices(np.asarray(sizes, dtype=np.int64), dataset_index, dataset_sample_index)
-    return dataset_index, dataset_sample_index
+    return Blending(dataset_index, dataset_sample_index, np.asarray(sizes, dtype=np.int64))
+
+
+def prepare_kernels() -> None:
+    """Load the compiled loops in a background thread (once per process) while numpy shuffles:
+    numba's import and cache load (~0.5 s) then overlap the work that precedes their first use.
+    Call it only when a map is about to be built; warm cache lookups never need numba."""
+    global _kernel_thread
+    with _kernel_lock:
+        if _kernel_thread is None:
+            _kernel_thread = threading.Thread(target=_warm_kernels, name="numba-warmup", daemon=True)
+            _kernel_thread.start()
+
+
+def _warm_kernels() -> None:
+    sample_index(np.ones(4, np.int32), np.arange(4, dtype=np.int32), 2, 4, 1)
+    blending_indices([0.5, 0.5], 2)
+    exhaustive_blending_indices([1, 1])
+
+
+_kernel_lock = threading.Lock()
+_kernel_thread: threading.Thread | None = None

@@ -5,7 +5,7 @@ shape, byte size and crc32 of every file, plus a human-readable description). ``
 sha256 of everything that changes the arrays, computed by the caller.
 
 - Atomic: an entry is built in a private temporary folder and renamed into place; a reader never
-  sees half an entry.
+  sees half an entry. (No fsync: a file torn by a power loss fails its checks and is rebuilt.)
 - One build: builders take ``<kind>-<key>.lock`` (an ``fcntl`` lock through ``filelock``, released
   by the kernel if the holder dies, so nobody hangs on a crashed builder) and look again before
   building, so any number of processes asking at once get exactly one build per filesystem.
@@ -18,6 +18,7 @@ Default location: ``$BLENDFORGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/blendforge/i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -25,16 +26,21 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
+
+from corpus.errors import CorpusError
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+#: Staging folders older than this are leftovers of a killed builder (cleared when that entry is built).
+STALE_SECONDS = 3600
 _CRC_BLOCK = 64 << 20
 
 
@@ -51,6 +57,10 @@ def cache_key(material: object) -> str:
     """sha256 of a JSON-serialisable description (sorted keys, so dict order never matters)."""
     text = json.dumps(material, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+class CacheError(CorpusError):
+    """The cache folder cannot be written (read-only, full, no permission)."""
 
 
 class CorruptEntry(Exception):
@@ -83,20 +93,17 @@ def _write_entry(folder: Path, arrays: dict[str, np.ndarray], meta: dict, descri
         target = folder / f"{name}.npy"
         with open(target, "wb") as handle:
             np.save(handle, array, allow_pickle=False)
-            handle.flush()
-            os.fsync(handle.fileno())
         files[name] = {"dtype": array.dtype.str, "shape": list(array.shape), "bytes": target.stat().st_size,
                        "crc32": _crc32(array)}
     manifest = {"files": files, "meta": meta, "description": description,
                 "built_by": {"host": socket.gethostname(), "pid": os.getpid()}}
     with open(folder / MANIFEST, "w") as handle:
         json.dump(manifest, handle, indent=1, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
-def _read_entry(folder: Path) -> Entry:
-    """Load and verify an entry; raise CorruptEntry on any mismatch, FileNotFoundError if absent."""
+def _read_entry(folder: Path, checksums: bool = True) -> Entry:
+    """Load and verify an entry (``checksums=False``: sizes, dtypes and shapes only, for an entry
+    this process just wrote); raise CorruptEntry on any mismatch, FileNotFoundError if absent."""
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
         files = manifest["files"]
@@ -117,7 +124,7 @@ def _read_entry(folder: Path) -> Entry:
             raise CorruptEntry(f"{path}: not a valid .npy ({error})") from None
         if array.dtype.str != expected["dtype"] or list(array.shape) != expected["shape"]:
             raise CorruptEntry(f"{path}: dtype/shape differ from the manifest")
-        if _crc32(array) != expected["crc32"]:
+        if checksums and _crc32(array) != expected["crc32"]:
             raise CorruptEntry(f"{path}: crc32 mismatch (corrupt file)")
         arrays[name] = array
     return Entry(folder, arrays, manifest.get("meta", {}))
@@ -130,13 +137,18 @@ class MapCache:
         self.root = Path(root) if root is not None else default_cache_dir()
 
     def entry_path(self, kind: str, key: str) -> Path:
+        """The folder of entry ``kind``/``key``."""
         return self.root / f"{kind}-{key[:40]}"
+
+    def has(self, kind: str, key: str) -> bool:
+        """Whether an entry is present (not verified: a cheap look before deciding to build)."""
+        return (self.entry_path(kind, key) / MANIFEST).is_file()
 
     def load(self, kind: str, key: str) -> Entry | None:
         """The verified entry, or None when it is absent or corrupt (a corrupt one is logged)."""
         try:
             return _read_entry(self.entry_path(kind, key))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except CorruptEntry as error:
             log.warning("cache entry corrupt, will rebuild: %s", error)
@@ -154,16 +166,36 @@ class MapCache:
             return entry
         from filelock import FileLock
 
-        self.root.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.root / f"{kind}-{key[:40]}.lock")):
+        final = self.entry_path(kind, key)
+        with self._writing():
+            self.root.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(str(self.root / f"{final.name}.lock"))
+            lock.acquire()
+        try:
             entry = self.load(kind, key)
-            if entry is not None:
+            if entry is not None:  # built by another process while we waited
                 return entry
+            for leftover in self.root.glob(f".tmp-{final.name}-*"):  # from a builder killed mid-write
+                if time.time() - leftover.stat().st_mtime > STALE_SECONDS:
+                    shutil.rmtree(leftover, ignore_errors=True)
             arrays, meta = build()
-            self._publish(kind, key, arrays, meta, description or {})
-        entry = _read_entry(self.entry_path(kind, key))
+            with self._writing():
+                self._publish(kind, key, arrays, meta, description or {})
+        finally:
+            lock.release()
+        entry = _read_entry(final, checksums=False)
         entry.built = True
         return entry
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Turn a failed write into a message saying where the cache is and what to do."""
+        try:
+            yield
+        except OSError as error:
+            raise CacheError(f"cannot write the index-map cache {self.root} ({error.strerror or error}); set "
+                             "cache_dir in the blend or $BLENDFORGE_CACHE_DIR to a writable folder, or prebuild "
+                             "the maps where it is writable with `corpus blend FILE --build`") from None
 
     def _publish(self, kind: str, key: str, arrays: dict[str, np.ndarray], meta: dict, description: dict) -> None:
         """Write to a private folder, then swap it in (moving a corrupt predecessor aside first)."""
@@ -175,6 +207,12 @@ class MapCache:
                 trash = Path(tempfile.mkdtemp(prefix=f".trash-{final.name}-", dir=self.root))
                 os.replace(final, trash / "entry")
                 shutil.rmtree(trash, ignore_errors=True)
-            os.replace(staging, final)
+            try:
+                os.replace(staging, final)
+            except OSError:
+                # NOTE: only reachable where the filesystem ignores the lock (some NFS setups): another
+                # builder published first; its entry is as good as ours if it verifies.
+                if self.load(kind, key) is None:
+                    raise
         finally:
             shutil.rmtree(staging, ignore_errors=True)

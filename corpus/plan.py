@@ -91,16 +91,18 @@ def _ranges(resolved: ResolvedBlend, split: str, requested: int | None, required
 def _usable(resolved: ResolvedBlend, split: str, ranges: list[tuple[int, int]], unweighted: bool) -> list[int]:
     """Indices of the sources that can contribute to ``split``; the others are warned about."""
     config = resolved.config
-    keep = []
+    keep, empty = [], []
     for index, (source, (begin, end)) in enumerate(zip(resolved.sources[split], ranges)):
         tokens = int(np.sum(source.lengths[begin:end], dtype=np.int64))
         too_small = unweighted and maps.samples_in(tokens, config.seq_length, config.samples.extra_token) <= 0
         if tokens == 0 or too_small:
             what = "no tokens" if tokens == 0 else f"{tokens} tokens, less than one sample"
-            log.warning("%s (%s): its %s share (sequences %d-%d) has %s; it contributes nothing to %s",
-                        config.source_key(split, index), source.name, split, begin, end, what, split)
+            empty.append(f"{config.source_key(split, index)} ({source.name}: sequences {begin}-{end}, {what})")
         else:
             keep.append(index)
+    if empty:
+        shown = "; ".join(empty[:5]) + (f"; and {len(empty) - 5} more" if len(empty) > 5 else "")
+        log.warning("%d source(s) contribute nothing to %s, their share of it being empty: %s", len(empty), split, shown)
     if not keep:
         raise config.error(f"every source's {split} share is empty; give {split} a larger share in 'split', or use "
                            "per-split source lists", "split" if config.split else f"sources.{split}")
@@ -111,7 +113,9 @@ def plan_split(resolved: ResolvedBlend, split: str, requested: int | None, requi
     """The plan of ``split`` for ``requested`` samples (None: one epoch, unweighted blends only).
 
     Returns None when nothing is to be built: 0 samples asked, or a split the blend gives no
-    share (an error when ``required``; otherwise logged, as megatron-core skips such a split)."""
+    share (an error when ``required``; otherwise logged, as megatron-core skips such a split).
+    Asking an unweighted blend for more than one epoch is an error when ``required``; otherwise
+    the split is capped at one epoch, as megatron-core caps it."""
     if requested == 0:
         return None
     ranges = _ranges(resolved, split, requested, required)
@@ -132,7 +136,7 @@ def plan_split(resolved: ResolvedBlend, split: str, requested: int | None, requi
             raise config.error("weighted sources need a sample count; pass --num-samples (or drop every weight for "
                                "one epoch of each source)", f"{config.source_key(split, keep[0])}.weight")
         return _weighted(resolved, split, requested, keep, ranges, excluded)
-    return _unweighted(resolved, split, requested, keep, ranges, excluded)
+    return _unweighted(resolved, split, requested, keep, ranges, excluded, required)
 
 
 def _member(resolved: ResolvedBlend, split: str, index: int, bounds: tuple[int, int], weight: float | None,
@@ -174,15 +178,18 @@ def _weighted(resolved: ResolvedBlend, split: str, requested: int, keep: list[in
 
 
 def _unweighted(resolved: ResolvedBlend, split: str, requested: int | None, keep: list[int],
-                ranges: list[tuple[int, int]], excluded: tuple[str, ...]) -> SplitPlan:
+                ranges: list[tuple[int, int]], excluded: tuple[str, ...], required: bool) -> SplitPlan:
     members = tuple(_member(resolved, split, i, ranges[i], None, None, None) for i in keep)
     lengths = [m.length for m in members]
     total = sum(lengths)
     if requested is None:
         return SplitPlan(split, None, "unweighted", members, excluded, None, total)
-    if requested > total:
+    if requested > total and required:
         raise resolved.config.error(
             f"sources without weights give one epoch each: {total} {split} samples at most, {requested} asked; "
             "give every source a weight to repeat data, or ask for fewer samples", "sources")
+    if requested > total:
+        log.info("sources without weights give one epoch each: %d %s samples of the %d asked", total, split, requested)
+        requested = total
     shares = maps.normalize(lengths)
     return SplitPlan(split, requested, "unweighted", members, excluded, tuple(shares), requested)

@@ -9,12 +9,11 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass
-from pathlib import Path
-
 import numpy as np
 
 from corpus import meta as sidecar
 from corpus.blend import BlendConfig, tokenizer_family
+from corpus.errors import CorpusError
 from corpus.index_maps import SPLIT_NAMES
 from corpus.map_cache import MapCache, cache_key
 from corpus.sources import Source, SourceError, load_source
@@ -37,8 +36,8 @@ class ResolvedBlend:
     vocab_size: int | None
     eod_id: int | None
     fingerprint: str
-    """sha256 of what decides the samples: source contents, weights, split, seq_length, seed,
-    sample options. Stored in loader state to refuse resuming against another blend."""
+    """sha256 of what decides the samples: sources (their lengths and tokenizer), weights, split,
+    seq_length, seed, sample options. Stored in loader state to refuse resuming against another blend."""
 
     def all_sources(self) -> list[tuple[str, Source]]:
         """(key, source) for every distinct source, in blend order."""
@@ -98,11 +97,23 @@ def _check_agreement(resolved: ResolvedBlend) -> None:
                         source.info.num_shards, source.info.missing_example)
 
 
-def tokenizer_fingerprint(path: str) -> str:
-    """sha256 of a tokenizer file, or of every file of a tokenizer folder in name order."""
-    if os.path.isdir(path):
-        return sidecar.fingerprint_files(sorted(p for p in Path(path).iterdir() if p.is_file()))
-    return sidecar.fingerprint_files([path])
+def _huggingface_files(path: str) -> list[str]:
+    """tokenizer.json (the file or ``DIR/tokenizer.json``) and the configs read beside it."""
+    from corpus.tokenizers.huggingface import named_special_tokens, tokenizer_json_path
+
+    json_path = tokenizer_json_path(path)
+    return [json_path, *named_special_tokens(os.path.dirname(json_path))[2]]
+
+
+#: The files whose bytes make a tokenizer's fingerprint, per kind (as ``corpus.tokenizers`` records
+#: them); kinds not listed are one file.
+TOKENIZER_FILES = {"huggingface": _huggingface_files}
+
+
+def tokenizer_fingerprint(kind: str, path: str) -> str:
+    """The fingerprint ``corpus tokenize`` records for the tokenizer of ``kind`` at ``path``."""
+    files = TOKENIZER_FILES.get(tokenizer_family(kind), lambda p: [p])(path)
+    return sidecar.fingerprint_files(files)
 
 
 def _check_expected_tokenizer(resolved: ResolvedBlend) -> None:
@@ -116,7 +127,10 @@ def _check_expected_tokenizer(resolved: ResolvedBlend) -> None:
         if not os.path.exists(path):
             raise config.error(f"{path}: no such tokenizer file; point it at the tokenizer the data was made with",
                                "tokenizer.path")
-        fingerprint = tokenizer_fingerprint(path)
+        try:
+            fingerprint = tokenizer_fingerprint(spec.kind, path)
+        except CorpusError as error:
+            raise config.error(str(error), "tokenizer.path") from None
     exact = spec.kind.lower() != tokenizer_family(spec.kind)
     for key, source in resolved.all_sources():
         record = source.info.tokenizer or {}
@@ -129,7 +143,7 @@ def _check_expected_tokenizer(resolved: ResolvedBlend) -> None:
         recorded_fingerprint = record.get("fingerprint")
         if fingerprint and recorded_fingerprint and recorded_fingerprint != fingerprint:
             raise config.error(f"{spec.path} is not the tokenizer {source.name} ({key}) was made with (its "
-                               f".meta.json records {record.get('path', 'another file')}, sha256 "
+                               f".meta.json records {record.get('model') or record.get('path') or 'another file'}, sha256 "
                                f"{recorded_fingerprint[:12]}…, this file is {fingerprint[:12]}…)", "tokenizer.path")
 
 
@@ -145,7 +159,8 @@ def _fill_facts(resolved: ResolvedBlend) -> None:
         raise config.error("eod_mask_loss/reset_position_ids/reset_attention_mask need the EOD id, and no source's "
                            ".meta.json records one; set samples.eod_id", "samples.eod_id")
     material = {
-        "sources": {split: [[s.digest, c.weight] for s, c in zip(resolved.sources.get(split, []), config.split_sources(split))]
+        "sources": {split: [[s.digest, s.info.tokenizer_identity, c.weight]
+                            for s, c in zip(resolved.sources.get(split, []), config.split_sources(split))]
                     for split in SPLIT_NAMES},
         "split": config.split, "seq_length": config.seq_length, "seed": config.seed,
         "samples": {**dataclasses.asdict(config.samples), "eod_id": resolved.eod_id},

@@ -2,10 +2,10 @@
 that act as the single file ``corpus merge`` would make of them, in sorted order.
 
 What megatron-core needs of a low-level dataset is its sequence lengths; for a glob source they
-are the shards' lengths concatenated. Building that table reads every shard's ``.idx`` once; the
-result (lengths, shard boundaries, counts, a sha256 content digest of the ``.idx`` files and the
-sidecar facts) is cached, keyed by each ``.idx``'s path, size, mtime and inode, so a warm start
-only lists and stats the shards. Reading tokens opens shards lazily, a bounded number at a time,
+are the shards' lengths concatenated. Building that table reads every shard's lengths once (cost
+grows with documents, not shards); the result (lengths, shard boundaries, counts, a sha256 of the
+lengths, which is all the index maps depend on, and the sidecar facts) is cached, keyed by each
+``.idx``'s path, size, mtime and inode, so a warm start only lists and stats the shards. Reading tokens opens shards lazily, a bounded number at a time,
 so 100,000 shards never exhaust file descriptors.
 """
 
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from corpus import meta as sidecar
-from corpus.indexed import IndexedReader, IndexFormatError, strip_suffix
+from corpus.indexed import HEADER_SIZE, IndexedReader, IndexFormatError, bin_path, idx_path, read_header, strip_suffix
+from corpus.index_maps import prepare_kernels
 from corpus.map_cache import Entry, MapCache, cache_key
 from corpus.prefixes import PrefixNotFound, expand
 
@@ -100,9 +101,25 @@ def _sidecar_facts(prefixes: list[str], metas: set[str]) -> dict:
                               f"{this[:2]}; re-tokenize them with one tokenizer")
         identity = identity or this
     missing = [p for p in prefixes if p not in metas]
-    return {"tokenizer": (first or {}).get("tokenizer"), "tokenizer_identity": list(identity) if identity else None,
-            "vocab_size": (first or {}).get("vocab_size"), "eod_id": eod_of(first),
+    record = (first or {}).get("tokenizer") or {}
+    return {"tokenizer": record or None, "tokenizer_identity": list(identity) if identity else None,
+            "vocab_size": (first or {}).get("vocab_size", record.get("vocab_size")), "eod_id": eod_of(first),
             "missing_sidecars": len(missing), "missing_example": missing[0] if missing else None}
+
+
+def _read_shard(prefix: str) -> tuple[np.dtype, np.ndarray, int]:
+    """dtype, sequence lengths and document count of one shard, read straight from its ``.idx``
+    (no memory maps: 100,000 shards must not hold 100,000 of them), ``.bin`` size checked."""
+    header = read_header(idx_path(prefix))
+    lengths = np.fromfile(idx_path(prefix), dtype=np.int32, count=header.num_sequences, offset=HEADER_SIZE)
+    if (lengths < 0).any():
+        raise IndexFormatError(idx_path(prefix), f"sequence {int(np.argmax(lengths < 0))} has a negative length")
+    tokens = int(lengths.sum(dtype=np.int64))
+    size = os.stat(bin_path(prefix)).st_size
+    if size != tokens * header.dtype.itemsize:
+        raise IndexFormatError(bin_path(prefix), f"size {size} bytes disagrees with the index ({tokens} tokens x "
+                               f"{header.dtype.itemsize} bytes): truncated or mismatched pair")
+    return header.dtype, lengths, header.num_document_indices - 1
 
 
 def _build_table(prefixes: list[str], metas: set[str]) -> tuple[dict[str, np.ndarray], dict]:
@@ -110,18 +127,17 @@ def _build_table(prefixes: list[str], metas: set[str]) -> tuple[dict[str, np.nda
     dtype, dtype_prefix, documents = None, None, 0
     for prefix in prefixes:
         try:
-            reader = IndexedReader(prefix)  # full validation, once per table build
+            shard_dtype, shard_lengths, shard_documents = _read_shard(prefix)
         except IndexFormatError as error:
             raise SourceError(f"{error}") from None
-        with reader:
-            if dtype is not None and reader.dtype != dtype:
-                raise SourceError(f"{prefix}.idx has token dtype {reader.dtype} but {dtype_prefix}.idx has {dtype}; "
-                                  "all shards of a source must come from one tokenizer")
-            dtype, dtype_prefix = reader.dtype, dtype_prefix or prefix
-            lengths.append(np.array(reader.sequence_lengths, dtype=np.int32))
-            starts.append(starts[-1] + reader.num_sequences)
-            documents += reader.num_documents
-        digest.update(bytes.fromhex(sidecar.fingerprint_files([prefix + ".idx"])))
+        if dtype is not None and shard_dtype != dtype:
+            raise SourceError(f"{prefix}.idx has token dtype {shard_dtype} but {dtype_prefix}.idx has {dtype}; "
+                              "all shards of a source must come from one tokenizer")
+        dtype, dtype_prefix = shard_dtype, dtype_prefix or prefix
+        lengths.append(shard_lengths)
+        starts.append(starts[-1] + len(shard_lengths))
+        documents += shard_documents
+        digest.update(shard_lengths.tobytes())
     all_lengths = np.concatenate(lengths) if lengths else np.empty(0, np.int32)
     meta = {"dtype": str(dtype), "num_shards": len(prefixes), "num_documents": documents,
             "num_sequences": int(all_lengths.size), "num_tokens": int(all_lengths.sum(dtype=np.int64)),
@@ -148,6 +164,7 @@ class SourceInfo:
 
     @classmethod
     def from_meta(cls, meta: dict) -> "SourceInfo":
+        """The facts saved in a source table's manifest."""
         identity = meta["tokenizer_identity"]
         return cls(np.dtype(meta["dtype"]), meta["num_shards"], meta["num_documents"], meta["num_sequences"],
                    meta["num_tokens"], meta["digest"], meta["tokenizer"], tuple(identity) if identity else None,
@@ -162,11 +179,13 @@ class Source:
         self.lengths: np.ndarray = table.arrays["lengths"]
         self.shard_starts: np.ndarray = table.arrays["shard_starts"]
         self.info = SourceInfo.from_meta(table.meta)
+        self.built = table.built
+        """Whether this process indexed the source (False: its table came from the cache)."""
         self._readers: OrderedDict[int, IndexedReader] = OrderedDict()
 
     @property
     def digest(self) -> str:
-        """sha256 over the shards' ``.idx`` bytes: what the index maps depend on."""
+        """sha256 of the concatenated sequence lengths: all the index maps depend on."""
         return self.info.digest
 
     def _reader(self, shard: int) -> IndexedReader:
@@ -193,8 +212,11 @@ def load_source(name: str, spec: str, cache: MapCache) -> Source:
     """Find the shards of ``spec`` and load (or build) its table. Raises :class:`SourceError`."""
     prefixes, metas = find_shards(spec)
     key = table_key(prefixes, metas)
-    entry = cache.get_or_build("source", key, lambda: _build_table(prefixes, metas),
-                               {"spec": spec, "shards": len(prefixes)})
+    def build() -> tuple[dict[str, np.ndarray], dict]:
+        prepare_kernels()  # a new source table means new maps: load the compiled loops meanwhile
+        return _build_table(prefixes, metas)
+
+    entry = cache.get_or_build("source", key, build, {"spec": spec, "shards": len(prefixes)})
     if entry.built:
         log.info("indexed source %s: %d shard(s), %d sequences", name, len(prefixes), entry.meta["num_sequences"])
     return Source(name, spec, prefixes, entry)

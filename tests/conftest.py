@@ -37,3 +37,39 @@ def run_cli(program: str, *args: str, cwd: Path | None = None, check: bool = Tru
     if check and result.returncode != 0:
         raise AssertionError(f"{program} {' '.join(args)} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
     return result
+
+
+@pytest.fixture(scope="session")
+def megatron_datasets(tmp_path_factory):
+    """megatron-core's dataset builder (``BlendedMegatronDatasetBuilder``, ``GPTDataset``,
+    ``GPTDatasetConfig``, ``BlendedDataset``), imported once, with the one-process gloo group its
+    ``BlendedDataset`` needs (it asks torch.distributed for the rank even in one process)."""
+    import logging
+    import types
+
+    import torch.distributed as dist
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from megatron.core.datasets.blended_dataset import BlendedDataset
+        from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+        from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+    logging.getLogger("megatron").setLevel(logging.WARNING)
+    started = not dist.is_initialized()
+    if started:
+        store = tmp_path_factory.mktemp("gloo") / "store"
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield types.SimpleNamespace(BlendedMegatronDatasetBuilder=BlendedMegatronDatasetBuilder, GPTDataset=GPTDataset,
+                                GPTDatasetConfig=GPTDatasetConfig, BlendedDataset=BlendedDataset)
+    if started:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def index_map_cache(tmp_path_factory):
+    """Keep index maps built by tests out of the user's cache (~/.cache/blendforge/index_maps):
+    every process the tests start inherits this $BLENDFORGE_CACHE_DIR."""
+    with pytest.MonkeyPatch.context() as patch:
+        folder = tmp_path_factory.mktemp("index_maps")
+        patch.setenv("BLENDFORGE_CACHE_DIR", str(folder))
+        yield folder

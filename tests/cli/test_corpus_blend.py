@@ -1,0 +1,124 @@
+"""`corpus blend` end to end, as a user runs it: the shipped blend over the shipped sample text,
+tokenized with the shipped tokenizer as the quickstart does."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from corpus.blend import load_blend
+from corpus.datasets import build_split_datasets, megatron_sample_counts, show_samples_command
+from tests.conftest import REPO, run_cli
+from tests.corpus.blend_data import EXAMPLES, example_texts, write_example
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """The quickstart's layout, with the shipped blends/web_code.yaml unchanged: the shipped sample
+    tokenized with the shipped tokenizer into blends/data (web, and code as two shards)."""
+    root = tmp_path_factory.mktemp("project")
+    data = root / "blends" / "data"
+    write_example(data / "web_text_document", "web")
+    write_example(data / "code" / "code-00000-of-00002_text_document", "code", 0, 28)
+    write_example(data / "code" / "code-00001-of-00002_text_document", "code", 28)
+    shutil.copy(REPO / "blends" / "web_code.yaml", root / "blends" / "web_code.yaml")
+    (root / "examples").mkdir()
+    shutil.copy(EXAMPLES / "tokenizer.json", root / "examples" / "tokenizer.json")
+    return root
+
+
+def _blend(project: Path) -> str:
+    return str(project / "blends" / "web_code.yaml")
+
+
+def test_dry_run_plans_every_split(project: Path, index_map_cache: Path) -> None:
+    maps_before = set(index_map_cache.glob("gpt-*"))
+    result = run_cli("corpus", "blend", _blend(project), "--train-iters", "200", "--global-batch-size", "8",
+                     "--eval-interval", "50", "--eval-iters", "5")
+    lines = result.stdout.splitlines()
+    assert [line.split()[:2] for line in lines if line.startswith(("train", "valid")) and "blend:" not in line] == [
+        ["train", "web"], ["train", "code"], ["valid", "web"], ["valid", "code"]]
+    assert "1,600 samples asked" in result.stdout and "200 samples asked" in result.stdout
+    report = json.loads(run_cli("corpus", "blend", _blend(project), "--num-samples", "1600", "--json").stdout)
+    train = report[0]
+    assert train["split"] == "train" and train["size"] == 1600
+    assert [row["name"] for row in train["rows"]] == ["web", "code"]
+    assert sum(row["samples"] for row in train["rows"]) == 1600
+    assert abs(train["rows"][0]["share"] - 0.7) < 0.01 and train["rows"][0]["weight"] == pytest.approx(0.7)
+    assert set(index_map_cache.glob("gpt-*")) == maps_before  # a dry run writes no maps
+
+
+def test_build_then_show_samples_is_what_the_trainer_sees(project: Path) -> None:
+    built = json.loads(run_cli("corpus", "blend", _blend(project), "--train-iters", "200", "--global-batch-size", "8",
+                               "--build", "--json").stdout)
+    assert built["train"]["samples"] == 1600 and set(built) == {"train", "valid"}
+    again = json.loads(run_cli("corpus", "blend", _blend(project), "--train-iters", "200", "--global-batch-size", "8",
+                               "--build", "--json").stdout)
+    assert again["train"]["entries_built"] == 0
+    counts = megatron_sample_counts(200, 8, 1000, 100)
+    trainer_view = build_split_datasets(load_blend(_blend(project)), counts).train
+    command = show_samples_command(load_blend(_blend(project)), "train", counts.train, 100, 104)
+    words = shlex.split(command)
+    assert words[:3] == ["corpus", "blend", _blend(project)]
+    printed = [json.loads(line) for line in run_cli("corpus", *words[1:]).stdout.splitlines()]
+    assert [p["index"] for p in printed] == [100, 101, 102, 103]
+    for sample in printed:
+        assert sample["tokens"] == trainer_view.tokens_of(sample["index"]).tolist()
+        assert len(sample["tokens"]) == load_blend(_blend(project)).seq_length + 1
+        assert sample["source"] == trainer_view.source_name(sample["index"])
+
+
+def test_samples_decode_to_the_real_text(project: Path) -> None:
+    from corpus.tokenizers import TokenizerConfig, build_tokenizer
+
+    tokenizer = build_tokenizer(TokenizerConfig(type="HuggingFaceTokenizer", model=str(EXAMPLES / "tokenizer.json")))
+    printed = run_cli("corpus", "blend", _blend(project), "--num-samples", "400", "--show-samples", "0:40", "--json")
+    texts = {"web": "\n".join(example_texts("web")), "code": "\n".join(example_texts("code"))}
+    checked = 0
+    for line in printed.stdout.splitlines():
+        sample = json.loads(line)
+        ids = sample["tokens"]
+        eods = [i for i, token in enumerate(ids) if token == tokenizer.eod]
+        inner = ids[: eods[0]] if eods else ids  # the part before any document boundary
+        text = tokenizer.decode(inner[2:])[2:-2]  # trim pieces of characters cut by the sample's edges
+        if len(text) > 20:
+            assert text in texts[sample["source"]], sample["index"]
+            checked += 1
+    assert checked >= 20
+
+
+def test_human_output_and_errors_without_traceback(project: Path) -> None:
+    shown = run_cli("corpus", "blend", _blend(project), "--num-samples", "50", "--show-samples", "0:2").stdout
+    assert len(shown.splitlines()) == 2 and f"{load_blend(_blend(project)).seq_length + 1} tokens:" in shown
+    bad = project / "blends" / "bad.yaml"
+    bad.write_text((project / "blends" / "web_code.yaml").read_text().replace("weight: 0.3", "weight: -1"))
+    result = run_cli("corpus", "blend", str(bad), check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "bad.yaml:" in result.stderr and "sources[1].weight" in result.stderr and "give a weight > 0" in result.stderr
+    wrong = project / "blends" / "wrong_tokenizer.yaml"
+    other = project / "examples" / "other.json"
+    other.write_text((EXAMPLES / "tokenizer.json").read_text().replace("<|endoftext|>", "<|end|>"))
+    wrong.write_text((project / "blends" / "web_code.yaml").read_text().replace("tokenizer.json", "other.json"))
+    result = run_cli("corpus", "blend", str(wrong), check=False)
+    assert result.returncode == 1 and "tokenizer.path" in result.stderr and "not the tokenizer" in result.stderr
+    out_of_range = run_cli("corpus", "blend", _blend(project), "--num-samples", "10", "--show-samples", "5:50", check=False)
+    assert out_of_range.returncode == 1 and "pick a range inside 0:" in out_of_range.stderr
+    usage = run_cli("corpus", "blend", _blend(project), "--build", check=False)
+    assert usage.returncode == 2 and "--build needs --num-samples" in usage.stderr
+
+
+def test_the_blend_command_never_imports_torch(project: Path) -> None:
+    """A warm sample lookup must not pay torch's import (seconds): the data side never makes a job wait."""
+    script = ("import sys\nfrom cli.corpus import main\n"
+              f"main(['blend', {_blend(project)!r}, '--num-samples', '64', '--show-samples', '0:1', '--json'], "
+              "standalone_mode=False)\nassert 'torch' not in sys.modules, 'torch was imported'\n")
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr

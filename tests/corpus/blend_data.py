@@ -1,0 +1,66 @@
+"""Token files and blend files for the blend tests: random tokens (any shape, empty documents
+included) and the shipped sample text encoded with the shipped tokenizer, as the quickstart does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from corpus.indexed import IndexedWriter
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EOD = 0
+VOCAB = 1000
+
+
+def tokenizer_record(kind: str = "HuggingFaceTokenizer", fingerprint: str = "f" * 64, path: str = "tok.json") -> dict:
+    """A sidecar ``tokenizer`` record as ``corpus tokenize`` writes it."""
+    return {"type": kind, "path": path, "fingerprint": fingerprint, "options": {}}
+
+
+def write_random(prefix: Path, num_docs: int, seed: int, *, dtype: type = np.uint16, max_len: int = 60,
+                 empty_share: float = 0.05, meta: dict | None | bool = True) -> Path:
+    """A pair of ``num_docs`` random documents ending in EOD, some with no sequence at all."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, max_len, num_docs)
+    lengths[rng.random(num_docs) < empty_share] = 0
+    tokens = rng.integers(1, VOCAB, int(lengths.sum()))
+    ends = np.cumsum(lengths)[lengths > 0] - 1
+    tokens[ends] = EOD
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with IndexedWriter(prefix, np.dtype(dtype)) as writer:
+        writer.add_documents(tokens.astype(dtype), lengths)
+        record = {"tokenizer": tokenizer_record(), "vocab_size": VOCAB, "eod_id": EOD} if meta is True else meta or None
+        writer.finalize(record)
+    return prefix
+
+
+def write_blend(path: Path, data: dict) -> Path:
+    """Write a blend file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def example_texts(name: str) -> list[str]:
+    """The ``text`` of every record of the shipped sample ``examples/<name>.jsonl`` (real prose or code)."""
+    with open(EXAMPLES / f"{name}.jsonl", encoding="utf-8") as handle:
+        return [json.loads(line)["text"] for line in handle]
+
+
+def write_example(prefix: Path, name: str, start: int = 0, stop: int | None = None) -> Path:
+    """Documents ``[start, stop)`` of ``examples/<name>.jsonl`` encoded with ``examples/tokenizer.json``
+    (+ EOD), with the sidecar ``corpus tokenize`` writes: what the README's quickstart produces."""
+    from corpus.tokenizers import TokenizerConfig, build_tokenizer
+
+    tokenizer = build_tokenizer(TokenizerConfig(type="HuggingFaceTokenizer", model=str(EXAMPLES / "tokenizer.json")))
+    documents = [ids + [tokenizer.eod] for ids in tokenizer.encode_batch(example_texts(name)[start:stop])]
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with IndexedWriter(prefix, np.uint16) as writer:
+        writer.add_documents(np.concatenate([np.asarray(d, np.uint16) for d in documents]), [len(d) for d in documents])
+        writer.finalize({"tokenizer": tokenizer.describe(), "vocab_size": tokenizer.vocab_size, "eod_id": tokenizer.eod,
+                         "bos_id": tokenizer.bos, "json_key": "text"})
+    return prefix
