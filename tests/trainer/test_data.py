@@ -65,7 +65,7 @@ def test_first_batch_is_what_the_logged_corpus_blend_command_prints(sample_blend
     batches = [batch for batch, _ in zip(data.loaders["train"], range(2))]  # 2 micro-batches of 2 = one step
     command = data.reproduce["train"].split()
     assert command[:3] == ["corpus", "blend", str(sample_blend)] and command[-2:] == ["0:4", "--json"]
-    shown = run_cli("corpus", *command[1:])
+    shown = run_cli("corpus", *command[1:], env={"BLENDFORGE_CACHE_DIR": str(tmp_path / "maps")})
     rows = [json.loads(line)["tokens"] for line in shown.stdout.splitlines() if line.startswith("{")]
     expected = [row.tolist() + [label[-1].item()] for batch in batches
                 for row, label in zip(batch["tokens"], batch["labels"])]
