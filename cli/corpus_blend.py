@@ -32,9 +32,11 @@ def _parse_range(_ctx: click.Context, _param: click.Parameter, value: str | None
 @click.option("--num-samples", type=click.IntRange(min=0),
               help="Samples asked of --split (what the trainer asks: train-iters x global batch for train).")
 @click.option("--train-iters", type=click.IntRange(min=1), help="With --global-batch-size: every split's count, as Megatron computes it.")
-@click.option("--global-batch-size", type=click.IntRange(min=1))
-@click.option("--eval-interval", type=click.IntRange(min=1), default=1000, show_default=True)
-@click.option("--eval-iters", type=click.IntRange(min=0), default=100, show_default=True)
+@click.option("--global-batch-size", type=click.IntRange(min=1), help="Samples per optimizer step (all ranks).")
+@click.option("--eval-interval", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Steps between evaluations (valid count, with --train-iters).")
+@click.option("--eval-iters", type=click.IntRange(min=0), default=100, show_default=True,
+              help="Batches per evaluation (valid and test counts, with --train-iters).")
 @click.option("--seq-length", type=click.IntRange(min=2), help="Override the blend's seq_length (as the trainer's does).")
 @click.option("--seed", type=click.IntRange(min=0), help="Override the blend's seed.")
 @click.option("--dry-run", is_flag=True, help="Plan only (the default action): documents, tokens, weights, epochs, samples.")
@@ -51,6 +53,8 @@ def blend(file: str, split: str, num_samples: int | None, train_iters: int | Non
     from corpus.blend import load_blend
     from corpus.datasets import SampleCounts, megatron_sample_counts
 
+    if dry_run + build + (sample_range is not None) > 1:
+        raise click.UsageError("choose one of --dry-run, --build and --show-samples")
     if (train_iters is None) != (global_batch_size is None):
         raise click.UsageError("--train-iters and --global-batch-size go together")
     if num_samples is not None and train_iters is not None:

@@ -112,6 +112,8 @@ def test_human_output_and_errors_without_traceback(project: Path) -> None:
     assert out_of_range.returncode == 1 and "pick a range inside 0:" in out_of_range.stderr
     usage = run_cli("corpus", "blend", _blend(project), "--build", check=False)
     assert usage.returncode == 2 and "--build needs --num-samples" in usage.stderr
+    usage = run_cli("corpus", "blend", _blend(project), "--build", "--show-samples", "0:1", check=False)
+    assert usage.returncode == 2 and "choose one of" in usage.stderr
 
 
 def test_the_blend_command_never_imports_torch(project: Path) -> None:
