@@ -37,15 +37,16 @@ def _option_for(section: str, name: str, meta: dict, kind: Any, default: Any) ->
     dest = f"{section}__{name}"
     help_text = meta["help"] + (f" [default: {default}]" if default not in (None, False, []) else "")
     base = typing.get_args(kind)[0] if typing.get_origin(kind) in (typing.Union, type(int | None)) else kind
+    names = [meta["flag"], *meta.get("aliases", ())]
     if base is bool:
-        flags = [meta["flag"]] if default is False else [f"{meta['flag']}/--no-{meta['flag'][2:]}"]
+        flags = names if default is False else [f"{meta['flag']}/--no-{meta['flag'][2:]}"]
         options = [click.Option([*flags, dest], is_flag=True, default=None, help=help_text)]
     elif typing.get_origin(base) is list:
-        options = [_GreedyOption([meta["flag"], dest], multiple=True, type=click.UNPROCESSED, help=help_text)]
+        options = [_GreedyOption([*names, dest], multiple=True, type=click.UNPROCESSED, help=help_text)]
     elif typing.get_origin(base) is Literal:
-        options = [click.Option([meta["flag"], dest], type=click.Choice(typing.get_args(base)), help=help_text)]
+        options = [click.Option([*names, dest], type=click.Choice(typing.get_args(base)), help=help_text)]
     else:
-        options = [click.Option([meta["flag"], dest], type=base, help=help_text)]
+        options = [click.Option([*names, dest], type=base, help=help_text)]
     for switch, value in meta["switches"].items():
         options.append(click.Option([switch, dest], flag_value=value, help=f"Same as {meta['flag']} {value}."))
     return options

@@ -8,6 +8,10 @@ run at another parallel layout can reshard them)::
 Atomic: a checkpoint is written under a hidden partial name and renamed to ``iter_*`` only when
 complete (the rename is the commit point), then the tracker file is replaced. A process killed at any
 moment leaves the previous checkpoint loadable and never a half-written ``iter_*`` folder.
+
+Many processes (torchrun): every rank writes its shards into the partial folder rank 0 named; rank 0
+alone writes ``run.json``, renames, updates the tracker and prunes, between barriers, so no rank moves
+on before the commit. The folder must be on storage every rank sees (a shared filesystem across nodes).
 """
 
 from __future__ import annotations
@@ -72,16 +76,40 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(partial, path)
 
 
+def _is_writer() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def _partial_dir(root: Path, final: Path) -> Path:
+    """The partial folder of this save: rank 0 clears stale ones and names it, every rank learns the name."""
+    name = [None]
+    if _is_writer():
+        root.mkdir(parents=True, exist_ok=True)
+        for stale in root.glob(".iter_*.partial-*"):  # left by a process killed mid-save
+            shutil.rmtree(stale, ignore_errors=True)
+        name = [f".{final.name}.partial-{os.getpid()}"]
+        (root / name[0]).mkdir()
+    if dist.is_initialized():
+        dist.broadcast_object_list(name, src=0)
+    return root / name[0]
+
+
 def save(root: str | os.PathLike, iteration: int, tensors: dict, info: dict, retain: int | None = None) -> Path:
     """Write checkpoint ``iteration`` under ``root`` atomically, point the tracker at it and keep only the
-    newest ``retain`` checkpoints. ``tensors`` goes through DCP; ``info`` (JSON) into ``run.json``."""
+    newest ``retain`` checkpoints. ``tensors`` goes through DCP (every rank its shards); ``info`` (JSON,
+    rank 0's) into ``run.json``."""
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".iter_*.partial-*"):  # left by a process killed mid-save
-        shutil.rmtree(stale, ignore_errors=True)
     final = iteration_dir(root, iteration)
-    partial = root / f".{final.name}.partial-{os.getpid()}"
+    partial = _partial_dir(root, final)
     _dcp_call(dcp.save, tensors, partial)
+    if _is_writer():
+        _commit(root, partial, final, iteration, info, retain)
+    if dist.is_initialized():
+        dist.barrier()
+    return final
+
+
+def _commit(root: Path, partial: Path, final: Path, iteration: int, info: dict, retain: int | None) -> None:
     _write_atomically(partial / INFO, json.dumps({"iteration": iteration, **info}, indent=2, sort_keys=True) + "\n")
     if final.exists():  # re-saving an iteration (a new run over an old folder): swap, then drop the old one
         replaced = root / f".{final.name}.replaced-{os.getpid()}"
@@ -93,7 +121,6 @@ def save(root: str | os.PathLike, iteration: int, tensors: dict, info: dict, ret
     _fsync_dir(root)
     _write_atomically(root / TRACKER, f"{iteration}\n")
     _prune(root, retain, keep=iteration)
-    return final
 
 
 def _prune(root: Path, retain: int | None, keep: int) -> None:
@@ -135,6 +162,11 @@ def read_info(directory: str | os.PathLike) -> dict:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise CheckpointError(f"{path}: cannot read ({error}); is this a blendforge checkpoint folder?") from None
+
+
+def read_metadata(directory: str | os.PathLike) -> dcp.metadata.Metadata:
+    """DCP's index of a checkpoint folder: every saved key with its global shape."""
+    return dcp.FileSystemReader(str(directory)).read_metadata()
 
 
 def load(directory: str | os.PathLike, tensors: dict) -> None:

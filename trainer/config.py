@@ -22,11 +22,14 @@ from trainer.errors import ConfigError
 from trainer.presets import PRESETS, preset_table
 
 
-def knob(default: Any, help: str, flag: str | None = None, switches: Mapping[str, Any] | None = None) -> Any:
+def knob(default: Any, help: str, flag: str | None = None, switches: Mapping[str, Any] | None = None,
+         aliases: tuple[str, ...] = ()) -> Any:
     """A documented config field. ``flag`` is its command-line spelling (None: YAML only); ``switches``
-    maps extra value-less flags to the value they set (``--bf16`` → ``precision: bf16``)."""
+    maps extra value-less flags to the value they set (``--bf16`` → ``precision: bf16``); ``aliases`` are
+    other spellings of ``flag`` itself (``--tp`` for ``--tensor-model-parallel-size``)."""
     factory = {"default_factory": lambda: list(default)} if isinstance(default, list) else {"default": default}
-    return field(**factory, metadata={"help": help, "flag": flag, "switches": dict(switches or {})})
+    return field(**factory, metadata={"help": help, "flag": flag, "switches": dict(switches or {}),
+                                      "aliases": tuple(aliases)})
 
 
 def _require(condition: bool, message: str) -> None:
@@ -219,6 +222,57 @@ class ProfileConfig:
 
 
 @dataclass
+class ParallelConfig:
+    """How the world of ``torchrun`` processes is split: world = TP × PP × DP (rank layout in
+    :mod:`trainer.parallel_state`). Checks against the model's shape happen once the model is known
+    (:func:`trainer.parallel.layout.validate_layout`)."""
+
+    tensor_model_parallel_size: int = knob(1, "Tensor-parallel size: each layer's matrices split over this many "
+                                           "GPUs (keep it within a node).", "--tensor-model-parallel-size",
+                                           aliases=("--tp",))
+    pipeline_model_parallel_size: int = knob(1, "Pipeline-parallel size: the layers split into this many stages.",
+                                             "--pipeline-model-parallel-size", aliases=("--pp",))
+    data_parallel_size: int | None = knob(None, "Data-parallel size (default: world size / (TP × PP)); given, it "
+                                          "must equal that.", "--data-parallel-size", aliases=("--dp",))
+    sequence_parallel: bool = knob(False, "Split norm regions along the sequence over the TP group (needs TP > 1).",
+                                   "--sequence-parallel", aliases=("--sp",))
+    virtual_pipeline_model_parallel_size: int | None = knob(
+        None, "Model chunks per pipeline rank: the interleaved 1F1B schedule (needs PP > 1).",
+        "--virtual-pipeline-model-parallel-size", aliases=("--vpp",))
+    num_layers_per_virtual_pipeline_stage: int | None = knob(
+        None, "Layers per virtual pipeline stage (the other way to ask for interleaved 1F1B).",
+        "--num-layers-per-virtual-pipeline-stage")
+    use_distributed_optimizer: bool = knob(False, "ZeRO-1: optimizer states partitioned over the data-parallel "
+                                           "ranks.", "--use-distributed-optimizer")
+    overlap_grad_reduce: bool = knob(False, "Reduce gradient buckets during the backward pass.",
+                                     "--overlap-grad-reduce")
+    overlap_param_gather: bool = knob(False, "With --use-distributed-optimizer: gather updated weights during the "
+                                      "next forward pass.", "--overlap-param-gather")
+    ddp_bucket_size: int | None = knob(None, "Parameters per gradient bucket (default: max(40M, 1M × DP) with "
+                                       "--overlap-grad-reduce, else one bucket).", "--ddp-bucket-size")
+    distributed_backend: Literal["auto", "nccl", "gloo"] = knob(
+        "auto", "Process-group backend (auto: NCCL on CUDA, gloo on CPU).", "--distributed-backend")
+    distributed_timeout_minutes: float = knob(10.0, "Timeout of collective operations.",
+                                              "--distributed-timeout-minutes")
+
+    def __post_init__(self) -> None:
+        for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size",
+                     "virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
+                     "ddp_bucket_size"):
+            value = getattr(self, name)
+            _require(value is None or value > 0, f"--{name.replace('_', '-')} must be positive, got {value}")
+        _require(self.virtual_pipeline_model_parallel_size is None or self.num_layers_per_virtual_pipeline_stage is None,
+                 "give --virtual-pipeline-model-parallel-size or --num-layers-per-virtual-pipeline-stage, not both")
+        virtual = self.virtual_pipeline_model_parallel_size or self.num_layers_per_virtual_pipeline_stage
+        _require(virtual is None or self.pipeline_model_parallel_size > 1,
+                 "interleaved pipelining (--virtual-pipeline-model-parallel-size / "
+                 "--num-layers-per-virtual-pipeline-stage) needs --pipeline-model-parallel-size > 1")
+        _require(not self.overlap_param_gather or self.use_distributed_optimizer,
+                 "--overlap-param-gather needs --use-distributed-optimizer (without it no weights are gathered)")
+        _require(self.distributed_timeout_minutes > 0, "--distributed-timeout-minutes must be positive")
+
+
+@dataclass
 class TrainConfig:
     """Everything one ``trainer run`` needs; ``trainer.loop.train(config)`` runs it."""
 
@@ -229,6 +283,7 @@ class TrainConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig, metadata={"help": "Checkpoints."})
     logging: LoggingConfig = field(default_factory=LoggingConfig, metadata={"help": "Logging and evaluation."})
     profile: ProfileConfig = field(default_factory=ProfileConfig, metadata={"help": "Profiling."})
+    parallel: ParallelConfig = field(default_factory=ParallelConfig, metadata={"help": "TP × PP × DP layout."})
 
     def to_dict(self) -> dict:
         """Plain nested dict (YAML/JSON ready); ``from_dict(TrainConfig, config.to_dict())`` round-trips."""

@@ -20,6 +20,7 @@ from trainer.attention import BACKENDS
 from trainer.config import ModelConfig, from_dict
 from trainer.errors import CheckpointError, ConfigError
 from trainer.model import GPT, build_model
+from trainer.parallel.state_dict import model_state
 from trainer.parallel_state import ParallelState
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ def load_for_export(load: str | os.PathLike) -> tuple[GPT, dict]:
     config = from_dict(ModelConfig, info["config"]["model"], f"{directory}/{checkpoint.INFO}: config.model")
     cpu = ParallelState(device=torch.device("cpu"))
     model = build_model(config, info["model_shape"]["vocab_size"], info["seq_length"], cpu, BACKENDS["math"], seed=0)
-    checkpoint.load(directory, {"model": model.state_dict()})  # NOTE: DCP loads in place into the parameters
+    checkpoint.load(directory, {"model": model_state([model], cpu)})  # NOTE: DCP loads in place into the parameters
     log.info("loaded model of %s (iteration %d)", directory, info["iteration"])
     return model, info
 

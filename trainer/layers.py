@@ -2,8 +2,9 @@
 embedding, RMSNorm and rotary embeddings.
 
 Each parallel layer takes the :class:`~trainer.parallel_state.ParallelState` and stores only its shard
-(``tp_size`` is 1 today, so the shard is the whole weight). ``partition_dim`` names the dimension a
-weight is split on, which resharding checkpoints need. The matrix multiply itself is a pluggable
+and calls the collectives of :class:`~trainer.parallel.collectives.TensorParallel` around its GEMM.
+``partition_dim`` names the dimension a weight is split on and ``logical_shape`` the TP-independent
+shape checkpoints store (see :class:`ShardedWeight`). The matrix multiply itself is a pluggable
 *local GEMM* from :data:`GEMMS`, so an FP8 backend can replace it without touching the model.
 
 NOTE: parameters are created on whatever device is current (the model is built on ``meta`` and
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.errors import ConfigError
+from trainer.parallel.collectives import TensorParallel
 from trainer.parallel_state import ParallelState
 
 #: A local GEMM computes ``x @ weight.T`` for one shard (``torch.nn.functional.linear``'s contract).
@@ -43,62 +45,97 @@ def _shard(size: int, parts: int, what: str) -> int:
     return size // parts
 
 
-class _ShardedWeight(nn.Module):
-    """A module holding one tensor-parallel shard of a [rows, cols] weight, normal(0, init_std) init."""
+class ShardedWeight(nn.Module):
+    """A module holding one tensor-parallel shard of a weight, normal(0, init_std) init.
 
-    partition_dim: int
+    The weight is seen through a *logical* shape that does not depend on the TP size: ``[rows, cols]``,
+    or ``[stacked, rows / stacked, cols]`` for matrices fused along their rows (SwiGLU's ``[gate; up]``,
+    each half split on its own). A shard is a contiguous slice of the logical weight along
+    ``logical_dim``; checkpoints store the logical weight, so they reshard to any TP size.
+    """
 
-    def __init__(self, rows: int, cols: int, init_std: float) -> None:
+    partition_dim: int  # dimension of the 2-D local weight the shards split
+    split_what: str  # what the split divides, for the error message
+
+    def __init__(self, rows: int, cols: int, init_std: float, parallel: ParallelState, stacked: int = 1) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(rows, cols))
+        self.tp = TensorParallel(parallel)
+        self.logical_shape = (stacked, rows // stacked, cols) if stacked > 1 else (rows, cols)
+        self.logical_dim = 1 if stacked > 1 else self.partition_dim
+        local = list(self.logical_shape)
+        local[self.logical_dim] = _shard(local[self.logical_dim], self.tp.size, self.split_what)
+        self.weight = nn.Parameter(torch.empty(math.prod(local[:-1]), local[-1]))
         self.init_std = init_std
 
+    @property
+    def local_logical_shape(self) -> tuple[int, ...]:
+        """The logical shape of this rank's shard."""
+        shape = list(self.logical_shape)
+        shape[self.logical_dim] //= self.tp.size
+        return tuple(shape)
+
+    def logical_weight(self, tensor: torch.Tensor | None = None) -> torch.Tensor:
+        """``tensor`` (default: the weight; any tensor of its shape, e.g. an optimizer state) viewed in the
+        logical shape of this shard."""
+        return (self.weight if tensor is None else tensor).view(self.local_logical_shape)
+
     def reset_parameters(self) -> None:
-        """Normal(0, init_std) init."""
-        nn.init.normal_(self.weight, mean=0.0, std=self.init_std)
+        """Normal(0, init_std) init of the *whole* logical weight from the current RNG, then keep this rank's
+        shard: a model initialises to the same weights at every TP size."""
+        full = torch.empty(self.logical_shape, device=self.weight.device).normal_(0.0, self.init_std)
+        size = self.logical_shape[self.logical_dim] // self.tp.size
+        self.logical_weight().copy_(full.narrow(self.logical_dim, self.tp.rank * size, size))
 
 
-class _ShardedLinear(_ShardedWeight):
+class _ShardedLinear(ShardedWeight):
     """A bias-free linear layer computing its shard with the local GEMM."""
 
-    def __init__(self, in_local: int, out_local: int, init_std: float, gemm: LocalGemm) -> None:
-        super().__init__(out_local, in_local, init_std)
+    def __init__(self, in_features: int, out_features: int, parallel: ParallelState, init_std: float,
+                 gemm: LocalGemm, stacked: int = 1) -> None:
+        super().__init__(out_features, in_features, init_std, parallel, stacked)
         self.gemm = gemm
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.gemm(x, self.weight)
 
 
 class ColumnParallelLinear(_ShardedLinear):
-    """Output features split across the TP group (each rank computes a slice of the outputs)."""
+    """Output features split across the TP group (each rank computes a slice of the outputs). ``stacked``
+    matrices fused along the outputs (``[gate; up]``) are split each on its own, so a shard is
+    ``[gate_r; up_r]``."""
 
-    partition_dim = 0
+    partition_dim, split_what = 0, "output features"
 
-    def __init__(self, in_features: int, out_features: int, parallel: ParallelState, init_std: float,
-                 gemm: LocalGemm) -> None:
-        super().__init__(in_features, _shard(out_features, parallel.tp_size, "output features"), init_std, gemm)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gemm(self.tp.column_input(x), self.weight)
 
 
 class RowParallelLinear(_ShardedLinear):
     """Input features split across the TP group (partial outputs are summed over the group)."""
 
-    partition_dim = 1
+    partition_dim, split_what = 1, "input features"
 
     def __init__(self, in_features: int, out_features: int, parallel: ParallelState, init_std: float,
                  gemm: LocalGemm) -> None:
-        super().__init__(_shard(in_features, parallel.tp_size, "input features"), out_features, init_std, gemm)
+        super().__init__(in_features, out_features, parallel, init_std, gemm)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.tp.row_output(self.gemm(x, self.weight))
 
 
-class VocabParallelEmbedding(_ShardedWeight):
-    """Token embedding with the (padded) vocabulary split across the TP group."""
+class VocabParallelEmbedding(ShardedWeight):
+    """Token embedding with the (padded) vocabulary split across the TP group: each rank looks up the
+    ids in its range, zeros the others, and the partial embeddings are summed over the group."""
 
-    partition_dim = 0
+    partition_dim, split_what = 0, "vocabulary"
 
     def __init__(self, vocab_size: int, hidden_size: int, parallel: ParallelState, init_std: float) -> None:
-        super().__init__(_shard(vocab_size, parallel.tp_size, "vocabulary"), hidden_size, init_std)
+        super().__init__(vocab_size, hidden_size, init_std, parallel)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return F.embedding(tokens, self.weight)
+        if self.tp.size == 1:
+            return F.embedding(tokens, self.weight)
+        start = self.tp.rank * self.weight.shape[0]
+        outside = (tokens < start) | (tokens >= start + self.weight.shape[0])
+        partial = F.embedding((tokens - start).masked_fill(outside, 0), self.weight)
+        return self.tp.row_output(partial.masked_fill(outside.unsqueeze(-1), 0.0))
 
 
 class RMSNorm(nn.Module):

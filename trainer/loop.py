@@ -19,9 +19,9 @@ import torch
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError, OutOfMemory, TrainingDiverged
 from trainer.metrics import MetricsSink, perplexity, throughput
-from trainer.model import token_loss_sum
 from trainer.optim import set_learning_rate
 from trainer.profiling import StepProfiler
+from trainer.parallel_state import shutdown_parallel
 from trainer.run import Run, build_run, metrics_sink, save
 from trainer.runtime import stop_on_signals
 
@@ -81,27 +81,13 @@ def _micro_batches(run: Run, split: str, count: int) -> list[dict[str, torch.Ten
     return batches
 
 
-def _loss_sum(run: Run, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    batch = {key: value.to(run.parallel.device, non_blocking=True) for key, value in batch.items()}
-    with run.precision.autocast():
-        logits = run.model(batch["tokens"], batch["position_ids"], batch.get("cu_seqlens"))
-    return token_loss_sum(logits, batch["labels"], batch["loss_mask"])
-
-
 def train_step(run: Run) -> StepResult:
     """One optimizer step over a global batch; raises :class:`TrainingDiverged` before applying a bad one."""
     started = time.perf_counter()
     batches = _micro_batches(run, "train", run.accumulation)
-    tokens = max(1.0, float(sum(batch["loss_mask"].sum() for batch in batches)))
-    run.optimizer.zero_grad(set_to_none=True)
-    total = torch.zeros((), device=run.parallel.device)
-    for batch in batches:
-        part = _loss_sum(run, batch)
-        (part / tokens).backward()
-        total += part.detach()
-    clip = run.config.optim.clip_grad or math.inf
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(run.model.parameters(), clip))
-    loss = float(total) / tokens
+    tokens = run.engine.global_tokens(batches)
+    loss = run.engine.forward_backward(batches, tokens) / tokens
+    grad_norm = run.engine.reducer.clip(run.config.optim.clip_grad or math.inf)
     step = run.iteration + 1
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
         raise TrainingDiverged(
@@ -111,21 +97,21 @@ def train_step(run: Run) -> StepResult:
     lr = run.schedule(step)
     set_learning_rate(run.optimizer, lr)
     run.optimizer.step()
+    run.engine.reducer.gather_weights()
     run.iteration = step
     return StepResult(loss, grad_norm, lr, time.perf_counter() - started)
 
 
-@torch.no_grad()
 def evaluate(run: Run, split: str) -> float | None:
     """Mean token loss over ``--eval-iters`` global batches of ``split`` (None when it has no data)."""
     if run.data.loaders.get(split) is None or run.config.logging.eval_iters == 0:
         return None
-    run.model.eval()
+    run.engine.reducer.wait_weights()
     total, tokens = 0.0, 0.0
-    for batch in _micro_batches(run, split, run.config.logging.eval_iters * run.accumulation):
-        total += float(_loss_sum(run, batch))
-        tokens += float(batch["loss_mask"].sum())
-    run.model.train()
+    for _ in range(run.config.logging.eval_iters):
+        batches = _micro_batches(run, split, run.accumulation)
+        total += run.engine.evaluate(batches)
+        tokens += run.engine.global_tokens(batches)
     return total / max(tokens, 1.0)
 
 
@@ -174,6 +160,8 @@ def _loop(run: Run, sink: MetricsSink, profiler: StepProfiler, stop) -> tuple[st
         if config.logging.eval_iters and run.iteration % config.logging.eval_interval == 0:
             _evaluate_and_log(run, sink)
         reason = stop.check(run.iteration)
+        if run.engine.any_rank(reason is not None) and reason is None:
+            reason = "another rank asked to stop"  # every rank must save and stop at the same step
         interval = config.checkpoint.save_interval
         if config.checkpoint.save and (reason or (interval and run.iteration % interval == 0)):
             save(run)
@@ -201,5 +189,6 @@ def train(config: TrainConfig) -> TrainResult:
                 save(run)
     finally:
         sink.close()
+        shutdown_parallel(run.parallel)
     log.info("stopped at step %d: %s", run.iteration, stopped_by)
     return TrainResult(run.iteration, loss, stopped_by, run.checkpoint_dir)

@@ -8,9 +8,17 @@ Weight layouts follow Megatron so tensor parallelism splits them on one dimensio
 
 Build with :func:`build_model`: parameters are created on the ``meta`` device, materialised on the
 target device and initialised from the seed there (NOTE: no full-size CPU copy of a large model).
+
+A pipeline stage is a :class:`GPT` too, holding a :class:`StageSpec`'s share: some layers, plus the
+embedding on the first stage and the final norm and output layer on the last. Parameter names stay
+the whole model's (:meth:`GPT.global_name`), and each module is initialised from a seed derived from
+that name and its whole (unsharded) weight, so every TP × PP layout starts from the same weights.
 """
 
 from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -18,8 +26,11 @@ from torch import nn
 
 from trainer.attention import AttentionBackend
 from trainer.config import ModelConfig
+from trainer.errors import ConfigError
 from trainer.layers import (ColumnParallelLinear, LocalGemm, RMSNorm, RotaryEmbedding, RowParallelLinear,
                             VocabParallelEmbedding, apply_rotary, local_gemm, scaled_init_std)
+from trainer.parallel.collectives import TensorParallel
+from trainer.parallel.cross_entropy import token_losses
 from trainer.parallel_state import ParallelState
 
 
@@ -29,6 +40,9 @@ class SelfAttention(nn.Module):
     def __init__(self, config: ModelConfig, parallel: ParallelState, attention: AttentionBackend,
                  gemm: LocalGemm) -> None:
         super().__init__()
+        if config.num_query_groups % parallel.tp_size:
+            raise ConfigError(f"--num-query-groups {config.num_query_groups} is not divisible by the tensor-parallel "
+                              f"size {parallel.tp_size}: each TP rank holds whole key/value heads")
         groups_per_rank = config.num_query_groups // parallel.tp_size
         self.shape = (groups_per_rank, config.num_attention_heads // config.num_query_groups, config.head_dim)
         width = (config.num_attention_heads + 2 * config.num_query_groups) * config.head_dim
@@ -57,7 +71,7 @@ class SwiGLU(nn.Module):
         super().__init__()
         out_std = scaled_init_std(config.init_method_std, config.num_layers)
         self.fc1 = ColumnParallelLinear(config.hidden_size, 2 * config.ffn_hidden_size, parallel,
-                                        config.init_method_std, gemm)
+                                        config.init_method_std, gemm, stacked=2)
         self.fc2 = RowParallelLinear(config.ffn_hidden_size, config.hidden_size, parallel, out_std, gemm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -82,54 +96,87 @@ class TransformerLayer(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
+@dataclass(frozen=True)
+class StageSpec:
+    """The share of the model one pipeline chunk holds: global layer indices, and whether it has the
+    embedding (first) and the final norm + output layer (last)."""
+
+    layers: range
+    first: bool = True
+    last: bool = True
+
+    @classmethod
+    def whole(cls, num_layers: int) -> StageSpec:
+        """The whole model (no pipeline parallelism)."""
+        return cls(range(num_layers))
+
+
+def _module_seed(seed: int, name: str) -> int:
+    return (seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63
+
+
 class GPT(nn.Module):
-    """Embedding → layers → final norm → output layer (logits over the padded vocabulary)."""
+    """Embedding → layers → final norm → output layer (logits over the padded vocabulary, this TP rank's
+    slice), or the part of it a :class:`StageSpec` names."""
 
     def __init__(self, config: ModelConfig, vocab_size: int, seq_length: int, parallel: ParallelState,
-                 attention: AttentionBackend) -> None:
+                 attention: AttentionBackend, stage: StageSpec | None = None) -> None:
         super().__init__()
         gemm = local_gemm(config.gemm_backend)
         self.config, self.vocab_size, self.seq_length = config, vocab_size, seq_length
-        self.embedding = VocabParallelEmbedding(vocab_size, config.hidden_size, parallel, config.init_method_std)
+        self.stage = stage or StageSpec.whole(config.num_layers)
+        self.tp = TensorParallel(parallel)
+        self.embedding = (VocabParallelEmbedding(vocab_size, config.hidden_size, parallel, config.init_method_std)
+                          if self.stage.first else None)
         self.rope = RotaryEmbedding(config.head_dim, config.rotary_base, seq_length)
-        self.layers = nn.ModuleList(TransformerLayer(config, parallel, attention, gemm)
-                                    for _ in range(config.num_layers))
-        self.final_norm = RMSNorm(config.hidden_size, config.norm_epsilon)
-        self.output = ColumnParallelLinear(config.hidden_size, vocab_size, parallel, config.init_method_std, gemm)
+        self.layers = nn.ModuleList(TransformerLayer(config, parallel, attention, gemm) for _ in self.stage.layers)
+        self.final_norm = RMSNorm(config.hidden_size, config.norm_epsilon) if self.stage.last else None
+        self.output = (ColumnParallelLinear(config.hidden_size, vocab_size, parallel, config.init_method_std, gemm)
+                       if self.stage.last else None)
+
+    def global_name(self, name: str) -> str:
+        """The whole model's name of parameter/module ``name`` of this stage (``layers.<global index>…``)."""
+        parts = name.split(".", 2)
+        if parts[0] == "layers" and len(parts) > 1:
+            parts[1] = str(self.stage.layers[int(parts[1])])
+        return ".".join(parts)
 
     def init_weights(self, seed: int) -> None:
-        """(Re)initialise every parameter and buffer from ``seed`` (Megatron's normal init)."""
-        device = self.embedding.weight.device
+        """(Re)initialise every parameter and buffer (Megatron's normal init), each module from a seed of
+        ``seed`` and its global name, whatever the TP/PP layout."""
+        device = next(self.parameters()).device
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
-            torch.manual_seed(seed)
-            for module in self.modules():
+            for name, module in self.named_modules():
                 if hasattr(module, "reset_parameters") and module is not self:
+                    torch.manual_seed(_module_seed(seed, self.global_name(name)))
                     module.reset_parameters()
 
-    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor,
+    def forward(self, inputs: torch.Tensor, position_ids: torch.Tensor,
                 cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits [B, S, vocab] for ``tokens`` [B, S]."""
-        x = self.embedding(tokens)
-        kind = tokens.device.type
+        """Logits [B, S, vocab / TP] for ``inputs`` (token ids [B, S] on the first stage, else the previous
+        stage's hidden states); a stage without the output layer returns its hidden states."""
+        x = self.embedding(inputs) if self.embedding is not None else inputs
+        kind = position_ids.device.type
         dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
         rotary = self.rope(position_ids, dtype)
         for layer in self.layers:
             x = layer(x, rotary, cu_seqlens)
-        return self.output(self.final_norm(x))
+        return self.output(self.final_norm(x)) if self.output is not None else x
 
 
-def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor,
+                   tp: TensorParallel | None = None) -> torch.Tensor:
     """Sum over unmasked tokens of the cross-entropy, in fp32 (the caller divides by the token count of
-    the whole global batch, so accumulation over micro-batches equals one big batch)."""
-    losses = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none")
-    return (losses * loss_mask.flatten().float()).sum()
+    the whole global batch, so accumulation over micro-batches equals one big batch). ``logits`` may be a
+    TP rank's vocabulary slice (vocab-parallel cross-entropy)."""
+    return (token_losses(logits, labels, tp) * loss_mask.float()).sum()
 
 
 def build_model(config: ModelConfig, vocab_size: int, seq_length: int, parallel: ParallelState,
-                attention: AttentionBackend, seed: int) -> GPT:
-    """The GPT on ``parallel.device``, initialised from ``seed`` (fp32 master weights)."""
+                attention: AttentionBackend, seed: int, stage: StageSpec | None = None) -> GPT:
+    """The GPT (or its ``stage``) on ``parallel.device``, initialised from ``seed`` (fp32 master weights)."""
     with torch.device("meta"):
-        model = GPT(config, vocab_size, seq_length, parallel, attention)
+        model = GPT(config, vocab_size, seq_length, parallel, attention, stage)
     model.to_empty(device=parallel.device)
     model.init_weights(seed)
     return model

@@ -1,6 +1,8 @@
-"""AdamW over the model's parameters, fused on CUDA; norm weights are exempt from weight decay."""
+"""AdamW over the parameters a rank steps, fused on CUDA; norm weights are exempt from weight decay."""
 
 from __future__ import annotations
+
+from typing import Iterable
 
 import torch
 from torch import nn
@@ -8,13 +10,15 @@ from torch import nn
 from trainer.config import OptimConfig
 
 
-def build_optimizer(model: nn.Module, config: OptimConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW with two parameter groups (decayed matrices and embeddings; undecayed 1-D norm weights).
+def build_optimizer(parameters: Iterable[nn.Parameter], config: OptimConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with two parameter groups (decayed matrices and embeddings; undecayed 1-D norm weights) over
+    ``parameters`` (the whole model, or this rank's share under ZeRO-1; either group may be empty).
 
     The learning rate is set before every step from :class:`trainer.schedule.LRSchedule`.
     """
-    decayed = [p for p in model.parameters() if p.ndim >= 2]
-    undecayed = [p for p in model.parameters() if p.ndim < 2]
+    parameters = list(parameters)
+    decayed = [p for p in parameters if p.ndim >= 2]
+    undecayed = [p for p in parameters if p.ndim < 2]
     groups = [{"params": decayed, "weight_decay": config.weight_decay},
               {"params": undecayed, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=config.lr, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps,

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
-from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict, get_state_dict,
-                                                     set_model_state_dict, set_optimizer_state_dict)
 
 from trainer import checkpoint
 from trainer.attention import AttentionShape, select_backend
@@ -18,9 +16,13 @@ from trainer.config import ModelConfig, TrainConfig, padded_vocab_size
 from trainer.data import TrainData, build_data
 from trainer.errors import CheckpointError, ConfigError
 from trainer.metrics import FLOP_CONVENTION, MetricsSink, flops_per_token, peak_tflops
-from trainer.model import GPT, build_model, parameter_counts
+from trainer.model import GPT
 from trainer.optim import build_optimizer
-from trainer.parallel_state import ParallelState, single_process_state
+from trainer.parallel.engine import StepEngine
+from trainer.parallel.layout import build_chunks, describe, validate_layout, virtual_stages, whole_model_counts
+from trainer.parallel.state_dict import (copy_padded_rows, fit_padded_rows, init_optimizer_state, model_state,
+                                         optimizer_state)
+from trainer.parallel_state import ParallelState, init_parallel
 from trainer.runtime import Precision, pick_device, pick_precision, rng_state, seed_everything, set_rng_state
 from trainer.schedule import LRSchedule
 
@@ -35,13 +37,14 @@ class Run:
     parallel: ParallelState
     precision: Precision
     data: TrainData
-    model: GPT
+    model: GPT  # this rank's first model chunk (the whole model without pipeline parallelism)
     optimizer: torch.optim.Optimizer
     schedule: LRSchedule
     global_batch_size: int
     accumulation: int
     flops_per_token: float
     peak_tflops: float | None
+    engine: StepEngine  # all of this rank's chunks, the pipeline schedule, gradient reduction
     iteration: int = 0
     checkpoint_dir: Path | None = None  # the last checkpoint written or loaded
     checkpoint_iteration: int | None = None
@@ -77,30 +80,43 @@ def _batch_sizes(config: TrainConfig, parallel: ParallelState) -> tuple[int, int
     return global_batch, global_batch // (micro * parallel.dp_size)
 
 
+def _quiet_unless_logging(parallel: ParallelState) -> None:
+    """Only the logging rank speaks at INFO; the others keep warnings and errors."""
+    if not parallel.is_logging_rank:
+        for name in ("trainer", "corpus"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def build_run(config: TrainConfig) -> Run:
     """Build every component of ``config`` (logging the choices made), then resume if ``--load`` says so."""
     device = pick_device(config.training.device)
-    parallel = single_process_state(device)
+    parallel = init_parallel(config.parallel, device, virtual_stages(config.parallel, config.model.num_layers))
+    _quiet_unless_logging(parallel)
     precision = pick_precision(config.training, device)
     seed_everything(config.training.seed)
     global_batch, accumulation = _batch_sizes(config, parallel)
     data = build_data(config, parallel, global_batch)
-    vocab = model_vocab_size(config.model, data.vocab_size, parallel.tp_size)
     model_config = config.model
-    shape = AttentionShape(config.training.micro_batch_size, data.seq_length, model_config.num_attention_heads,
-                           model_config.num_query_groups, model_config.head_dim, precision.dtype,
+    validate_layout(model_config, parallel, data.seq_length, accumulation)
+    vocab = model_vocab_size(model_config, data.vocab_size, parallel.tp_size)
+    shape = AttentionShape(config.training.micro_batch_size, data.seq_length, model_config.num_attention_heads // parallel.tp_size,
+                           model_config.num_query_groups // parallel.tp_size, model_config.head_dim, precision.dtype,
                            config.data.reset_attention_mask)
     attention = select_backend(model_config.attention_backend, device, shape)
-    model = build_model(model_config, vocab, data.seq_length, parallel, attention, config.training.seed)
-    counts = parameter_counts(model)
+    chunks, stage_indices = build_chunks(model_config, vocab, data.seq_length, parallel, attention, config.training.seed)
+    engine = StepEngine(chunks, stage_indices, parallel, precision, config.parallel, accumulation,
+                        config.training.micro_batch_size)
+    counts = whole_model_counts(model_config, vocab, data.seq_length, attention)
     peak, peak_note = peak_tflops(device, config.logging.peak_tflops)
-    run = Run(config, parallel, precision, data, model, build_optimizer(model, config.optim, device),
+    run = Run(config, parallel, precision, data, chunks[0],
+              build_optimizer(engine.reducer.optimizer_parameters(), config.optim, device),
               LRSchedule(config.optim, config.training.train_iters), global_batch, accumulation,
-              flops_per_token(model_config, counts["matmul"], data.seq_length), peak)
+              flops_per_token(model_config, counts["matmul"], data.seq_length), peak, engine)
     log.info("model: preset %s, %d layers, d=%d, %d heads / %d kv, ffn %d, vocab %d (padded), %.1fM parameters "
              "(%.1fM in matmuls)", model_config.preset, model_config.num_layers,
              model_config.hidden_size, model_config.num_attention_heads, model_config.num_query_groups,
              model_config.ffn_hidden_size, vocab, counts["total"] / 1e6, counts["matmul"] / 1e6)
+    log.info(describe(parallel, config.parallel))
     log.info("device %s, precision %s, global batch %d = micro %d × accumulation %d × DP %d, seq %d; %s",
              device, precision.name, global_batch, config.training.micro_batch_size, accumulation, parallel.dp_size,
              data.seq_length, data.description)
@@ -119,16 +135,18 @@ def model_shape(run: Run) -> dict:
 
 
 def save(run: Run) -> Path:
-    """Write the run's state as checkpoint ``run.iteration`` under ``--save``."""
-    model_state, optimizer_state = get_state_dict(run.model, run.optimizer)
+    """Write the run's state as checkpoint ``run.iteration`` under ``--save`` (every rank its shards)."""
+    run.engine.reducer.wait_weights()
+    chunks = run.engine.chunks
+    tensors = {"model": model_state(chunks, run.parallel),
+               "optimizer": optimizer_state(chunks, run.optimizer, run.parallel)}
     plain_rng, tensor_rng = rng_state(run.parallel.device)
     info = {"loaders": {split: loader.state_dict() for split, loader in run.data.loaders.items() if loader is not None},
             "rng": plain_rng, "config": run.config.to_dict(), "model_shape": model_shape(run),
             "seq_length": run.data.seq_length, "schedule": run.schedule.describe(),
             "tokenizer": {"vocab_size": run.data.vocab_size, "eod_id": run.data.eod_id, "record": run.data.tokenizer},
             "torch_version": torch.__version__}
-    directory = checkpoint.save(run.config.checkpoint.save, run.iteration,
-                                {"model": model_state, "optimizer": optimizer_state, "rng": tensor_rng}, info,
+    directory = checkpoint.save(run.config.checkpoint.save, run.iteration, {**tensors, "rng": tensor_rng}, info,
                                 run.config.checkpoint.save_retain)
     run.checkpoint_dir, run.checkpoint_iteration = directory, run.iteration
     log.info("saved checkpoint %s", directory)
@@ -142,29 +160,40 @@ def resume(run: Run, path: str) -> None:
         log.info("no checkpoint in %s: training from scratch", path)
         return
     info = checkpoint.read_info(directory)
-    expected = model_shape(run)
-    if info.get("model_shape") != expected:
-        raise CheckpointError(f"{directory} holds a model of shape {info.get('model_shape')}, this run builds "
-                              f"{expected}; give the same shape flags (or --preset) as the run that saved it")
+    _check_shape(run, info, directory)
     options = run.config.checkpoint
     weights_only = options.finetune
-    template = {"model": get_model_state_dict(run.model)}
+    chunks = run.engine.chunks
+    template = {"model": model_state(chunks, run.parallel)}
     if not (weights_only or options.no_load_optim):
-        # NOTE: this initialises the optimizer state (a zero-lr step) so DCP has tensors to load into; only
-        # done when that state is then overwritten, so a fresh optimizer really starts fresh.
-        template["optimizer"] = get_optimizer_state_dict(run.model, run.optimizer)
+        # NOTE: creates the optimizer state so DCP has tensors to load into; only done when that state is
+        # then overwritten, so a fresh optimizer really starts fresh.
+        init_optimizer_state(run.optimizer)
+        template["optimizer"] = optimizer_state(chunks, run.optimizer, run.parallel)
     if not (weights_only or options.no_load_rng):
         template["rng"] = rng_state(run.parallel.device)[1]
+    padded = fit_padded_rows(template, checkpoint.read_metadata(directory))
     checkpoint.load(directory, template)
-    set_model_state_dict(run.model, template["model"])
-    if "optimizer" in template:
-        set_optimizer_state_dict(run.model, run.optimizer, template["optimizer"])
+    copy_padded_rows(padded)
     if "rng" in template:
         set_rng_state(info["rng"], template["rng"], run.parallel.device)
     if not weights_only:
         _restore_progress(run, info, directory)
         run.checkpoint_dir, run.checkpoint_iteration = directory, run.iteration
     log.info("loaded %s (iteration %d%s)", directory, info["iteration"], ", weights only" if weights_only else "")
+
+
+def _check_shape(run: Run, info: dict, directory: Path) -> None:
+    """The checkpoint's model must be this one; only the vocabulary padding (which follows TP) may differ."""
+    saved, expected = dict(info.get("model_shape") or {}), model_shape(run)
+    saved_vocab, vocab = saved.pop("vocab_size", None), expected.pop("vocab_size")
+    if saved != expected:
+        raise CheckpointError(f"{directory} holds a model of shape {info.get('model_shape')}, this run builds "
+                              f"{model_shape(run)}; give the same shape flags (or --preset) as the run that saved it")
+    if saved_vocab != vocab:
+        log.warning("%s was saved with a padded vocabulary of %s, this layout pads it to %d (--make-vocab-size-"
+                    "divisible-by × TP): the padding rows differ, the real vocabulary loads unchanged",
+                    directory, saved_vocab, vocab)
 
 
 def _restore_progress(run: Run, info: dict, directory: Path) -> None:
@@ -182,5 +211,8 @@ def _restore_progress(run: Run, info: dict, directory: Path) -> None:
 
 
 def metrics_sink(run: Run) -> MetricsSink:
-    """The console/TensorBoard/JSONL sink, trimmed to the resumed step."""
-    return MetricsSink(run.config.logging, run.iteration, run.config.training.train_iters)
+    """The console/TensorBoard/JSONL sink, trimmed to the resumed step; files on the logging rank only."""
+    config = run.config.logging
+    if not run.parallel.is_logging_rank:
+        config = replace(config, tensorboard_dir=None, metrics_jsonl=None)
+    return MetricsSink(config, run.iteration, run.config.training.train_iters)

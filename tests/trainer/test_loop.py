@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from tests.trainer.conftest import read_metrics, tiny_config
-from trainer import checkpoint, loop
+from trainer import checkpoint
+from trainer.parallel import engine
 from trainer.config import ModelConfig
 from trainer.errors import ConfigError, OutOfMemory, TrainingDiverged
 from trainer.loop import train
@@ -60,14 +61,14 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path):
 
 def test_nan_loss_stops_without_applying_the_step_or_saving(tmp_path, monkeypatch):
     save = tmp_path / "ckpt"
-    real, calls = loop.token_loss_sum, []
+    real, calls = engine.token_loss_sum, []
 
     def poisoned(*args):
         calls.append(1)
         value = real(*args)
         return value * math.nan if len(calls) == 7 else value  # step 4's first micro-batch (2 per step)
 
-    monkeypatch.setattr(loop, "token_loss_sum", poisoned)
+    monkeypatch.setattr(engine, "token_loss_sum", poisoned)
     config = tiny_config(tmp_path, checkpoint={"save": str(save), "save_interval": 2},
                          logging={"eval_iters": 0})
     with pytest.raises(TrainingDiverged, match=r"step 4: loss nan.*last checkpoint is untouched.*--lr"):
@@ -77,10 +78,10 @@ def test_nan_loss_stops_without_applying_the_step_or_saving(tmp_path, monkeypatc
 
 
 def test_out_of_memory_names_the_knobs(tmp_path, monkeypatch):
-    def exhausted(run, batch):
+    def exhausted(self, batches, tokens):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
 
-    monkeypatch.setattr(loop, "_loss_sum", exhausted)
+    monkeypatch.setattr(engine.StepEngine, "forward_backward", exhausted)
     with pytest.raises(OutOfMemory, match=r"step 1.*--micro-batch-size.*--seq-length"):
         train(tiny_config(tmp_path))
 

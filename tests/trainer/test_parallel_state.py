@@ -1,12 +1,14 @@
-"""The documented rank layout (TP innermost, then DP, then PP) and the one-process guard."""
+"""The documented rank layout (TP innermost, then DP, then PP), DP inferred from the world size, and
+the one-process state torchrun-less runs get."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from trainer.config import ParallelConfig
 from trainer.errors import ConfigError
-from trainer.parallel_state import ParallelState, single_process_state
+from trainer.parallel_state import ParallelState, init_parallel, world_layout
 
 CPU = torch.device("cpu")
 
@@ -17,6 +19,7 @@ def test_rank_layout_tp_innermost_pp_outermost():
         state = ParallelState(CPU, tp_size=2, pp_size=2, dp_size=2, rank=rank)
         coordinates.append((state.pp_rank, state.dp_rank, state.tp_rank))
         assert rank == state.tp_rank + 2 * (state.dp_rank + 2 * state.pp_rank)
+        assert state.dp_global_rank(state.dp_rank) == rank
     assert coordinates == [(p, d, t) for p in range(2) for d in range(2) for t in range(2)]
     assert ParallelState(CPU, pp_size=2, rank=0).is_first_stage
     assert ParallelState(CPU, pp_size=2, rank=1).is_last_stage
@@ -29,9 +32,23 @@ def test_sizes_validated():
         ParallelState(CPU, dp_size=2, rank=2)
 
 
-def test_multi_process_launch_refused_with_a_message(monkeypatch):
-    monkeypatch.setenv("WORLD_SIZE", "4")
-    with pytest.raises(ConfigError, match="WORLD_SIZE=4"):
-        single_process_state(CPU)
+def test_data_parallel_size_is_inferred_from_the_world():
+    assert world_layout(ParallelConfig(tensor_model_parallel_size=2, pipeline_model_parallel_size=2), 16) == (2, 2, 4)
+    assert world_layout(ParallelConfig(data_parallel_size=8), 8) == (1, 1, 8)
+
+
+@pytest.mark.parametrize("config, world, fragment", [
+    (ParallelConfig(tensor_model_parallel_size=3), 8, "world size 8 .* not divisible by --tensor-model-parallel-size 3"),
+    (ParallelConfig(tensor_model_parallel_size=2, data_parallel_size=3), 8, "--data-parallel-size 3 .* leaves 4"),
+])
+def test_a_world_the_layout_cannot_fill_names_the_flags(config, world, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        world_layout(config, world)
+
+
+def test_one_process_world_needs_no_process_group(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "1")
-    assert single_process_state(CPU).world_size == 1
+    state = init_parallel(ParallelConfig(), CPU)
+    assert state.world_size == 1 and state.mesh is None and state.group("tp") is None
+    with pytest.raises(ConfigError, match="not divisible"):
+        init_parallel(ParallelConfig(tensor_model_parallel_size=2), CPU)

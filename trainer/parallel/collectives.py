@@ -1,0 +1,133 @@
+"""Autograd-correct collectives of tensor and sequence parallelism (Megatron's "mappings").
+
+Activations are ``[batch, sequence, hidden]``; sequence parallelism splits dimension 1. Each function
+is the forward of a pair whose backward is its dual:
+
+| function | forward | backward |
+|---|---|---|
+| copy to the TP group | identity | all-reduce |
+| reduce from the TP group | all-reduce | identity |
+| gather the sequence | all-gather along the sequence | reduce-scatter along the sequence |
+| reduce-scatter the sequence | reduce-scatter along the sequence | all-gather along the sequence |
+
+:class:`TensorParallel` picks the pair a layer needs (with or without sequence parallelism) and is
+the identity for a TP size of 1, so a one-GPU run pays nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from trainer.parallel_state import ParallelState
+
+SEQUENCE_DIM = 1
+
+# NOTE: torch 2.13 renamed these (the old names warn); the GPU machines run older torch.
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def all_reduce(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    """Sum of ``x`` over ``group`` (a new tensor; ``x`` is left alone)."""
+    out = x.clone(memory_format=torch.contiguous_format)
+    dist.all_reduce(out, group=group)
+    return out
+
+
+def gather_sequence(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    """Concatenate every rank's ``x`` along the sequence dimension, in rank order."""
+    size = dist.get_world_size(group)
+    out = torch.empty((size, *x.shape), dtype=x.dtype, device=x.device)
+    _all_gather(out, x.contiguous(), group=group)
+    return out.movedim(0, SEQUENCE_DIM).flatten(SEQUENCE_DIM, SEQUENCE_DIM + 1)
+
+
+def reduce_scatter_sequence(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    """Sum ``x`` over ``group`` and keep this rank's slice of the sequence."""
+    size = dist.get_world_size(group)
+    if x.shape[SEQUENCE_DIM] % size:
+        raise ValueError(f"sequence length {x.shape[SEQUENCE_DIM]} is not divisible by the TP size {size}")
+    pieces = x.unflatten(SEQUENCE_DIM, (size, -1)).movedim(SEQUENCE_DIM, 0).contiguous()
+    out = torch.empty(pieces.shape[1:], dtype=x.dtype, device=x.device)
+    _reduce_scatter(out, pieces, group=group)
+    return out
+
+
+class _CopyToGroup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return all_reduce(grad, ctx.group), None
+
+
+class _ReduceFromGroup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        if not x.is_contiguous():
+            return all_reduce(x, group)
+        dist.all_reduce(x, group=group)  # in place: x is a GEMM's fresh output
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class _GatherSequence(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return gather_sequence(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return reduce_scatter_sequence(grad, ctx.group), None
+
+
+class _ReduceScatterSequence(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return reduce_scatter_sequence(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return gather_sequence(grad, ctx.group), None
+
+
+class TensorParallel:
+    """The TP group as the layers see it: where a column-parallel GEMM takes its input from and where a
+    row-parallel GEMM's partial sums go, with or without sequence parallelism."""
+
+    def __init__(self, parallel: ParallelState) -> None:
+        self.size, self.rank = parallel.tp_size, parallel.tp_rank
+        self.sequence_parallel = parallel.sequence_parallel
+        self.group = parallel.group("tp") if self.size > 1 else None
+
+    def column_input(self, x: torch.Tensor) -> torch.Tensor:
+        """The full-sequence input every rank's column shard multiplies (gathered under sequence parallelism).
+
+        NOTE: under autocast the input is cast to the compute dtype first (the GEMM would cast it anyway),
+        so the collectives move half the bytes, as Megatron's bf16 activations do."""
+        if self.size == 1:
+            return x
+        kind = x.device.type
+        if torch.is_autocast_enabled(kind) and x.dtype == torch.float32:
+            x = x.to(torch.get_autocast_dtype(kind))
+        if self.sequence_parallel:
+            return _GatherSequence.apply(x, self.group)
+        return _CopyToGroup.apply(x, self.group)
+
+    def row_output(self, partial: torch.Tensor) -> torch.Tensor:
+        """Sum the ranks' partial outputs (keeping this rank's sequence slice under sequence parallelism)."""
+        if self.size == 1:
+            return partial
+        if self.sequence_parallel:
+            return _ReduceScatterSequence.apply(partial, self.group)
+        return _ReduceFromGroup.apply(partial, self.group)

@@ -1,0 +1,100 @@
+"""One training step's passes over this rank's model chunks, whatever the layout: the micro-batches
+go through the 1F1B pipeline schedule (PP > 1) or one after another, the gradients are reduced over the
+data-parallel group, and the loss, token count and gradient norm are reduced so that every rank
+reports the numbers of the whole global batch.
+
+The loss of a micro-batch is its token loss sum divided by the unmasked tokens of the *global* batch
+(counted over the DP group), so the summed gradients equal those of one big batch; the loss lives on
+the last pipeline stage and is summed over the DP group and sent to every rank in one all-reduce.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from trainer.config import ParallelConfig
+from trainer.layers import ShardedWeight
+from trainer.model import GPT, token_loss_sum
+from trainer.parallel.grads import GradReducer
+from trainer.parallel.pipeline import ChunkModule, MicroBatches, build_schedule
+from trainer.parallel_state import ParallelState
+from trainer.runtime import Precision
+
+
+def _parameters(chunks: list[GPT], parallel: ParallelState) -> list[tuple[torch.nn.Parameter, bool]]:
+    """Every parameter of the chunks in forward order, with whether it is replicated over the TP group."""
+    return [(param, parallel.tp_size > 1 and not isinstance(module, ShardedWeight))
+            for chunk in chunks for module in chunk.modules() for param in module.parameters(recurse=False)]
+
+
+class StepEngine:
+    """Forward/backward passes, gradient reduction and the cross-rank sums of a step."""
+
+    def __init__(self, chunks: list[GPT], stage_indices: list[int], parallel: ParallelState, precision: Precision,
+                 config: ParallelConfig, micro_batches: int, micro_batch_size: int) -> None:
+        self.chunks, self.parallel = chunks, parallel
+        self.feed = MicroBatches()
+        self.modules = [ChunkModule(chunk, self.feed, precision) for chunk in chunks]
+        self.reducer = GradReducer(_parameters(chunks, parallel), parallel, config, micro_batches)
+        self.reducer.install_forward_waits([module for chunk in chunks for module in chunk.modules()])
+        self.schedule = None
+        if parallel.pp_size > 1:
+            self.schedule = build_schedule(self.modules, stage_indices, parallel, micro_batches, micro_batch_size,
+                                           precision.dtype, self._loss)
+
+    def _loss(self, output: torch.Tensor, micro: torch.Tensor | int) -> torch.Tensor:
+        batch = self.feed.batches[int(micro)]
+        loss_sum = token_loss_sum(output, batch["labels"], batch["loss_mask"], self.chunks[-1].tp)
+        self.feed.loss_sums.append(loss_sum.detach())
+        return loss_sum / self.feed.tokens
+
+    def _run(self, batches: list[dict[str, torch.Tensor]], tokens: float, backward: bool) -> None:
+        self.feed.set(batches, self.parallel.device, tokens)
+        if self.schedule is not None:
+            micro = torch.arange(len(batches))
+            run = self.schedule.step if backward else self.schedule.eval
+            run(micro, micro=micro, target=micro)
+            return
+        for micro in range(len(batches)):
+            loss = self._loss(self.modules[0](None, micro), micro)
+            if backward:
+                loss.backward()
+
+    def _sum(self, value: torch.Tensor, group: dist.ProcessGroup | None = None) -> float:
+        if self.parallel.world_size > 1:
+            dist.all_reduce(value, group=group)
+        return float(value)
+
+    def _global_loss_sum(self) -> float:
+        """Sum of the token losses of the global batch; last stage, TP rank 0 of each DP replica contribute."""
+        local = torch.zeros((), dtype=torch.float32, device=self.parallel.device)
+        if self.feed.loss_sums and self.parallel.tp_rank == 0:
+            local = torch.stack(self.feed.loss_sums).sum()
+        return self._sum(local)
+
+    def global_tokens(self, batches: list[dict[str, torch.Tensor]]) -> float:
+        """Unmasked tokens of the global batch (this rank's micro-batches summed over the DP group), at least 1."""
+        local = sum(batch["loss_mask"].sum() for batch in batches).to(self.parallel.device, torch.float32)
+        return max(1.0, self._sum(local, self.parallel.group("dp") if self.parallel.dp_size > 1 else None))
+
+    def forward_backward(self, batches: list[dict[str, torch.Tensor]], tokens: float) -> float:
+        """Gradients of the step's ``batches`` (loss divided by ``tokens``), reduced over DP; returns the
+        global batch's loss sum."""
+        self.reducer.start_step()
+        self._run(batches, tokens, backward=True)
+        self.reducer.finish()
+        return self._global_loss_sum()
+
+    @torch.no_grad()
+    def evaluate(self, batches: list[dict[str, torch.Tensor]]) -> float:
+        """Loss sum of ``batches`` (one global batch) over every rank, forward passes only."""
+        self._run(batches, 1.0, backward=False)
+        return self._global_loss_sum()
+
+    def any_rank(self, flag: bool) -> bool:
+        """Whether ``flag`` is set on any rank (so that every rank stops at the same step)."""
+        value = torch.tensor(float(flag), device=self.parallel.device)
+        if self.parallel.world_size > 1:
+            dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value)
