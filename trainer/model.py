@@ -54,9 +54,10 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
                 cu_seqlens: torch.Tensor | None) -> torch.Tensor:
-        batch, size, _ = x.shape
         groups, per_group, head_dim = self.shape
-        qkv = self.qkv(x).view(batch, size, groups, per_group + 2, head_dim)
+        qkv = self.qkv(x)  # NOTE: the whole sequence, also when x is this rank's slice (sequence parallel)
+        batch, size = qkv.shape[:2]
+        qkv = qkv.view(batch, size, groups, per_group + 2, head_dim)
         q = apply_rotary(qkv[:, :, :, :per_group].reshape(batch, size, groups * per_group, head_dim), *rotary)
         k = apply_rotary(qkv[:, :, :, per_group], *rotary)
         v = qkv[:, :, :, per_group + 1]

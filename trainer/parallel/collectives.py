@@ -38,9 +38,9 @@ def all_reduce(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
 def gather_sequence(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
     """Concatenate every rank's ``x`` along the sequence dimension, in rank order."""
     size = dist.get_world_size(group)
-    out = torch.empty((size, *x.shape), dtype=x.dtype, device=x.device)
+    out = torch.empty((size * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
     _all_gather(out, x.contiguous(), group=group)
-    return out.movedim(0, SEQUENCE_DIM).flatten(SEQUENCE_DIM, SEQUENCE_DIM + 1)
+    return out.unflatten(0, (size, -1)).movedim(0, SEQUENCE_DIM).flatten(SEQUENCE_DIM, SEQUENCE_DIM + 1)
 
 
 def reduce_scatter_sequence(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
@@ -50,7 +50,7 @@ def reduce_scatter_sequence(x: torch.Tensor, group: dist.ProcessGroup) -> torch.
         raise ValueError(f"sequence length {x.shape[SEQUENCE_DIM]} is not divisible by the TP size {size}")
     pieces = x.unflatten(SEQUENCE_DIM, (size, -1)).movedim(SEQUENCE_DIM, 0).contiguous()
     out = torch.empty(pieces.shape[1:], dtype=x.dtype, device=x.device)
-    _reduce_scatter(out, pieces, group=group)
+    _reduce_scatter(out, pieces.flatten(0, 1), group=group)  # NOTE: gloo wants [size × B, …], not [size, B, …]
     return out
 
 

@@ -61,9 +61,10 @@ class StepEngine:
             if backward:
                 loss.backward()
 
-    def _sum(self, value: torch.Tensor, group: dist.ProcessGroup | None = None) -> float:
-        if self.parallel.world_size > 1:
-            dist.all_reduce(value, group=group)
+    def _sum(self, value: torch.Tensor, dimension: str | None = None) -> float:
+        """``value`` summed over the ranks of ``dimension`` (``dp``…; None: the whole world)."""
+        if (self.parallel.world_size if dimension is None else getattr(self.parallel, f"{dimension}_size")) > 1:
+            dist.all_reduce(value, group=None if dimension is None else self.parallel.group(dimension))
         return float(value)
 
     def _global_loss_sum(self) -> float:
@@ -76,7 +77,7 @@ class StepEngine:
     def global_tokens(self, batches: list[dict[str, torch.Tensor]]) -> float:
         """Unmasked tokens of the global batch (this rank's micro-batches summed over the DP group), at least 1."""
         local = sum(batch["loss_mask"].sum() for batch in batches).to(self.parallel.device, torch.float32)
-        return max(1.0, self._sum(local, self.parallel.group("dp") if self.parallel.dp_size > 1 else None))
+        return max(1.0, self._sum(local, "dp"))
 
     def forward_backward(self, batches: list[dict[str, torch.Tensor]], tokens: float) -> float:
         """Gradients of the step's ``batches`` (loss divided by ``tokens``), reduced over DP; returns the
