@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 import signal
 import threading
@@ -25,15 +26,19 @@ log = logging.getLogger(__name__)
 
 
 def pick_device(name: str) -> torch.device:
-    """``cuda``/``cpu`` as asked; ``auto`` takes CUDA when available."""
+    """``cuda``/``cpu`` as asked; ``auto`` takes CUDA when available (GPU ``LOCAL_RANK`` under torchrun)."""
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the torch build)")
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
     if device.type == "cuda":
-        torch.cuda.set_device(0)
-        device = torch.device("cuda", torch.cuda.current_device())
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))  # torchrun: one GPU per process of a node
+        if local_rank >= torch.cuda.device_count():
+            raise ConfigError(f"LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} CUDA device(s) are "
+                              "visible: start at most that many processes per node (torchrun --nproc-per-node)")
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
     return device
 
 

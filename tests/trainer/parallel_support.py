@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from tests.trainer.conftest import read_metrics
+from tests.trainer.conftest import read_metrics, tiny_overrides
 
 #: Stated tolerance of TP/PP/DP runs against one process (fp32 on CPU): only the order of floating-point
 #: reductions differs (sums split over ranks, other bucket sizes), so per-step losses and gradient norms
@@ -37,7 +37,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, configs: list[dict]) -> None:
+def _worker(rank: int, world: int, port: int, jobs: list) -> None:
     from trainer.config import load_config
     from trainer.loop import train
 
@@ -47,15 +47,28 @@ def _worker(rank: int, world: int, port: int, configs: list[dict]) -> None:
     logging.basicConfig(level=logging.WARNING)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        for overrides in configs:
-            train(load_config(None, overrides))
+        for job in jobs:
+            if isinstance(job, dict):
+                train(load_config(None, job))
+            else:
+                function, arguments = job
+                function(**arguments)
     finally:
         dist.destroy_process_group()
 
 
-def run_ranks(world: int, configs: list[dict]) -> None:
-    """Train each of ``configs`` (flag-style overrides) in turn on ``world`` spawned CPU ranks."""
-    mp.start_processes(_worker, args=(world, free_port(), configs), nprocs=world, start_method="spawn")
+def run_ranks(world: int, jobs: list) -> None:
+    """Run each job in turn on ``world`` spawned CPU ranks: a dict of flag-style overrides is trained
+    with ``trainer.loop.train``; a ``(function, kwargs)`` pair (an importable function) is called."""
+    mp.start_processes(_worker, args=(world, free_port(), jobs), nprocs=world, start_method="spawn")
+
+
+def layout_overrides(folder: Path, steps: int = 20, **parallel) -> dict:
+    """The runs compared across layouts: 20 steps of global batch 8 (micro-batch 1, so 8 micro-batches at
+    DP 1 and 2 at DP 4), clipping at 0.8 (active in the first steps only), an evaluation at step 10."""
+    return tiny_overrides(folder, model=MODEL, training={"train_iters": steps, "micro_batch_size": 1,
+                                                         "global_batch_size": 8},
+                          optim={"clip_grad": 0.8}, logging={"eval_interval": 10}, parallel=parallel)
 
 
 def curve(path: Path) -> list[tuple]:

@@ -175,7 +175,7 @@ class GradReducer:
         square = torch.zeros((), dtype=torch.float32, device=self.parallel.device)
         for bucket in self.buckets:
             if self._counted(bucket):
-                square += bucket.grad.float().square().sum()
+                square += torch.linalg.vector_norm(bucket.grad, dtype=torch.float32).square()
         if self.parallel.world_size > 1:
             dist.all_reduce(square)
         norm = float(square.sqrt())

@@ -1,0 +1,102 @@
+"""Tensor, sequence, pipeline (1F1B and interleaved) and data parallelism (plain and ZeRO-1) on 2 CPU
+ranks (gloo): 20 steps of each layout give the losses, gradient norms and evaluation losses of one
+process, within :data:`~tests.trainer.parallel_support.RELATIVE_TOLERANCE`. One spawn of 2 ranks runs
+every layout in turn (see ``two_rank_runs``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from tests.trainer.parallel_support import assert_same_curve, curve, layout_overrides, run_ranks
+from trainer.config import ModelConfig, load_config, merge
+from trainer.loop import train, train_step
+from trainer.parallel.state_dict import named_parameters
+from trainer.run import build_run, model_vocab_size
+
+LAYOUTS = {
+    "tp2": {"tensor_model_parallel_size": 2},
+    "tp2_sequence_parallel": {"tensor_model_parallel_size": 2, "sequence_parallel": True},
+    "pp2_1f1b": {"pipeline_model_parallel_size": 2},
+    "pp2_interleaved": {"pipeline_model_parallel_size": 2, "num_layers_per_virtual_pipeline_stage": 1},
+    "dp2": {},
+    "dp2_zero1_overlapped": {"use_distributed_optimizer": True, "overlap_grad_reduce": True,
+                             "overlap_param_gather": True, "ddp_bucket_size": 3000},
+}
+CL100K = {"model": {"vocab_size": 100_277, "make_vocab_size_divisible_by": 128}}  # cl100k_base's id count
+
+
+def zero_probe(overrides: dict, out: str) -> None:
+    """On each rank: which parameters have optimizer state, whether the gradient buckets were launched
+    during the backward pass, and a checksum of the weights after two steps."""
+    run = build_run(load_config(None, overrides))
+    engine = run.engine
+    train_step(run)
+    batches = [next(run.batches("train")) for _ in range(run.accumulation)]
+    engine.reducer.start_step()
+    engine._run(batches, engine.global_tokens(batches), backward=True)
+    launched_in_backward = [bucket.launched for bucket in engine.reducer.buckets]
+    engine.reducer.finish()
+    engine.reducer.clip(1.0)
+    run.optimizer.step()
+    engine.reducer.gather_weights()
+    engine.reducer.wait_weights()
+    state = [name for name, _, param in named_parameters(engine.chunks) if run.optimizer.state.get(param)]
+    checksum = sum(float(param.double().sum()) for param in run.model.parameters())
+    Path(out, f"{dist.get_rank()}.json").write_text(json.dumps(
+        {"state": state, "launched": launched_in_backward, "checksum": checksum,
+         "params": [name for name, _, _ in named_parameters(engine.chunks)]}))
+
+
+@pytest.fixture(scope="module")
+def two_rank_runs(tmp_path_factory) -> Path:
+    """Every layout of :data:`LAYOUTS` (and cl100k at TP 2, and the ZeRO-1 probe) on 2 ranks, plus the
+    one-process references."""
+    root = tmp_path_factory.mktemp("layouts")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(load_config(None, layout_overrides(root / "one_process")))
+        train(load_config(None, merge(layout_overrides(root / "one_process_cl100k", steps=3), CL100K)))
+    finally:
+        torch.set_num_threads(threads)
+    (root / "zero_probe").mkdir()
+    jobs = [layout_overrides(root / name, **layout) for name, layout in LAYOUTS.items()]
+    jobs.append(merge(layout_overrides(root / "tp2_cl100k", steps=3, tensor_model_parallel_size=2), CL100K))
+    jobs.append((zero_probe, {"overrides": layout_overrides(root / "probe", **LAYOUTS["dp2_zero1_overlapped"]),
+                              "out": str(root / "zero_probe")}))
+    run_ranks(2, jobs)
+    return root
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_layout_matches_one_process(two_rank_runs, name):
+    reference = curve(two_rank_runs / "one_process" / "metrics.jsonl")
+    assert len(reference) == 20 + 3  # 20 steps, valid at 10 and 20, test at 20
+    assert_same_curve(curve(two_rank_runs / name / "metrics.jsonl"), reference)
+
+
+def test_comparison_covers_clipped_and_unclipped_steps(two_rank_runs):
+    norms = [record[2] for record in curve(two_rank_runs / "one_process" / "metrics.jsonl") if len(record) == 3
+             and isinstance(record[1], float)]
+    assert min(norms) < 0.8 < max(norms)  # --clip-grad 0.8 scales some steps' gradients and not others
+
+
+def test_cl100k_vocabulary_at_tp2(two_rank_runs):
+    assert model_vocab_size(ModelConfig(vocab_size=100_277), None, 2) == 100_352  # multiple of 128 × 2
+    assert_same_curve(curve(two_rank_runs / "tp2_cl100k" / "metrics.jsonl"),
+                      curve(two_rank_runs / "one_process_cl100k" / "metrics.jsonl"))
+
+
+def test_zero1_partitions_optimizer_state_and_keeps_weights_in_sync(two_rank_runs):
+    ranks = [json.loads((two_rank_runs / "zero_probe" / f"{rank}.json").read_text()) for rank in range(2)]
+    first, second = set(ranks[0]["state"]), set(ranks[1]["state"])
+    assert first and second and not first & second
+    assert first | second == set(ranks[0]["params"])
+    assert ranks[0]["checksum"] == ranks[1]["checksum"]
+    for rank in ranks:  # --overlap-grad-reduce: every bucket was sent during the backward pass
+        assert all(rank["launched"]) and len(rank["launched"]) >= 4
