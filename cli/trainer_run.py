@@ -4,6 +4,7 @@ Megatron-style flag and help), so flags, YAML keys (``--config``) and docs stay 
 from __future__ import annotations
 
 import dataclasses
+import os
 import typing
 from typing import Any, Literal
 
@@ -83,6 +84,8 @@ def _run(**values: Any) -> None:
     ctx = click.get_current_context()
     config = load_config(values.get("config"), _overrides(ctx, values))
     result = train(config)
+    if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 speaks for the run
+        return
     where = f"; checkpoint {result.checkpoint}" if result.checkpoint else ""
     loss = f", last step's loss {result.loss:.4f}" if result.loss is not None else ""
     click.echo(f"stopped at step {result.iteration} ({result.stopped_by}){loss}{where}")
