@@ -40,6 +40,15 @@ def run_cli(program: str, *args: str, cwd: Path | None = None, check: bool = Tru
 
 
 @pytest.fixture(scope="session")
+def megatron_rank_generator():
+    """megatron.core.parallel_state.RankGenerator (Megatron's rank layout), imported once."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from megatron.core.parallel_state import RankGenerator
+    return RankGenerator
+
+
+@pytest.fixture(scope="session")
 def megatron_datasets(tmp_path_factory):
     """megatron-core's dataset builder (``BlendedMegatronDatasetBuilder``, ``GPTDataset``,
     ``GPTDatasetConfig``, ``BlendedDataset``), imported once, with the one-process gloo group its

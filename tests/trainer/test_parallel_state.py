@@ -25,6 +25,23 @@ def test_rank_layout_tp_innermost_pp_outermost():
     assert ParallelState(CPU, pp_size=2, rank=1).is_last_stage
 
 
+@pytest.mark.parametrize("tp, dp, pp", [(2, 2, 2), (4, 2, 1), (1, 4, 2), (2, 1, 4)])
+def test_groups_are_megatrons(megatron_rank_generator, tp, dp, pp):
+    """Megatron's default order (tp-cp-ep-dp-pp) and the (PP, DP, TP) device mesh make the same groups."""
+    world = tp * dp * pp
+    states = [ParallelState(CPU, tp_size=tp, pp_size=pp, dp_size=dp, rank=rank) for rank in range(world)]
+    megatron = megatron_rank_generator(tp, 1, dp, pp, 1, "tp-cp-ep-dp-pp")
+    mesh = torch.arange(world).view(pp, dp, tp)  # what init_device_mesh((PP, DP, TP)) lays out
+    coordinate = {"tp": lambda s: (s.pp_rank, s.dp_rank), "dp": lambda s: (s.pp_rank, s.tp_rank),
+                  "pp": lambda s: (s.dp_rank, s.tp_rank)}
+    mesh_groups = {"tp": mesh.reshape(-1, tp), "dp": mesh.transpose(1, 2).reshape(-1, dp),
+                   "pp": mesh.permute(1, 2, 0).reshape(-1, pp)}
+    for dimension, key in coordinate.items():
+        ours = sorted(sorted(s.rank for s in states if key(s) == key(member)) for member in states)
+        ours = [group for i, group in enumerate(ours) if group not in ours[:i]]
+        assert ours == sorted(megatron.get_ranks(dimension)) == sorted(mesh_groups[dimension].tolist())
+
+
 def test_sizes_validated():
     with pytest.raises(ConfigError):
         ParallelState(CPU, tp_size=0)

@@ -16,6 +16,8 @@ the identity for a TP size of 1, so a one-GPU run pays nothing.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.distributed as dist
 
@@ -54,51 +56,39 @@ def reduce_scatter_sequence(x: torch.Tensor, group: dist.ProcessGroup) -> torch.
     return out
 
 
-class _CopyToGroup(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return x
+def _dual(forward: Callable, backward: Callable, name: str) -> type[torch.autograd.Function]:
+    """An autograd function computing ``forward(x, group)`` whose backward is ``backward(grad, group)``."""
 
-    @staticmethod
-    def backward(ctx, grad):
-        return all_reduce(grad, ctx.group), None
+    def run_forward(ctx, x, group):
+        ctx.group = group
+        return forward(x, group)
+
+    def run_backward(ctx, grad):
+        return backward(grad, ctx.group), None
+
+    return type(name, (torch.autograd.Function,), {"forward": staticmethod(run_forward),
+                                                   "backward": staticmethod(run_backward)})
+
+
+_CopyToGroup = _dual(lambda x, group: x, all_reduce, "_CopyToGroup")
+_GatherSequence = _dual(gather_sequence, reduce_scatter_sequence, "_GatherSequence")
+_ReduceScatterSequence = _dual(reduce_scatter_sequence, gather_sequence, "_ReduceScatterSequence")
 
 
 class _ReduceFromGroup(torch.autograd.Function):
+    """All-reduce forward (in place: the input is a GEMM's fresh output), identity backward."""
+
     @staticmethod
     def forward(ctx, x, group):
         if not x.is_contiguous():
             return all_reduce(x, group)
-        dist.all_reduce(x, group=group)  # in place: x is a GEMM's fresh output
+        dist.all_reduce(x, group=group)
         ctx.mark_dirty(x)
         return x
 
     @staticmethod
     def backward(ctx, grad):
         return grad, None
-
-
-class _GatherSequence(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return gather_sequence(x, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return reduce_scatter_sequence(grad, ctx.group), None
-
-
-class _ReduceScatterSequence(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return reduce_scatter_sequence(x, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return gather_sequence(grad, ctx.group), None
 
 
 class TensorParallel:
