@@ -180,6 +180,7 @@ def train(config: TrainConfig) -> TrainResult:
     try:
         with stop_on_signals(config.training) as stop:
             stopped_by, loss = _loop(run, sink, profiler, stop)
+            run.engine.reducer.wait_weights()  # ZeRO-1 broadcasts still in flight (--overlap-param-gather)
             profiler.stop(run.iteration)
             if stopped_by == "completed":
                 if config.logging.eval_iters and run.iteration % config.logging.eval_interval:

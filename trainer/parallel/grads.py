@@ -41,6 +41,7 @@ class Bucket:
 
     params: list[nn.Parameter]
     grad: torch.Tensor  # flat gradients; each param's .grad is a view into it
+    views: list[torch.Tensor]  # those views, re-attached every step
     data: torch.Tensor | None  # flat weights (ZeRO-1 only, for the broadcast)
     tp_replicated: bool  # same weight on every TP rank (norms)
     owner: int = -1  # DP rank stepping these parameters (ZeRO-1), -1: every rank
@@ -107,15 +108,15 @@ class GradReducer:
         numel, reference = sum(p.numel() for p in params), params[0]
         grad = torch.zeros(numel, dtype=reference.dtype, device=reference.device)
         data = torch.empty_like(grad) if self.zero else None
-        offset = 0
+        offset, views = 0, []
         for param in params:
             size = param.numel()
             if data is not None:
                 data[offset:offset + size].copy_(param.detach().flatten())
                 param.data = data[offset:offset + size].view_as(param)
-            param.grad = grad[offset:offset + size].view_as(param)
+            views.append(grad[offset:offset + size].view_as(param))
             offset += size
-        return Bucket(params, grad, data, tp_replicated)
+        return Bucket(params, grad, views, data, tp_replicated)
 
     def owned(self, bucket: Bucket) -> bool:
         """Whether this rank steps ``bucket``'s parameters."""
@@ -129,6 +130,8 @@ class GradReducer:
         """Zero the gradients and re-arm the arrival counts for a step of ``micro_batches`` micro-batches."""
         for bucket in self.buckets:
             bucket.grad.zero_()
+            for param, view in zip(bucket.params, bucket.views):
+                param.grad = view  # NOTE: robust to a zero_grad(set_to_none=True) elsewhere
             bucket.pending = len(bucket.params) * self.micro_batches
             bucket.launched, bucket.work = False, None
         self._next = 0
