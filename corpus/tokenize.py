@@ -17,7 +17,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import orjson
@@ -208,7 +208,7 @@ class _Writing:
         self.finalize()
 
 
-def _write_all(job: Job, state: dict | None) -> tuple[_Writing, Counters]:
+def _write_all(job: Job, state: dict | None, on_batch: Callable[[Counters], None] | None) -> tuple[_Writing, Counters]:
     """Read, encode and write the whole shard from the checkpoint on; returns the writer and the
     counters at the start (to measure this process's own rates)."""
     writing = _Writing(job, state)
@@ -221,6 +221,8 @@ def _write_all(job: Job, state: dict | None) -> tuple[_Writing, Counters]:
         for batch, result in _encoded(job, state):
             writing.consume(batch, result)
             progress.update(writing.counters)
+            if on_batch:
+                on_batch(writing.counters)
         writing.finish()
     except BadRecordError:
         writing.outputs.abort()
@@ -247,11 +249,13 @@ def _stats(job: Job, writing: _Writing, start: Counters, seconds: float, resumed
         skipped_file=str(skipped) if skipped else None)
 
 
-def tokenize(config: TokenizeConfig) -> RunStats:
+def tokenize(config: TokenizeConfig, on_batch: Callable[[Counters], None] | None = None) -> RunStats:
     """Tokenize ``config.inputs`` into ``P_<key>_document.bin/.idx`` (+ sidecar) and return the statistics.
 
     Raises :class:`BadRecordError` (under ``on_error="fail"``) or another :class:`CorpusError` for
     problems a person must fix; an interrupted run leaves its checkpoint for ``resume=True``.
+    ``on_batch(counters)`` runs after each batch is written (``corpus autotune-workers`` times the
+    steady state with it); an exception it raises stops the run like an interrupt.
     """
     began = time.monotonic()
     job = prepare(config)
@@ -261,7 +265,7 @@ def tokenize(config: TokenizeConfig) -> RunStats:
         writing.finalize()
         start = writing.counters
     else:
-        writing, start = _write_all(job, state)
+        writing, start = _write_all(job, state, on_batch)
     stats = _stats(job, writing, start, time.monotonic() - began, resumed=state is not None)
     if config.stats_json:
         write_stats_json(config.stats_json, stats)
