@@ -7,6 +7,7 @@ import logging
 
 import click
 
+from cli.corpus_autotune import autotune_command
 from cli.corpus_inspect import inspect_command
 from cli.errors import friendly_errors
 
@@ -38,6 +39,7 @@ from cli.corpus_tokenize import tokenize  # noqa: E402
 
 main.add_command(tokenize)
 main.add_command(inspect_command)
+main.add_command(autotune_command)
 
 if __name__ == "__main__":
     main()
