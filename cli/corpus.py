@@ -9,6 +9,7 @@ import click
 
 from cli.corpus_autotune import autotune_command
 from cli.corpus_inspect import inspect_command
+from cli.corpus_tokenize import tokenize_command
 from cli.errors import friendly_errors
 
 
@@ -35,10 +36,8 @@ def merge(inputs: tuple[str, ...], output_prefix: str) -> None:
     )
 
 
-from cli.corpus_tokenize import tokenize  # noqa: E402
-
-main.add_command(tokenize)
 main.add_command(inspect_command)
+main.add_command(tokenize_command)
 main.add_command(autotune_command)
 
 if __name__ == "__main__":

@@ -34,8 +34,10 @@ def _config(options: dict):
 @input_options
 @click.option("--output-prefix", required=True, help="Outputs are PREFIX_<key>_document.bin/.idx/.meta.json.")
 @tokenizer_options
-@click.option("--workers", type=int, default=1, show_default=True, help="Encoder processes (0: encode in this process).")
-@click.option("--threads-per-worker", type=int, default=1, show_default=True, help="Library threads per worker.")
+@click.option("--workers", type=int, default=0, show_default=True,
+              help="Encoder processes; 0 encodes in this process with a multi-threaded batch call.")
+@click.option("--threads-per-worker", type=int,
+              help="Library threads per batch call [default: the cores divided among the workers].")
 @click.option("--batch-size", type=int, default=1000, show_default=True, help="Records per encode call.")
 @click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
               help="Bad records: fail at the first (no output left), or skip and list them in PREFIX.skipped.jsonl.")
@@ -50,7 +52,7 @@ def _config(options: dict):
 @click.option("--split-sentences", is_flag=True, help="Not supported (Megatron's NLTK sentence splitting).")
 @click.option("--keep-newlines", is_flag=True, hidden=True)
 @friendly_errors
-def tokenize(**options) -> None:
+def tokenize_command(**options) -> None:
     """Tokenize JSONL/Parquet text into Megatron .bin/.idx files (Megatron's preprocess_data.py options)."""
     from corpus.pipeline.stats import RunStats
     from corpus.tokenize import tokenize as run

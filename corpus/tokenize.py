@@ -23,7 +23,8 @@ import numpy as np
 import orjson
 
 from corpus.errors import CorpusError
-from corpus.indexed import token_dtype_for_vocab
+from corpus import meta as sidecar
+from corpus.indexed import exists, token_dtype_for_vocab
 from corpus.meta import options_hash
 from corpus.pipeline import state as checkpoints
 from corpus.pipeline.config import TokenizeConfig
@@ -39,7 +40,7 @@ from corpus.tokenizers import TextTokenizer, select_encoder
 log = logging.getLogger(__name__)
 
 #: Bytes of input text the encoder check reads at most (on top of the record count limit).
-SAMPLE_BYTES = 2 << 20
+SAMPLE_BYTES = 512 << 10
 
 
 class BadRecordError(CorpusError):
@@ -80,7 +81,7 @@ class Job:
             "inputs": [{"path": s.file.path, "size": s.file.size, "start": s.start, "end": s.end} for s in self.slices],
             "shard": {"index": self.shard.index, "count": self.shard.count},
             "records": {"read": counters.records_read, "written": counters.records_written,
-                        "skipped": counters.records_skipped},
+                        "skipped": counters.records_skipped, "blank_lines": counters.blank_lines},
         }
 
 
@@ -91,7 +92,7 @@ def _sample_texts(slices: list[Slice], keys: list[str], limit: int) -> list[str]
     try:
         for batch in batches:
             for column in extract(batch.payload, keys).texts:
-                texts.extend(column)
+                texts.extend(text[:SAMPLE_BYTES] for text in column)  # a huge document is checked by its start
             if len(texts) >= limit * len(keys) or sum(map(len, texts)) >= SAMPLE_BYTES:
                 break
     finally:
@@ -105,7 +106,7 @@ def prepare(config: TokenizeConfig) -> Job:
     shard = resolve_shard(config.shard_index, config.num_shards)
     slices = plan_slices(files, shard)
     sample = _sample_texts(slices, config.json_keys, config.sample_records) if config.sample_records else []
-    tokenizer, reason = select_encoder(config.tokenizer, sample, config.threads_per_worker)
+    tokenizer, reason = select_encoder(config.tokenizer, sample, config.threads)
     eod = tokenizer.require_eod() if config.append_eod else None
     prefix = shard.prefix(config.output_prefix)
     if shard.count > 1:
@@ -144,7 +145,7 @@ def _encoded(job: Job, state: dict | None) -> Iterator[tuple[RawBatch, EncodedBa
     config = job.config
     batches = read_slices(job.slices, ReadOptions(job.keys, config.batch_size, config.batch_bytes),
                           checkpoints.resume_point(state) if state else None)
-    spec = WorkerSpec(config.tokenizer.replace(encoder=_chosen_encoder(job.tokenizer)), config.threads_per_worker,
+    spec = WorkerSpec(config.tokenizer.replace(encoder=_chosen_encoder(job.tokenizer)), config.threads,
                       tuple(job.keys), job.eod, str(job.dtype))
     if config.workers == 0:
         return encode_inline(batches, BatchEncoder(spec, job.tokenizer))
@@ -236,17 +237,30 @@ def _write_all(job: Job, state: dict | None, on_batch: Callable[[Counters], None
     return writing, start
 
 
-def _stats(job: Job, writing: _Writing, start: Counters, seconds: float, resumed: bool) -> RunStats:
-    counters = writing.counters
-    skipped = writing.outputs.skipped.path if counters.records_skipped else None
+def _stats(job: Job, counters: Counters, start: Counters, seconds: float, resumed: bool, worker_rss_kb: int) -> RunStats:
+    skipped = f"{job.prefix}.skipped.jsonl" if counters.records_skipped else None
     return RunStats(
         counters=counters, seconds=seconds, rate_records=counters.records_read - start.records_read,
         rate_bytes=counters.input_bytes - start.input_bytes, rate_tokens=counters.total_tokens - start.total_tokens,
         input_bytes_total=sum(piece.size for piece in job.slices), encoder=job.tokenizer.encoder_name,
         encoder_reason=job.encoder_reason, shard={"index": job.shard.index, "count": job.shard.count},
         outputs=[output_prefix_for(job.prefix, key) for key in job.keys], resumed=resumed,
-        peak_rss_mb=peak_rss_mb(), peak_worker_rss_mb=writing.worker_rss_kb / 1024,
-        skipped_file=str(skipped) if skipped else None)
+        peak_rss_mb=peak_rss_mb(), peak_worker_rss_mb=worker_rss_kb / 1024, skipped_file=skipped)
+
+
+def _already_done(job: Job) -> Counters | None:
+    """With ``--resume`` and no checkpoint: the counters of a finished run of the very same job (every
+    key's pair in place, sidecars with this job's options hash), so a requeued Slurm task is a no-op."""
+    wanted = options_hash(job.fingerprint())
+    metas = [sidecar.read(output_prefix_for(job.prefix, key)) for key in job.keys]
+    if not all(meta and meta.get("options_hash") == wanted and exists(output_prefix_for(job.prefix, key))
+               for key, meta in zip(job.keys, metas)):
+        return None
+    records = metas[0]["records"]
+    return Counters(records_read=records["read"], records_written=records["written"],
+                    records_skipped=records["skipped"], blank_lines=records.get("blank_lines", 0),
+                    input_bytes=sum(piece.size for piece in job.slices),
+                    tokens={key: meta["num_tokens"] for key, meta in zip(job.keys, metas)})
 
 
 def tokenize(config: TokenizeConfig, on_batch: Callable[[Counters], None] | None = None) -> RunStats:
@@ -260,13 +274,18 @@ def tokenize(config: TokenizeConfig, on_batch: Callable[[Counters], None] | None
     began = time.monotonic()
     job = prepare(config)
     state = _previous_state(job)
-    if state and state["phase"] == "finalizing":
-        writing = _Writing(job, state, unfinished_keys(job.prefix, job.keys))
-        writing.finalize()
-        start = writing.counters
+    done = _already_done(job) if config.resume and state is None else None
+    if done is not None:
+        log.info("--resume: %s is already complete for these inputs and options; nothing to do", job.prefix)
+        stats = _stats(job, done, done, time.monotonic() - began, resumed=True, worker_rss_kb=0)
     else:
-        writing, start = _write_all(job, state, on_batch)
-    stats = _stats(job, writing, start, time.monotonic() - began, resumed=state is not None)
+        if state and state["phase"] == "finalizing":
+            writing = _Writing(job, state, unfinished_keys(job.prefix, job.keys))
+            writing.finalize()
+            start = writing.counters
+        else:
+            writing, start = _write_all(job, state, on_batch)
+        stats = _stats(job, writing.counters, start, time.monotonic() - began, state is not None, writing.worker_rss_kb)
     if config.stats_json:
         write_stats_json(config.stats_json, stats)
     return stats

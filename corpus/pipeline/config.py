@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field, fields
 
 from corpus.errors import CorpusError
@@ -29,10 +30,12 @@ class TokenizeConfig:
     """``--json-keys``: one output pair per key; ``meta.title`` reads a nested field."""
     append_eod: bool = False
     """``--append-eod``: add the EOD id after every document that encoded to at least one token."""
-    workers: int = 1
-    """``--workers``: encoder processes (spawned); 0 encodes in the main process."""
-    threads_per_worker: int = 1
-    """``--threads-per-worker``: threads the tokenizer library may use inside each worker's batch call."""
+    workers: int = 0
+    """``--workers``: encoder processes (spawned); 0 (the default) encodes in the main process, which is
+    fastest when the library's batch call is itself multi-threaded (gigatoken, HF tokenizers, tiktoken)."""
+    threads_per_worker: int | None = None
+    """``--threads-per-worker``: threads the tokenizer library may use inside each batch call; default:
+    the cores shared out between the workers (all of them with ``workers=0``)."""
     batch_size: int = 1000
     """``--batch-size``: records per encode call (never changes the output)."""
     batch_bytes: int = 4 << 20
@@ -54,7 +57,7 @@ class TokenizeConfig:
     """``--log-interval``: seconds between progress log lines when stderr is not a terminal."""
     stats_json: str | None = None
     """``--stats-json FILE``: write the run's statistics as JSON."""
-    sample_records: int = 256
+    sample_records: int = 64
     """Records read from the start of the input to prove the fast encoder gives the reference's ids."""
 
     def __post_init__(self) -> None:
@@ -65,7 +68,8 @@ class TokenizeConfig:
             "json_keys": (bool(self.json_keys) and len(set(self.json_keys)) == len(self.json_keys),
                           "give one or more distinct --json-keys"),
             "workers": (self.workers >= 0, "--workers must be 0 (encode in the main process) or more"),
-            "threads_per_worker": (self.threads_per_worker >= 1, "--threads-per-worker must be at least 1"),
+            "threads_per_worker": (self.threads_per_worker is None or self.threads_per_worker >= 1,
+                                   "--threads-per-worker must be at least 1"),
             "batch_size": (self.batch_size >= 1, "--batch-size must be at least 1"),
             "batch_bytes": (self.batch_bytes >= 1, "batch_bytes must be at least 1"),
             "on_error": (self.on_error in ON_ERROR, f"--on-error must be one of {', '.join(ON_ERROR)}"),
@@ -78,6 +82,13 @@ class TokenizeConfig:
                 raise TokenizeConfigError(f"{message} (got {getattr(self, name)!r})")
         if not isinstance(self.tokenizer, TokenizerConfig):
             raise TokenizeConfigError(f"tokenizer must be a TokenizerConfig, not {type(self.tokenizer).__name__}")
+
+    @property
+    def threads(self) -> int:
+        """Threads per batch call: ``threads_per_worker``, else the cores divided among the workers."""
+        if self.threads_per_worker is not None:
+            return self.threads_per_worker
+        return max(1, (os.cpu_count() or 1) // max(self.workers, 1))
 
     def replace(self, **changes) -> "TokenizeConfig":
         """A copy with some options changed (validated again)."""

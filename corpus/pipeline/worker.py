@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import resource
 from dataclasses import dataclass
-from itertools import chain
-
 import numpy as np
 
 from corpus.readers import ColumnPayload, LinePayload, extract
@@ -41,11 +39,10 @@ class EncodedBatch:
     peak_rss_kb: int
 
 
-def pack(ids: list[list[int]], dtype: np.dtype, eod: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """Flatten per-document ids into one array and their lengths, adding EOD after non-empty ones
+def pack(flat: np.ndarray, lengths: np.ndarray, dtype: np.dtype, eod: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Cast a batch's flat ids to the output dtype, adding EOD after every non-empty document
     (Megatron checks the token list, not the text: an empty list gets no EOD and no sequence)."""
-    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    flat = np.fromiter(chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum()))
+    flat = flat.astype(dtype, copy=False)
     if eod is not None:
         nonempty = lengths > 0
         flat = np.insert(flat, np.cumsum(lengths)[nonempty], np.asarray(eod, dtype=dtype))
@@ -61,11 +58,12 @@ class BatchEncoder:
         self.dtype = np.dtype(spec.dtype)
         self.tokenizer = tokenizer or select_encoder(spec.tokenizer, [], spec.threads)[0]
 
-    def _encode_all(self, texts: list[list[str]], good: list[int], bad: list[tuple[int, str]]) -> list[list[list[int]]]:
-        """Ids of every key; a text the library refuses makes its whole record bad (all keys dropped)."""
+    def _encode_all(self, texts: list[list[str]], good: list[int], bad: list[tuple[int, str]]) -> list[tuple]:
+        """Flat ids and lengths of every key; a text the library refuses makes its whole record bad
+        (dropped from every key, so the outputs stay aligned)."""
         while True:
             try:
-                return [self.tokenizer.encode_batch(column) for column in texts]
+                return [self.tokenizer.encode_batch_flat(column) for column in texts]
             except TokenizeError as error:
                 bad.append((good.pop(error.index), f"cannot tokenize: {error.reason}"))
                 for column in texts:
@@ -77,7 +75,7 @@ class BatchEncoder:
         bad_indices = {index for index, _ in extracted.bad}
         good = [index for index in range(len(payload)) if index not in bad_indices]
         ids = self._encode_all(extracted.texts, good, extracted.bad)
-        packed = [pack(column, self.dtype, self.spec.eod) for column in ids]
+        packed = [pack(flat, lengths, self.dtype, self.spec.eod) for flat, lengths in ids]
         return EncodedBatch([p[0] for p in packed], [p[1] for p in packed], sorted(extracted.bad),
                             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 

@@ -1,10 +1,16 @@
-"""The gigatoken fast path for HuggingFace byte-level BPE tokenizers (what Megatron's
-``preprocess_data_fast.py`` uses).
+"""The gigatoken fast path (the Rust encoder of Megatron's ``preprocess_data_fast.py``).
 
-gigatoken is optional and imported lazily. It encodes a tokenizer.json's model, pre-tokenizer and added
-tokens but not its post-processor, so the tokens ``tokenizer(text)`` adds around every text (e.g. a
-leading BOS) are measured once on the reference library and added here. Whether it may be used at all is
-decided by :mod:`corpus.tokenizers.select`, which compares its ids with the reference on real input.
+gigatoken is optional and imported lazily. It takes HuggingFace tokenizer.json files (byte-level BPE and
+SentencePiece-style BPE with byte fallback) and SentencePiece ``.model`` files, which it converts to a
+tokenizer.json itself. Two differences from Megatron's ids are corrected here:
+
+- it does not apply a tokenizer.json's post-processor, so the tokens ``tokenizer(text)`` adds around
+  every text (e.g. a leading BOS) are measured once on the reference library and added here;
+- its SentencePiece conversion makes control pieces (``<s>``, ``</s>``, ``[INST]``...) added tokens that
+  match whole in the text, where sentencepiece encodes such text as ordinary pieces; we drop them.
+
+Whether it may be used at all is decided by :mod:`corpus.tokenizers.select`, which compares its ids
+with the reference on real input and on every special string of the tokenizer.
 
 NOTE: gigatoken's batch calls run on rayon's process-global pool, which is not fork-safe; workers must be
 spawned. ``parallel=False`` (threads=1) never touches the pool.
@@ -12,8 +18,13 @@ spawned. ``parallel=False`` (threads=1) never touches the pool.
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
+
 from corpus.tokenizers.base import TextTokenizer, library_version
 from corpus.tokenizers.huggingface import HuggingFaceTextTokenizer, limit_rayon_threads
+from corpus.tokenizers.sentencepiece import SentencePieceTextTokenizer
 
 # Two texts that share no token: when the reference adds the same tokens around both, the affixes are
 # constant (a post-processor template), not content-dependent.
@@ -26,7 +37,7 @@ class AffixError(ValueError):
 
 def post_processor_affixes(reference: HuggingFaceTextTokenizer) -> tuple[list[int], list[int]]:
     """The ids the reference adds before and after every text (empty without special tokens)."""
-    if not reference.add_special_tokens:
+    if not getattr(reference, "add_special_tokens", False):
         return [], []
     found = set()
     for probe in AFFIX_PROBES:
@@ -42,16 +53,59 @@ def post_processor_affixes(reference: HuggingFaceTextTokenizer) -> tuple[list[in
     return list(prefix), list(suffix)
 
 
+def huggingface_json(reference: HuggingFaceTextTokenizer) -> str:
+    """The reference's tokenizer.json, with the special tokens its configs name already added."""
+    return reference.tokenizer.to_str()
+
+
+def sentencepiece_json(reference: SentencePieceTextTokenizer) -> str:
+    """gigatoken's tokenizer.json conversion of the ``.model`` without its control pieces as added tokens."""
+    from gigatoken._load.sentencepiece import sentencepiece_to_tokenizer_json
+
+    with open(reference.path, "rb") as handle:
+        data = json.loads(sentencepiece_to_tokenizer_json(handle.read()))
+    processor = reference.processor
+    data["added_tokens"] = [token for token in data.get("added_tokens") or []
+                            if not processor.IsControl(token["id"])]
+    return json.dumps(data)
+
+
+# The reference adapters gigatoken can stand in for, and how to give it their tokenizer.
+SOURCES = {
+    "HuggingFaceTokenizer": huggingface_json,
+    "GPT2BPETokenizer": huggingface_json,
+    "SentencePieceTokenizer": sentencepiece_json,
+    "GPTSentencePieceTokenizer": sentencepiece_json,
+    "Llama2Tokenizer": sentencepiece_json,
+}
+
+
+def with_affixes(flat: np.ndarray, lengths: np.ndarray, prefix: list[int], suffix: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Put ``prefix`` before and ``suffix`` after every text of a flat batch (the post-processor's tokens)."""
+    if not prefix and not suffix:
+        return flat, lengths
+    extra = len(prefix) + len(suffix)
+    new_lengths = lengths + extra
+    starts = np.concatenate(([0], np.cumsum(new_lengths)[:-1]))
+    out = np.empty(int(new_lengths.sum()), dtype=flat.dtype)
+    out[np.arange(len(flat)) + np.repeat(starts + len(prefix) - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)] = flat
+    if prefix:
+        out[(starts[:, None] + np.arange(len(prefix))).ravel()] = np.tile(prefix, len(lengths))
+    if suffix:
+        ends = starts + new_lengths
+        out[(ends[:, None] - len(suffix) + np.arange(len(suffix))).ravel()] = np.tile(suffix, len(lengths))
+    return out, new_lengths
+
+
 class GigatokenTextTokenizer(TextTokenizer):
     """gigatoken's Rust BPE behind the TextTokenizer interface; decode and metadata from the reference."""
 
-    def __init__(self, reference: HuggingFaceTextTokenizer, threads: int | None) -> None:
+    def __init__(self, reference: TextTokenizer, threads: int | None) -> None:
         import gigatoken
 
         self.reference = reference
         self.prefix, self.suffix = post_processor_affixes(reference)
-        # The reference's tokenizer.json already carries the special tokens named in its configs.
-        self.backend = gigatoken.Tokenizer.from_json(reference.tokenizer.to_str())
+        self.backend = gigatoken.Tokenizer.from_json(SOURCES[reference.config.type](reference))
         # None: gigatoken's own choice (parallel unless inside a multiprocessing worker).
         self.parallel = None if threads is None else threads > 1
         limit_rayon_threads(threads)
@@ -64,6 +118,17 @@ class GigatokenTextTokenizer(TextTokenizer):
             return [[*self.prefix, *row, *self.suffix] for row in ids]
         return ids
 
+    def encode_batch_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """gigatoken's own flat result (an awkward array): no Python int per token."""
+        try:
+            ids = self.backend.encode_batch(texts, parallel=self.parallel)
+        except Exception:  # noqa: BLE001 - a text it refuses: the list path names it (TokenizeError)
+            return super().encode_batch_flat(texts)
+        import awkward
+
+        flat = awkward.to_numpy(awkward.flatten(ids))  # uint32: the writer casts to the output dtype once
+        return with_affixes(flat, awkward.to_numpy(awkward.num(ids)).astype(np.int64), self.prefix, self.suffix)
+
     def decode(self, ids: list[int]) -> str:
         return self.reference.decode(ids)
 
@@ -72,3 +137,6 @@ class GigatokenTextTokenizer(TextTokenizer):
 
     def id_options(self) -> dict:
         return self.reference.id_options()
+
+    def special_strings(self) -> list[str]:
+        return self.reference.special_strings()

@@ -60,6 +60,9 @@ class HuggingFaceTextTokenizer(TextTokenizer):
     def id_options(self) -> dict:
         return {"include_special_tokens": self.add_special_tokens}
 
+    def special_strings(self) -> list[str]:
+        return [token.content for token in self.tokenizer.get_added_tokens_decoder().values()]
+
 
 def _token_content(value: object) -> str | None:
     """A special token as written in a transformers config: a string or ``{"content": ...}``."""
@@ -99,6 +102,7 @@ def named_special_tokens(directory: str) -> tuple[dict[str, str], list[str], lis
                 named[key] = content
         for key in ("additional_special_tokens", "extra_special_tokens"):
             values = data.get(key) or []
+            values = list(values.values()) if isinstance(values, dict) else values  # transformers 5: name -> token
             additional += [c for c in map(_token_content, values if isinstance(values, list) else []) if c]
     return named, additional, read
 
@@ -143,11 +147,18 @@ def tokenizer_json_path(model: str) -> str:
 
 
 def load_tokenizer_json(path: str) -> Tokenizer:
-    """``tokenizers.Tokenizer.from_file`` with a readable error."""
+    """``tokenizers.Tokenizer.from_file`` with a readable error, without truncation or padding.
+
+    NOTE: a tokenizer.json may carry a ``truncation``/``padding`` setting; transformers turns both off
+    unless asked, so megatron-core never truncates a document, and neither may we.
+    """
     try:
-        return Tokenizer.from_file(path)
+        tokenizer = Tokenizer.from_file(path)
     except Exception as error:  # noqa: BLE001 - the Rust loader raises plain Exception
         raise TokenizerConfigError(f"{path}: not a valid HuggingFace tokenizer.json ({error})") from None
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
 
 
 def limit_rayon_threads(threads: int | None) -> None:

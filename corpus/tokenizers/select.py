@@ -15,7 +15,6 @@ from corpus.tokenizers.config import TokenizerConfig, TokenizerConfigError
 
 log = logging.getLogger(__name__)
 
-FAST_PATH_TYPES = ("HuggingFaceTokenizer", "GPT2BPETokenizer")
 HARD_CASES = (
     "",
     " ",
@@ -32,13 +31,11 @@ HARD_CASES = (
 )
 
 
-def _special_token_cases(reference: TextTokenizer) -> list[str]:
-    """Texts that embed the reference's special tokens (they must stay single ids)."""
-    tokenizer = getattr(reference, "tokenizer", None)
-    if tokenizer is None:
-        return []
-    specials = [token.content for token in tokenizer.get_added_tokens_decoder().values()][:20]
-    return [f"before{token}after {token} {token}{token}" for token in specials]
+def _special_token_cases(reference: TextTokenizer, per_text: int = 16) -> list[str]:
+    """Texts embedding every special string of the reference, glued to words and spaced."""
+    specials = reference.special_strings()
+    return [" ".join(f"before{token}after {token} {token}{token}" for token in specials[start:start + per_text])
+            for start in range(0, len(specials), per_text)]
 
 
 def _first_difference(fast: TextTokenizer, reference: TextTokenizer, texts: list[str]) -> str | None:
@@ -52,10 +49,11 @@ def _first_difference(fast: TextTokenizer, reference: TextTokenizer, texts: list
 
 def _try_fast(reference: TextTokenizer, sample_texts: list[str], threads: int | None) -> tuple[TextTokenizer | None, str]:
     """The gigatoken tokenizer and why, or None and why not."""
-    if reference.config.type not in FAST_PATH_TYPES:
-        return None, f"gigatoken fast path covers {', '.join(FAST_PATH_TYPES)}, not {reference.config.type}"
+    from corpus.tokenizers.gigatoken import SOURCES, GigatokenTextTokenizer
+
+    if reference.config.type not in SOURCES:
+        return None, f"the gigatoken fast path does not cover {reference.config.type}"
     try:
-        from corpus.tokenizers.gigatoken import GigatokenTextTokenizer
         import gigatoken  # noqa: F401
     except ImportError:
         return None, "gigatoken is not installed (pip install gigatoken for the fast path)"
@@ -69,7 +67,7 @@ def _try_fast(reference: TextTokenizer, sample_texts: list[str], threads: int | 
         return None, f"gigatoken ids differ from {reference.encoder_name}: {difference}"
     megabytes = sum(len(text.encode("utf-8", "replace")) for text in sample_texts) / 1e6
     return fast, (f"{fast.encoder_name}: ids identical to {reference.encoder_name} on {len(sample_texts)} sample "
-                  f"texts ({megabytes:.1f} MB) and {len(checks) - len(sample_texts)} hard cases")
+                  f"texts ({megabytes:.1f} MB) and {len(checks) - len(sample_texts)} hard cases and special strings")
 
 
 def select_encoder(config: TokenizerConfig, sample_texts: list[str], threads: int | None = None) -> tuple[TextTokenizer, str]:

@@ -39,6 +39,13 @@ class SentencePieceTextTokenizer(TextTokenizer):
     def files(self) -> list[str]:
         return [self.path]
 
+    def special_strings(self) -> list[str]:
+        """Control and unknown pieces (``<s>``, ``</s>``, ``[INST]``...): sentencepiece encodes them in
+        text as ordinary pieces."""
+        processor = self.processor
+        return [processor.IdToPiece(i) for i in range(processor.get_piece_size())
+                if processor.IsControl(i) or processor.IsUnknown(i)]
+
 
 def _defined(token_id: int) -> int | None:
     """SentencePiece reports an absent special token as -1."""

@@ -36,6 +36,19 @@ def test_huggingface_ids_equal_megatron(tokenizer_files, megatron_tokenizer, con
         assert ours.eod == ours.tokenizer.token_to_id("<|endoftext|>")
 
 
+def test_truncation_and_padding_in_the_file_are_ignored(tokenizer_files, megatron_tokenizer, conformance_texts,
+                                                        tmp_path):
+    data = json.loads(open(tokenizer_files.sample_json, encoding="utf-8").read())
+    data["truncation"] = {"direction": "Right", "max_length": 8, "strategy": "LongestFirst", "stride": 0}
+    data["padding"] = {"strategy": {"Fixed": 64}, "direction": "Right", "pad_to_multiple_of": None, "pad_id": 0,
+                       "pad_type_id": 0, "pad_token": "<|endoftext|>"}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    config = TokenizerConfig("HuggingFaceTokenizer", model=str(tmp_path))
+    ours = build_tokenizer(config)
+    assert_megatron_ids(ours, megatron_tokenizer(config), conformance_texts)
+    assert max(len(ids) for ids in ours.encode_batch(conformance_texts)) > 1000
+
+
 def test_bos_template_adds_bos_only_with_special_tokens(tokenizer_files):
     with_bos = build_tokenizer(TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.cl100k_bos_dir))
     without = build_tokenizer(TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.cl100k_bos_dir,

@@ -1,0 +1,124 @@
+"""Real benchmark text, fetched from Debian packages into ``bench/.cache/`` and turned into JSONL.
+
+    python -m bench.data          # writes bench/.cache/{prose,code,code_300}.jsonl (idempotent)
+
+Never a small sample repeated (that inflates tokenizer cache hits): every record is a distinct file.
+- prose: the Linux kernel's Documentation (reStructuredText/plain text, English; translations left
+  out) from ``linux-source-6.1``, then the Python 3.11 documentation sources from ``python3.11-doc``;
+- code: the kernel's C sources and headers (``.c``/``.h``; generated register headers left out), in
+  archive order, cut at 30 MB (``code``) and 300 MB (``code_300``, for the RSS measurement).
+Records are ``{"text": <file content>, "title": <path in the package>}``. Licences: GPL-2.0 (kernel),
+PSF-2.0 (Python docs); the data stays in the git-ignored cache and is never committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Callable, Iterator
+
+import orjson
+
+CACHE = Path(__file__).resolve().parent / ".cache"
+MB = 1_000_000
+
+
+def debian_package(name: str) -> Path:
+    """The ``.deb`` of ``name`` in the cache, downloaded with ``apt-get download`` when missing."""
+    folder = CACHE / "debs"
+    folder.mkdir(parents=True, exist_ok=True)
+    found = sorted(folder.glob(f"{name}_*.deb"))
+    if not found:
+        subprocess.run(["apt-get", "download", name], cwd=folder, check=True)
+        found = sorted(folder.glob(f"{name}_*.deb"))
+    return found[-1]
+
+
+def package_files(deb: Path) -> Iterator[tuple[str, bytes]]:
+    """``(path, bytes)`` of every regular file in a package, streaming; nested ``.tar.xz`` archives
+    (``linux-source`` ships the kernel as one) are walked too."""
+    data = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE)
+    with tarfile.open(fileobj=data.stdout, mode="r|") as outer:
+        for member in outer:
+            if not member.isfile():
+                continue
+            content = outer.extractfile(member).read()
+            if member.name.endswith(".tar.xz"):
+                with tarfile.open(fileobj=io.BytesIO(content), mode="r|xz") as inner:
+                    for item in inner:
+                        if item.isfile():
+                            yield item.name, inner.extractfile(item).read()
+            else:
+                yield member.name, content
+    data.wait()
+
+
+def is_kernel_prose(path: str) -> bool:
+    return "/Documentation/" in path and "/translations/" not in path and path.endswith((".rst", ".txt"))
+
+
+def is_python_prose(path: str) -> bool:
+    return "/_sources/" in path and path.endswith(".txt")
+
+
+def is_kernel_code(path: str) -> bool:
+    return path.endswith((".c", ".h")) and "/asic_reg/" not in path and "/Documentation/" not in path
+
+
+#: What each corpus takes: (package, which files) in order, and its size cap.
+CORPORA: dict[str, tuple[list[tuple[str, Callable[[str], bool]]], int]] = {
+    "prose": ([("linux-source-6.1", is_kernel_prose), ("python3.11-doc", is_python_prose)], 10**12),
+    "code": ([("linux-source-6.1", is_kernel_code)], 30 * MB),
+    "code_300": ([("linux-source-6.1", is_kernel_code)], 300 * MB),
+}
+
+
+def records(sources: list[tuple[str, Callable[[str], bool]]]) -> Iterator[bytes]:
+    """JSONL lines of every selected, valid UTF-8, non-empty file of the sources."""
+    for package, wanted in sources:
+        for path, content in package_files(debian_package(package)):
+            if not wanted(path) or len(content) > MB:
+                continue
+            try:
+                text = content.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            if text.strip():
+                yield orjson.dumps({"text": text, "title": path}) + b"\n"
+
+
+def build(name: str) -> Path:
+    """Write ``bench/.cache/<name>.jsonl`` unless it exists; returns its path."""
+    target = CACHE / f"{name}.jsonl"
+    if target.exists():
+        return target
+    sources, cap = CORPORA[name]
+    partial = target.with_suffix(".jsonl.partial")
+    written = 0
+    with open(partial, "wb") as out:
+        for line in records(sources):
+            if written + len(line) > cap:
+                break
+            out.write(line)
+            written += len(line)
+    partial.rename(target)
+    print(f"{target}: {written / MB:.1f} MB")
+    return target
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", help=f"corpora to build (default: all of {', '.join(CORPORA)})")
+    names = parser.parse_args().names or list(CORPORA)
+    unknown = sorted(set(names) - set(CORPORA))
+    if unknown:
+        parser.error(f"unknown corpus {', '.join(unknown)}; choose from {', '.join(CORPORA)}")
+    for name in names:
+        build(name)
+
+
+if __name__ == "__main__":
+    main()

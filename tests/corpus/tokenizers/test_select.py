@@ -1,0 +1,99 @@
+"""Encoder choice: gigatoken only when proven identical on the input, else the reference and one line why."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from tokenizers import Regex, Tokenizer, pre_tokenizers
+
+from corpus.tokenizers import TokenizerConfig, TokenizerConfigError, build_tokenizer, select_encoder
+from corpus.tokenizers import gigatoken as fast_path
+from tests.corpus.tokenizers.helpers import assert_megatron_ids
+
+FAST_CASES = [
+    lambda f: TokenizerConfig("HuggingFaceTokenizer", model=f.cl100k_json),
+    lambda f: TokenizerConfig("HuggingFaceTokenizer", model=f.cl100k_bos_dir),
+    lambda f: TokenizerConfig("HuggingFaceTokenizer", model=f.spm_json_dir),
+    lambda f: TokenizerConfig("HuggingFaceTokenizer", model=f.sample_json, hf_include_special_tokens=False),
+    lambda f: TokenizerConfig("GPT2BPETokenizer", vocab_file=f.gpt2_vocab, merge_file=f.gpt2_merges),
+    lambda f: TokenizerConfig("SentencePieceTokenizer", model=f.spm_v1),
+    lambda f: TokenizerConfig("Llama2Tokenizer", model=f.spm_v3),
+]
+
+
+@pytest.mark.parametrize("make_config", FAST_CASES)
+def test_gigatoken_is_chosen_and_gives_megatron_ids(tokenizer_files, megatron_tokenizer, conformance_texts,
+                                                    make_config):
+    config = make_config(tokenizer_files)
+    tokenizer, reason = select_encoder(config, conformance_texts[:40], threads=1)
+    assert tokenizer.encoder_name.startswith("gigatoken "), reason
+    assert reason.startswith(tokenizer.encoder_name + ": ids identical to ")
+    megatron = megatron_tokenizer(config)
+    assert_megatron_ids(tokenizer, megatron, conformance_texts)
+    assert tokenizer.describe() == {**build_tokenizer(config).describe(), "encoder": tokenizer.encoder_name}
+
+
+def _possessive_regex_tokenizer(tokenizer_files, directory) -> str:
+    """The sample tokenizer with Megatron's v1 split regex (possessive quantifiers): gigatoken refuses it."""
+    tokenizer = Tokenizer.from_file(tokenizer_files.sample_json)
+    v1 = r"[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(v1), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tokenizer.save(str(directory / "tokenizer.json"))
+    return str(directory / "tokenizer.json")
+
+
+def test_refused_tokenizer_falls_back_in_one_line(tokenizer_files, megatron_tokenizer, conformance_texts, tmp_path):
+    config = TokenizerConfig("HuggingFaceTokenizer", model=_possessive_regex_tokenizer(tokenizer_files, tmp_path))
+    tokenizer, reason = select_encoder(config, conformance_texts[:5])
+    assert tokenizer.encoder_name.startswith("tokenizers ")
+    assert "(fallback: gigatoken refused this tokenizer: " in reason and "\n" not in reason
+    assert_megatron_ids(tokenizer, megatron_tokenizer(config), conformance_texts)
+    with pytest.raises(TokenizerConfigError, match="--encoder gigatoken: gigatoken refused this tokenizer"):
+        select_encoder(config.replace(encoder="gigatoken"), [])
+
+
+def test_special_strings_catch_a_difference_the_sample_lacks(tokenizer_files, monkeypatch):
+    """gigatoken's own SentencePiece conversion matches <s> </s> [INST] whole in text, sentencepiece does
+    not; sample texts without them would not show it, the special-string probes do."""
+    from gigatoken._load.sentencepiece import sentencepiece_to_tokenizer_json
+
+    def unfixed(reference):
+        return sentencepiece_to_tokenizer_json(open(reference.path, "rb").read())
+
+    monkeypatch.setitem(fast_path.SOURCES, "SentencePieceTokenizer", unfixed)
+    config = TokenizerConfig("SentencePieceTokenizer", model=tokenizer_files.spm_v3)
+    tokenizer, reason = select_encoder(config, ["plain prose without any control piece"])
+    assert tokenizer.encoder_name.startswith("sentencepiece ")
+    assert "(fallback: gigatoken ids differ from sentencepiece" in reason
+
+
+def test_gigatoken_not_installed(tokenizer_files, monkeypatch):
+    monkeypatch.setitem(sys.modules, "gigatoken", None)
+    config = TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.sample_json)
+    tokenizer, reason = select_encoder(config, ["text"])
+    assert tokenizer.encoder_name.startswith("tokenizers ")
+    assert reason.endswith("(fallback: gigatoken is not installed (pip install gigatoken for the fast path))")
+    with pytest.raises(TokenizerConfigError, match="gigatoken is not installed"):
+        select_encoder(config.replace(encoder="gigatoken"), ["text"])
+
+
+@pytest.mark.parametrize("make_config", [
+    lambda f: TokenizerConfig("TikTokenizer", model=f.tekken),
+    lambda f: TokenizerConfig("NullTokenizer", vocab_size=10),
+])
+def test_types_without_a_fast_path(tokenizer_files, make_config):
+    config = make_config(tokenizer_files)
+    tokenizer, reason = select_encoder(config, [])
+    assert reason.endswith(f"(fallback: the gigatoken fast path does not cover {config.type})")
+    with pytest.raises(TokenizerConfigError, match=f"does not cover {config.type}"):
+        select_encoder(config.replace(encoder="gigatoken"), [])
+
+
+def test_reference_requested(tokenizer_files):
+    config = TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.sample_json, encoder="reference")
+    tokenizer, reason = select_encoder(config, ["text"])
+    assert tokenizer.encoder_name.startswith("tokenizers ")
+    assert reason.endswith("reference encoder requested")

@@ -1,0 +1,92 @@
+"""TikTokenizer gives megatron-core 0.16.1's ids: its v1/v2 regex, ids shifted by the special tokens."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from corpus.tokenizers import TokenizerConfig, TokenizerConfigError, build_tokenizer
+from tests.corpus.tokenizers.helpers import assert_megatron_ids, assert_same_metadata
+
+TEKKEN_CASES = [
+    {},
+    {"tiktoken_pattern": "v1"},
+    {"tiktoken_num_special_tokens": 100},
+    {"vocab_size": 40_000},
+]
+
+
+@pytest.mark.parametrize("options", TEKKEN_CASES, ids=lambda options: str(options) or "defaults")
+def test_tekken_ids_equal_megatron(tokenizer_files, megatron_tokenizer, conformance_texts, options):
+    config = TokenizerConfig("TikTokenizer", model=tokenizer_files.tekken, **options)
+    ours = build_tokenizer(config, threads=2)
+    megatron = megatron_tokenizer(config, model=tokenizer_files.tekken_megatron_list)
+    assert_megatron_ids(ours, megatron, conformance_texts)
+    assert_same_metadata(ours, megatron)
+
+
+def test_megatron_json_list_is_the_same_tokenizer(tokenizer_files):
+    tekken = build_tokenizer(TokenizerConfig("TikTokenizer", model=tokenizer_files.tekken))
+    plain = build_tokenizer(TokenizerConfig("TikTokenizer", model=tokenizer_files.tekken_megatron_list))
+    texts = ["tekken and the bare list", "日本語 🚀"]
+    assert tekken.encode_batch(texts) == plain.encode_batch(texts)
+    assert tekken.vocab_size == plain.vocab_size == 131072  # Megatron's default cuts 150k ranks
+
+
+def test_tiktoken_file_ids_equal_megatron(tokenizer_files, megatron_tokenizer, conformance_texts):
+    """megatron-core's loader refuses .tiktoken files; the reference patches in a .tiktoken reader."""
+    config = TokenizerConfig("TikTokenizer", model=tokenizer_files.cl100k_tiktoken, vocab_size=101256)
+    ours = build_tokenizer(config, threads=1)
+    megatron = megatron_tokenizer(config)
+    assert_megatron_ids(ours, megatron, conformance_texts)
+    assert_same_metadata(ours, megatron)
+
+
+def test_default_vocab_size_fits_a_small_file(tokenizer_files):
+    tokenizer = build_tokenizer(TokenizerConfig("TikTokenizer", model=tokenizer_files.cl100k_tiktoken))
+    assert tokenizer.vocab_size == 100256 + 1000
+    assert tokenizer.describe()["options"]["vocab_size"] == 101256
+
+
+def test_megatron_special_tokens_in_text(tokenizer_files):
+    tokenizer = build_tokenizer(TokenizerConfig("TikTokenizer", model=tokenizer_files.cl100k_tiktoken))
+    assert (tokenizer.bos, tokenizer.eod) == (1, 2)
+    ids = tokenizer.encode_batch(["a</s>b<SPECIAL_999>"])[0]
+    assert 2 in ids and 999 in ids
+    assert min(i for i in ids if i not in (2, 999)) >= 1000
+
+
+def test_decode_round_trip(tokenizer_files, conformance_texts):
+    tokenizer = build_tokenizer(TokenizerConfig("TikTokenizer", model=tokenizer_files.tekken))
+    assert [tokenizer.decode(ids) for ids in tokenizer.encode_batch(conformance_texts)] == conformance_texts
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not valid JSON"),
+    (json.dumps({"config": {}}), "expected a JSON list"),
+    (json.dumps([{"rank": 1, "token_bytes": "AA=="}]), "vocab entry 0 must be"),
+    ("QQ== 0\nQg== 5\n", r":2: rank 5 out of order"),
+    ("QQ== 0\nnot-a-line\n", r":2: expected 'base64-token rank'"),
+    ("QQ== 0\nQQ== 1\n", "the same token bytes appear under two ranks"),
+])
+def test_bad_vocabulary_files(tmp_path, content, message):
+    path = tmp_path / "vocab.tiktoken"
+    path.write_text(content)
+    with pytest.raises(TokenizerConfigError, match=message):
+        build_tokenizer(TokenizerConfig("TikTokenizer", model=str(path)))
+
+
+def test_vocab_size_beyond_the_file(tokenizer_files):
+    with pytest.raises(TokenizerConfigError, match="use --vocab-size 101256 or less"):
+        build_tokenizer(TokenizerConfig("TikTokenizer", model=tokenizer_files.cl100k_tiktoken, vocab_size=200_000))
+
+
+def test_small_handwritten_vocabulary(tmp_path):
+    ranks = [bytes([i]) for i in range(256)] + [b"ab"]
+    path = tmp_path / "tiny.tiktoken"
+    path.write_text("".join(f"{base64.b64encode(token).decode()} {rank}\n" for rank, token in enumerate(ranks)))
+    tokenizer = build_tokenizer(TokenizerConfig("TikTokenizer", model=str(path), tiktoken_num_special_tokens=10))
+    assert tokenizer.vocab_size == 267
+    assert tokenizer.encode_batch(["abc"]) == [[256 + 10, ord("c") + 10]]
