@@ -5,14 +5,15 @@ machine, this tokenizer and this input, measured before a long ``corpus tokenize
         group each, outputs in a temporary folder) -> steady-state rates -> noise -> recommendation
 
 The search is staged so every candidate of every list is measured without running the whole grid:
-each worker count (at ``corpus tokenize``'s default batch size and threads), then each batch size at
-the fastest worker count, then each thread count at the same total cores (workers traded for
-threads), then the fastest configuration again (``repeats`` times) to measure the noise. Nothing is
-written outside the temporary folder, which is removed on success, error, Ctrl-C, SIGTERM or SIGHUP.
+each worker count (0 = encoding in the main process) with ``corpus tokenize``'s default batch size and
+threads for it, then each batch size at the fastest, then each thread count there, then the fastest
+configuration again (``repeats`` times) to measure the noise. Nothing is written outside the temporary
+folder, which is removed on success, error, Ctrl-C, SIGTERM or SIGHUP.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -28,10 +29,9 @@ from typing import Iterator, Sequence
 
 from corpus.autotune_report import AutotuneResult, Candidate, Run, recommend, run_rates, typical
 from corpus.autotune_sample import Sample, write_sample
-from corpus.autotune_trial import MIN_BATCHES_PER_WORKER, TrialError, run_trial
+from corpus.autotune_trial import MIN_BATCHES_PER_WORKER, TrialError, lanes, run_trial
 from corpus.errors import CorpusError
 from corpus.pipeline.config import TokenizeConfig
-from corpus.pipeline.config import config_from_mapping as tokenize_config_from_mapping
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +57,8 @@ def available_cores() -> int:
 
 
 def default_workers(cores: int) -> list[int]:
-    """1, 2, 4, ... below ``cores``, then ``cores``."""
-    return [2**i for i in range(cores.bit_length()) if 2**i < cores] + [cores]
+    """0 (encoding in the main process, ``corpus tokenize``'s default), 1, 2, 4, ... below ``cores``, then ``cores``."""
+    return [0] + [2**i for i in range(cores.bit_length()) if 2**i < cores] + [cores]
 
 
 def parse_candidates(values: Sequence[str], flag: str) -> list[int]:
@@ -77,13 +77,13 @@ def _tokenize_default(name: str) -> int:
     return next(f.default for f in fields(TokenizeConfig) if f.name == name)
 
 
-def _check_candidates(flag: str, values: list[int], most: int, why: str) -> None:
-    """Each value at least 1, at most ``most`` (``why`` says why), and given once."""
+def _check_candidates(flag: str, values: list[int], least: int, most: int, why: str) -> None:
+    """Each value at least ``least``, at most ``most`` (``why`` says why), and given once."""
     if not values:
         raise AutotuneConfigError(f"{flag}: give at least one value")
     for value in values:
-        if value < 1:
-            raise AutotuneConfigError(f"{flag}: {value} is not allowed, every value must be at least 1")
+        if value < least:
+            raise AutotuneConfigError(f"{flag}: {value} is not allowed, every value must be at least {least}")
         if value > most:
             raise AutotuneConfigError(f"{flag}: {value} is too many: {why} (use at most {most})")
     repeated = sorted({value for value in values if values.count(value) > 1})
@@ -99,11 +99,13 @@ class AutotuneConfig:
     """The run to tune: inputs, json keys, EOD and tokenizer. Its workers, batch size and threads are
     what gets tuned; its output prefix only appears in the recommendation (nothing is written there)."""
     workers_to_check: list[int] | None = None
-    """``--workers-to-check``: worker counts (default: 1, 2, 4, ... and the cores available)."""
+    """``--workers-to-check``: worker counts, 0 = encoding in the main process (default: 0, 1, 2, 4, ...
+    and the cores available). Each is first measured with ``corpus tokenize``'s default threads for it."""
     batch_sizes_to_check: list[int] | None = None
     """``--batch-sizes-to-check`` (default: 250, 1000, 4000, those the sample can fill)."""
     threads_per_worker_to_check: list[int] | None = None
-    """``--threads-per-worker-to-check`` (default: 1 and 2 when there are 2 cores or more)."""
+    """``--threads-per-worker-to-check``: thread counts tried at the fastest workers and batch size
+    (default: half and double ``corpus tokenize``'s default there, within the cores available)."""
     max_documents: int = 100_000
     """``--max-documents``: records of the sample (the first ones of the input)."""
     time_budget: float | None = None
@@ -135,37 +137,27 @@ class AutotuneConfig:
             self.workers_to_check = default_workers(cores)
         if self.batch_sizes_to_check is None:
             self.batch_sizes_to_check = [b for b in DEFAULT_BATCH_SIZES if b <= largest_batch] or [largest_batch]
-        if self.threads_per_worker_to_check is None:
-            self.threads_per_worker_to_check = [1, 2] if cores >= 2 else [1]
         cores_why = f"this process may use {cores} core(s), more cannot be faster"
-        _check_candidates("--workers-to-check", self.workers_to_check, cores, cores_why)
-        _check_candidates("--threads-per-worker-to-check", self.threads_per_worker_to_check, cores, cores_why)
-        _check_candidates("--batch-sizes-to-check", self.batch_sizes_to_check, largest_batch,
+        _check_candidates("--workers-to-check", self.workers_to_check, 0, cores, cores_why)
+        if self.threads_per_worker_to_check is not None:
+            _check_candidates("--threads-per-worker-to-check", self.threads_per_worker_to_check, 1, cores, cores_why)
+        _check_candidates("--batch-sizes-to-check", self.batch_sizes_to_check, 1, largest_batch,
                           f"a trial needs {MIN_BATCHES_PER_WORKER} batches or more of the --max-documents "
                           f"{self.max_documents:,} sample (or raise --max-documents)")
         if self.planned_trials() > MAX_TRIALS:
             raise AutotuneConfigError(
                 f"{self.planned_trials()} trials planned ({len(self.workers_to_check)} worker counts, "
-                f"{len(self.batch_sizes_to_check)} batch sizes, {len(self.threads_per_worker_to_check)} thread "
-                f"counts, {self.repeats} repeats): more than {MAX_TRIALS}; check fewer values, e.g. "
-                f"--workers-to-check {' '.join(map(str, default_workers(available_cores())))}")
+                f"{len(self.batch_sizes_to_check)} batch sizes, {self._thread_trials()} thread counts, "
+                f"{self.repeats} repeats): more than {MAX_TRIALS}; check fewer values, e.g. "
+                f"--workers-to-check {' '.join(map(str, default_workers(cores)))}")
+
+    def _thread_trials(self) -> int:
+        """Trials of the thread stage: one per given count, else half and double the default."""
+        return len(self.threads_per_worker_to_check) if self.threads_per_worker_to_check else 2
 
     def planned_trials(self) -> int:
         """Trials of the staged search (fewer when candidates coincide or the sample is too small)."""
-        return (len(self.workers_to_check) + len(self.batch_sizes_to_check) - 1
-                + len(self.threads_per_worker_to_check) - 1 + self.repeats)
-
-
-def config_from_mapping(values: dict) -> AutotuneConfig:
-    """Build a config from a plain dict (``tokenize`` a dict too), rejecting unknown keys by name."""
-    known = {f.name for f in fields(AutotuneConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise AutotuneConfigError(f"unknown autotune option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    tokenize = values.get("tokenize")
-    if isinstance(tokenize, dict):
-        values = {**values, "tokenize": tokenize_config_from_mapping(tokenize)}
-    return AutotuneConfig(**values)
+        return len(self.workers_to_check) + len(self.batch_sizes_to_check) - 1 + self._thread_trials() + self.repeats
 
 
 class _Sweep:
@@ -184,16 +176,18 @@ class _Sweep:
         """Why the sample cannot keep ``candidate``'s workers busy long enough to time them, or None."""
         documents, workers = self.sample.documents, candidate.workers
         batches = math.ceil(documents / candidate.batch_size)
-        needed = MIN_BATCHES_PER_WORKER * workers
+        needed = MIN_BATCHES_PER_WORKER * lanes(workers)
         if batches >= needed:
             return None
         largest = documents // needed
         fix = f"batch sizes of {largest} or less" if largest else "a larger input"
         more = "" if self.sample.whole_input else " or raise --max-documents"
+        who = f"{workers} worker(s) need" if workers else "encoding in the main process needs"
         return (f"the sample's {documents:,} documents make {batches} batch(es) of {candidate.batch_size:,}, and "
-                f"{workers} worker(s) need {needed} or more (check {fix}{more})")
+                f"{who} {needed} or more (check {fix}{more})")
 
     def fastest(self) -> Candidate:
+        """The measured configuration with the highest median MB/s."""
         return max(self.runs, key=lambda candidate: typical(self.runs[candidate]).mb_per_s)
 
     def _trial_deadline(self) -> float | None:
@@ -243,32 +237,38 @@ class _Sweep:
                 log.warning("trial: %s", message)
 
 
-def _baseline(values: list[int], name: str) -> int:
-    """``corpus tokenize``'s default when it is a candidate, else the first candidate."""
-    default = _tokenize_default(name)
-    return default if default in values else values[0]
+def _default_threads(config: AutotuneConfig, workers: int) -> int:
+    """The threads ``corpus tokenize --workers N`` uses when not told (the cores shared out)."""
+    return config.tokenize.replace(workers=workers, threads_per_worker=None).threads
+
+
+def _thread_counts(config: AutotuneConfig, fastest: Candidate) -> list[int]:
+    """The given thread counts, else half and double the default at the fastest worker count."""
+    if config.threads_per_worker_to_check:
+        return config.threads_per_worker_to_check
+    default = _default_threads(config, fastest.workers)
+    return sorted({max(1, default // 2), min(available_cores(), default * 2)} - {default})
 
 
 def _stages(sweep: _Sweep) -> None:
-    """Workers, then batch size, then threads (at equal total cores), then repeats of the fastest."""
+    """Workers (each with its default threads), then batch size, then threads, then repeats of the fastest."""
     config = sweep.config
-    workers, batches, threads = config.workers_to_check, config.batch_sizes_to_check, config.threads_per_worker_to_check
-    batch0, threads0 = _baseline(batches, "batch_size"), _baseline(threads, "threads_per_worker")
-    for count in workers:
-        fits = [size for size in batches if sweep.too_small(Candidate(count, size, threads0)) is None]
-        size = batch0 if batch0 in fits or not fits else max(fits)
-        sweep.measure(Candidate(count, size, threads0))
+    batches = config.batch_sizes_to_check
+    default_batch = _tokenize_default("batch_size")
+    batch0 = default_batch if default_batch in batches else batches[0]
+    for count in config.workers_to_check:
+        threads = _default_threads(config, count)
+        fits = [size for size in batches if sweep.too_small(Candidate(count, size, threads)) is None]
+        sweep.measure(Candidate(count, batch0 if batch0 in fits or not fits else max(fits), threads))
     if not sweep.runs:
         reasons = "\n".join(f"  {c}: {reason}" for c, reason in sweep.not_measured.items())
         raise AutotuneError(f"nothing could be measured:\n{reasons}")
     fastest = sweep.fastest()
     for size in batches:
-        sweep.measure(Candidate(fastest.workers, size, threads0))
+        sweep.measure(dataclasses.replace(fastest, batch_size=size))
     fastest = sweep.fastest()
-    cores = fastest.workers * fastest.threads_per_worker
-    for count in threads:
-        traded = max((w for w in workers if w * count <= cores), default=min(workers))
-        sweep.measure(Candidate(traded, fastest.batch_size, count))
+    for count in _thread_counts(config, fastest):
+        sweep.measure(dataclasses.replace(fastest, threads_per_worker=count))
     fastest = sweep.fastest()
     for _ in range(config.repeats):
         sweep.measure(fastest, again=True)

@@ -58,13 +58,19 @@ class TrialReport:
     """What the trial process logged (warnings such as a missing optional encoder)."""
 
 
+def lanes(workers: int) -> int:
+    """Batches encoded at once: one per worker, or one in the main process with ``workers=0``."""
+    return max(1, workers)
+
+
 def steady_window(batches: int, workers: int, finished: bool) -> tuple[int, int] | None:
     """``(start, end)``: time from the end of batch ``start`` to the end of batch ``end``, leaving out
-    one batch per worker at the start (warm-up) and, when the run went to the end, at the end (drain).
-    None when too few batches remain for ``TIMED_BATCHES_PER_WORKER`` timed batches per worker."""
-    start = workers - 1
-    end = batches - 1 - (workers if finished else 0)
-    return (start, end) if end - start >= TIMED_BATCHES_PER_WORKER * workers else None
+    one batch per lane at the start (warm-up) and, when the run went to the end, at the end (drain).
+    None when too few batches remain for ``TIMED_BATCHES_PER_WORKER`` timed batches per lane."""
+    parallel = lanes(workers)
+    start = parallel - 1
+    end = batches - 1 - (parallel if finished else 0)
+    return (start, end) if end - start >= TIMED_BATCHES_PER_WORKER * parallel else None
 
 
 class _DeadlineReached(Exception):

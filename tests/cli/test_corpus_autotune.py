@@ -40,29 +40,30 @@ def test_json_recommends_a_measured_configuration_and_its_command_runs(tmp_path)
     words = shlex.split(report["command"])
     assert words[:2] == ["corpus", "tokenize"] and words[2:9] == SOURCE
     assert words[9:] == ["--output-prefix", str(prefix), "--workers", str(best["workers"]), "--batch-size", "4",
-                         "--threads-per-worker", "1"]
+                         "--threads-per-worker", str(best["threads_per_worker"])]
     assert list(scratch.iterdir()) == [] and not prefix.parent.exists()
     run_cli("corpus", *words[1:])
     assert IndexedReader(f"{prefix}_text_document").num_documents == len(WEB.read_text().splitlines())
 
 
 def test_the_table_marks_the_best_and_prints_the_command(tmp_path):
-    result = run_cli("corpus", "autotune-workers", *SOURCE, *SMALL, "--workers-to-check", "1", "--repeats", "0",
+    result = run_cli("corpus", "autotune-workers", *SOURCE, *SMALL, "--workers-to-check", "0", "--repeats", "0",
                      "--temp-dir", str(tmp_path))
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["workers", "batch", "size", "threads", "docs/s", "MB/s", "tokens/s", "peak", "RSS",
                                 "MB", "runs"]
-    assert lines[1].split()[:3] == ["1", "4", "1"] and lines[1].endswith("<- best")
+    [best] = [line.split() for line in lines if line.endswith("<- best")]
+    assert best[:2] == ["0", "4"]
     assert "noise: 2.0% (assumed: no configuration was run twice)" in result.stdout
     command = lines[lines.index("run:") + 1].strip()
     assert command.startswith("corpus tokenize --input") and command.endswith(
-        "--output-prefix OUTPUT_PREFIX --workers 1 --batch-size 4 --threads-per-worker 1")
-    assert "trial 1: workers=1 batch_size=4 threads_per_worker=1" in result.stderr
+        f"--output-prefix OUTPUT_PREFIX --workers 0 --batch-size 4 --threads-per-worker {best[2]}")
+    assert "trial 1: workers=0 batch_size=4" in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("values, message", [
-    (["0"], "--workers-to-check: 0 is not allowed, every value must be at least 1"),
+    (["-1"], "--workers-to-check: -1 is not allowed, every value must be at least 0"),
     (["abc"], "--workers-to-check: 'abc' is not a whole number (give e.g. --workers-to-check 1 2 4 8)"),
     (["1", "2", "1"], "--workers-to-check: 1 given more than once; list each value once"),
     (["1,2,2"], "--workers-to-check: 2 given more than once"),

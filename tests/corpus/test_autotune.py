@@ -12,10 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from corpus.autotune import (AutotuneConfig, AutotuneConfigError, AutotuneError, MAX_TRIALS, autotune,
-                             available_cores, config_from_mapping, default_workers, parse_candidates)
+                             available_cores, default_workers, parse_candidates)
 from corpus.autotune_report import NOISE_FLOOR, Candidate, Run, recommend, run_rates
 from corpus.autotune_sample import write_sample
-from corpus.autotune_trial import TrialReport, steady_window
+from corpus.autotune_trial import TrialReport, _BatchClock, _DeadlineReached, steady_window
+from corpus.pipeline.stats import Counters
 from corpus.readers import LinePayload, extract
 from tests.corpus.pipeline_support import TOKENIZER, WEB, config, hf_tokenizer
 
@@ -48,7 +49,8 @@ def test_a_word_that_is_not_a_number_is_named():
 
 
 @pytest.mark.parametrize("field, values, message", [
-    ("workers_to_check", [0], r"--workers-to-check: 0 is not allowed, every value must be at least 1"),
+    ("workers_to_check", [-1], r"--workers-to-check: -1 is not allowed, every value must be at least 0"),
+    ("threads_per_worker_to_check", [0], r"--threads-per-worker-to-check: 0 is not allowed, .* at least 1"),
     ("workers_to_check", [1, 2, 1], r"--workers-to-check: 1 given more than once"),
     ("workers_to_check", [available_cores() + 1], r"--workers-to-check: \d+ is too many: this process may use"),
     ("threads_per_worker_to_check", [available_cores() * 4], r"--threads-per-worker-to-check: \d+ is too many"),
@@ -77,18 +79,13 @@ def test_other_options_are_checked(tmp_path, changes, message):
 
 
 def test_defaults_sweep_up_to_the_cores_and_fit_the_sample(tmp_path):
-    assert default_workers(1) == [1] and default_workers(6) == [1, 2, 4, 6] and default_workers(8) == [1, 2, 4, 8]
+    assert default_workers(1) == [0, 1] and default_workers(6) == [0, 1, 2, 4, 6]
+    assert default_workers(8) == [0, 1, 2, 4, 8]
     chosen = AutotuneConfig(config(tmp_path, [WEB]), max_documents=2000)
     assert chosen.workers_to_check == default_workers(available_cores())
+    assert chosen.threads_per_worker_to_check is None  # derived from the fastest worker count
     assert chosen.batch_sizes_to_check == [250]  # 1000 and 4000 cannot make 4 batches of 2000 documents
     assert AutotuneConfig(config(tmp_path, [WEB]), max_documents=100).batch_sizes_to_check == [25]
-
-
-def test_unknown_keys_are_rejected_by_name(tmp_path):
-    base = {"tokenize": {"inputs": [str(WEB)], "output_prefix": "x", "tokenizer": hf_tokenizer().to_dict()}}
-    assert config_from_mapping({**base, "repeats": 3}).repeats == 3
-    with pytest.raises(AutotuneConfigError, match="unknown autotune option.*workers_to_chek"):
-        config_from_mapping({**base, "workers_to_chek": [1]})
 
 
 # --- the sample --------------------------------------------------------------------------------------
@@ -159,12 +156,18 @@ def test_noise_is_never_below_the_floor_and_ties_go_to_less_memory():
 
 # --- real sweeps -------------------------------------------------------------------------------------
 
+def default_threads(workers: int) -> int:
+    """What corpus tokenize --workers N uses without --threads-per-worker."""
+    return config(Path("."), [WEB], workers=workers, threads_per_worker=None).threads
+
+
 def test_the_recommendation_is_a_configuration_it_measured_and_nothing_is_left(tmp_path):
     before = all_files(WEB.parent)
-    result = autotune(tune(tmp_path, batch_sizes_to_check=[4, 8]))
+    result = autotune(tune(tmp_path, workers_to_check=[0, 2], batch_sizes_to_check=[4, 8]))
     measured = {(r.workers, r.batch_size, r.threads_per_worker) for r in result.trials}
     assert (result.best.workers, result.best.batch_size, result.best.threads_per_worker) in measured
-    assert measured <= {(w, b, 1) for w in (1, 2) for b in (4, 8)} and (1, 4, 1) in measured and (2, 4, 1) in measured
+    assert {(0, 4, default_threads(0)), (2, 4, default_threads(2))} <= measured  # each worker count, its default
+    assert measured <= {(w, b, t) for w in (0, 2) for b in (4, 8) for t in {1, default_threads(w)}}
     assert result.best in result.trials and result.best.within_noise
     assert [r.mb_per_s for r in result.trials] == sorted((r.mb_per_s for r in result.trials), reverse=True)
     assert all(r.docs_per_s > 0 and r.tokens_per_s > r.docs_per_s and r.peak_rss_mb > 0 for r in result.trials)
@@ -176,7 +179,7 @@ def test_the_recommendation_is_a_configuration_it_measured_and_nothing_is_left(t
 
 
 def test_a_sample_too_small_for_every_candidate_says_how_to_fix_it(tmp_path):
-    expected = (r"nothing could be measured:\n  workers=2 batch_size=4 threads_per_worker=1: the sample's 16 documents "
+    expected = (r"nothing could be measured:\n  workers=2 batch_size=4 threads_per_worker=\d+: the sample's 16 documents "
                 r"make 4 batch\(es\) of 4, and 2 worker\(s\) need 8 or more \(check batch sizes of 2 or less or raise "
                 r"--max-documents\)$")
     with pytest.raises(AutotuneError, match=expected):
@@ -186,7 +189,7 @@ def test_a_sample_too_small_for_every_candidate_says_how_to_fix_it(tmp_path):
 
 def test_candidates_the_sample_cannot_feed_are_listed_not_dropped(tmp_path):
     result = autotune(tune(tmp_path, max_documents=20, workers_to_check=[2], batch_sizes_to_check=[2, 5], repeats=0))
-    assert [(r.workers, r.batch_size) for r in result.trials] == [(2, 2)]
+    assert {(r.workers, r.batch_size) for r in result.trials} == {(2, 2)}
     [(candidate, reason)] = result.not_measured
     assert (candidate.workers, candidate.batch_size) == (2, 5)
     assert reason == ("the sample's 20 documents make 4 batch(es) of 5, and 2 worker(s) need 8 or more "
@@ -194,11 +197,28 @@ def test_candidates_the_sample_cannot_feed_are_listed_not_dropped(tmp_path):
     assert f"not measured: {candidate}: {reason}" in result.report()
 
 
+def test_a_tiny_time_budget_still_measures_every_candidate(tmp_path):
+    result = autotune(tune(tmp_path, workers_to_check=[1], repeats=0, time_budget=0.001))
+    assert {(r.workers, r.threads_per_worker) for r in result.trials} == {(1, 1), (1, default_threads(1))}
+    assert all(r.timed_s > 0 and r.mb_per_s > 0 for r in result.trials)
+    assert result.not_measured == [] and all_files(tmp_path / "scratch") == []
+
+
+def test_the_deadline_stops_a_trial_only_after_a_steady_window():
+    clock = _BatchClock(workers=2, deadline=0.0)  # long past
+    for records in range(1, 6):
+        clock(Counters(records_read=records))
+    clock(Counters(records_read=5))  # a batch without records (a slice's end) is no point
+    with pytest.raises(_DeadlineReached):
+        clock(Counters(records_read=6))
+    assert len(clock.points) == 6 and steady_window(6, 2, finished=False) == (1, 5)
+
+
 def test_a_failing_trial_is_reported_and_cleaned_up(tmp_path):
     broken = tmp_path / "tokenizer.json"
     broken.write_text(TOKENIZER.read_text()[:1000])
     tuned = tune(tmp_path, repeats=0)
     tuned.tokenize = tuned.tokenize.replace(tokenizer=hf_tokenizer(model=str(broken)))
-    with pytest.raises(AutotuneError, match=r"the trial workers=1 batch_size=4 threads_per_worker=1 failed"):
+    with pytest.raises(AutotuneError, match=r"the trial workers=1 batch_size=4 threads_per_worker=\d+ failed:\n.*tokenizer.json: not a valid"):
         autotune(tuned)
     assert all_files(tmp_path / "scratch") == []
