@@ -47,6 +47,9 @@ class Run:
     """Main process peak + workers x the largest worker's peak (each process's own kernel-kept peak)."""
     timed_s: float
     """Length of the steady window the rates come from."""
+    startup_s: float
+    """From the trial's process start to its first batch written: what a run pays once (interpreter,
+    tokenizer load, encoder check, worker spawn), left out of the rates."""
 
 
 def run_rates(report: TrialReport, workers: int) -> Run | None:
@@ -59,14 +62,14 @@ def run_rates(report: TrialReport, workers: int) -> Run | None:
     if seconds <= 0:
         return None
     return Run((docs1 - docs0) / seconds, (bytes1 - bytes0) / 1e6 / seconds, (tokens1 - tokens0) / seconds,
-               report.main_rss_mb + workers * report.worker_rss_mb, seconds)
+               report.main_rss_mb + workers * report.worker_rss_mb, seconds, report.points[0][0] - report.launched)
 
 
 def typical(runs: list[Run]) -> Run:
     """Median rates of repeated runs of one configuration, and the largest peak RSS seen."""
     return Run(median(r.docs_per_s for r in runs), median(r.mb_per_s for r in runs),
                median(r.tokens_per_s for r in runs), max(r.peak_rss_mb for r in runs),
-               median(r.timed_s for r in runs))
+               median(r.timed_s for r in runs), median(r.startup_s for r in runs))
 
 
 @dataclass
@@ -81,6 +84,7 @@ class Measured:
     tokens_per_s: float
     peak_rss_mb: float
     timed_s: float
+    startup_s: float
     runs: int
     """Trials of this configuration (the fastest is repeated to measure the noise)."""
     within_noise: bool = False
@@ -112,7 +116,8 @@ def recommend(runs: dict[Candidate, list[Run]]) -> tuple[list[Measured], Measure
 
 
 _COLUMNS = (("workers", "{:,}"), ("batch size", "{:,}"), ("threads", "{:,}"), ("docs/s", "{:,.0f}"),
-            ("MB/s", "{:,.2f}"), ("tokens/s", "{:,.0f}"), ("peak RSS MB", "{:,.0f}"), ("runs", "{}"))
+            ("MB/s", "{:,.2f}"), ("tokens/s", "{:,.0f}"), ("peak RSS MB", "{:,.0f}"), ("start s", "{:,.1f}"),
+            ("runs", "{}"))
 
 
 @dataclass
@@ -142,7 +147,7 @@ class AutotuneResult:
         cells = [[name for name, _ in _COLUMNS] + [""]]
         for row in self.trials:
             values = (row.workers, row.batch_size, row.threads_per_worker, row.docs_per_s, row.mb_per_s,
-                      row.tokens_per_s, row.peak_rss_mb, row.runs)
+                      row.tokens_per_s, row.peak_rss_mb, row.startup_s, row.runs)
             mark = "<- best" if row is self.best else "within noise" if row.within_noise else ""
             cells.append([fmt.format(value) for (_, fmt), value in zip(_COLUMNS, values)] + [mark])
         widths = [max(len(line[i]) for line in cells) for i in range(len(_COLUMNS))]

@@ -35,6 +35,8 @@ from corpus.pipeline.stats import Counters, peak_rss_mb
 MIN_BATCHES_PER_WORKER = 4
 #: Timed batches per worker before a trial may stop at its deadline.
 TIMED_BATCHES_PER_WORKER = MIN_BATCHES_PER_WORKER - 2
+#: Seconds to wait for the killed processes of a trial to be gone (workers dying, orphans reaped).
+GONE_TIMEOUT_S = 10.0
 
 
 class TrialError(CorpusError):
@@ -56,6 +58,8 @@ class TrialReport:
     """Bad records of the sample (skipped, so the trial still measures)."""
     messages: list[str] = field(default_factory=list)
     """What the trial process logged (warnings such as a missing optional encoder)."""
+    launched: float = 0.0
+    """``time.monotonic()`` when the trial process was started (the clock is system-wide)."""
 
 
 def lanes(workers: int) -> int:
@@ -130,18 +134,28 @@ def _environment() -> dict[str, str]:
 
 
 def _kill_group(process: subprocess.Popen) -> None:
-    """Kill whatever is left of the trial's process group (its workers too) and reap the trial."""
+    """Kill whatever is left of the trial's process group (its workers too), reap the trial, and wait
+    (up to :data:`GONE_TIMEOUT_S`) until the kernel has no process of the group left, so none
+    outlives the autotuner."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     process.wait()
+    deadline = time.monotonic() + GONE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.01)
 
 
 def run_trial(config: TokenizeConfig, deadline: float | None) -> TrialReport:
     """Measure ``config`` in a trial process; on any exception (Ctrl-C included) its whole process
     group is killed before the exception goes on, so no worker outlives the trial."""
     request = json.dumps({"config": dataclasses.asdict(config), "deadline": deadline}).encode()
+    launched = time.monotonic()
     process = subprocess.Popen([sys.executable, "-m", "corpus.autotune_trial"], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_environment(),
                                start_new_session=True)
@@ -152,7 +166,7 @@ def run_trial(config: TokenizeConfig, deadline: float | None) -> TrialReport:
     messages = err.decode(errors="replace").strip().splitlines()
     if process.returncode != 0:
         raise TrialError("\n".join(messages[-20:]) or f"the trial process exited with status {process.returncode}")
-    return TrialReport(**{**json.loads(out), "messages": messages})
+    return TrialReport(**{**json.loads(out), "messages": messages, "launched": launched})
 
 
 if __name__ == "__main__":

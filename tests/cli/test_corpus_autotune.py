@@ -51,7 +51,7 @@ def test_the_table_marks_the_best_and_prints_the_command(tmp_path):
                      "--temp-dir", str(tmp_path))
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["workers", "batch", "size", "threads", "docs/s", "MB/s", "tokens/s", "peak", "RSS",
-                                "MB", "runs"]
+                                "MB", "start", "s", "runs"]
     [best] = [line.split() for line in lines if line.endswith("<- best")]
     assert best[:2] == ["0", "4"]
     assert "noise: 2.0% (assumed: no configuration was run twice)" in result.stdout

@@ -124,15 +124,15 @@ def test_rates_come_from_the_window_only():
     # take 1 s each, the last (the drain) ends at t=100
     points = [(10.0 + i, 10 * (i + 1), 1000 * (i + 1), 100 * (i + 1)) for i in range(9)]
     points.append((100.0, 100, 10_000, 1000))
-    run = run_rates(TrialReport(points, True, 100.0, 50.0, 0), workers=1)
+    run = run_rates(TrialReport(points, True, 100.0, 50.0, 0, launched=4.0), workers=1)
     assert (run.docs_per_s, run.mb_per_s, run.tokens_per_s) == (10.0, 0.001, 100.0)
-    assert run.timed_s == 8.0 and run.peak_rss_mb == 150.0
+    assert (run.timed_s, run.startup_s, run.peak_rss_mb) == (8.0, 6.0, 150.0)
     assert run_rates(TrialReport(points, True, 100.0, 50.0, 0), workers=2).peak_rss_mb == 200.0
     assert run_rates(TrialReport(points[:3], True, 1.0, 1.0, 0), workers=1) is None
 
 
 def rate(mb_per_s: float, rss: float = 100.0) -> Run:
-    return Run(mb_per_s * 10, mb_per_s, mb_per_s * 1000, rss, 5.0)
+    return Run(mb_per_s * 10, mb_per_s, mb_per_s * 1000, rss, 5.0, 1.0)
 
 
 def test_fewest_workers_win_within_noise():
@@ -170,7 +170,8 @@ def test_the_recommendation_is_a_configuration_it_measured_and_nothing_is_left(t
     assert measured <= {(w, b, t) for w in (0, 2) for b in (4, 8) for t in {1, default_threads(w)}}
     assert result.best in result.trials and result.best.within_noise
     assert [r.mb_per_s for r in result.trials] == sorted((r.mb_per_s for r in result.trials), reverse=True)
-    assert all(r.docs_per_s > 0 and r.tokens_per_s > r.docs_per_s and r.peak_rss_mb > 0 for r in result.trials)
+    assert all(r.docs_per_s > 0 and r.tokens_per_s > r.docs_per_s and r.peak_rss_mb > 0 and r.startup_s > 0
+               for r in result.trials)
     assert sum(r.runs for r in result.trials) == len(result.trials) + 1  # the fastest again, for the noise
     assert (result.best_config.workers, result.best_config.batch_size) == (result.best.workers, result.best.batch_size)
     assert json.loads(json.dumps(result.to_dict()))["best"] == result.best.to_dict()
