@@ -85,8 +85,8 @@ def tokenizer_config(options: dict):
 
     return TokenizerConfig(
         type=options["tokenizer_type"], model=options["tokenizer_model"], vocab_file=options["vocab_file"],
-        merge_file=options["merge_file"], vocab_size=options["vocab_size"],
-        tiktoken_pattern=options["tiktoken_pattern"], tiktoken_num_special_tokens=options["tiktoken_num_special_tokens"],
+        merge_file=options["merge_file"], vocab_size=options["vocab_size"], tiktoken_pattern=options["tiktoken_pattern"],
+        tiktoken_num_special_tokens=options["tiktoken_num_special_tokens"],
         hf_include_special_tokens=not options["tokenizer_hf_no_include_special_tokens"],
         eod_id=options["eod_id"], bos_id=options["bos_id"], encoder=options["encoder"])
 

@@ -180,7 +180,8 @@ def test_the_recommendation_is_a_configuration_it_measured_and_nothing_is_left(t
 
 
 def test_a_sample_too_small_for_every_candidate_says_how_to_fix_it(tmp_path):
-    expected = (r"nothing could be measured:\n  workers=2 batch_size=4 threads_per_worker=\d+: the sample's 16 documents "
+    expected = (r"nothing could be measured:\n  workers=2 batch_size=4 threads_per_worker=\d+: "
+                r"the sample's 16 documents "
                 r"make 4 batch\(es\) of 4, and 2 worker\(s\) need 8 or more \(check batch sizes of 2 or less or raise "
                 r"--max-documents\)$")
     with pytest.raises(AutotuneError, match=expected):
@@ -220,6 +221,7 @@ def test_a_failing_trial_is_reported_and_cleaned_up(tmp_path):
     broken.write_text(TOKENIZER.read_text()[:1000])
     tuned = tune(tmp_path, repeats=0)
     tuned.tokenize = tuned.tokenize.replace(tokenizer=hf_tokenizer(model=str(broken)))
-    with pytest.raises(AutotuneError, match=r"the trial workers=1 batch_size=4 threads_per_worker=\d+ failed:\n.*tokenizer.json: not a valid"):
+    expected = r"the trial workers=1 batch_size=4 threads_per_worker=\d+ failed:\n.*tokenizer.json: not a valid"
+    with pytest.raises(AutotuneError, match=expected):
         autotune(tuned)
     assert all_files(tmp_path / "scratch") == []
