@@ -142,7 +142,7 @@ def ours(tokenizer: dict, path: str, out: str, workers: int | None, threads: int
     stats = tokenize(TokenizeConfig(inputs=[path], output_prefix=f"{out}/ours", tokenizer=_config(tokenizer),
                                     append_eod=True, threads_per_worker=threads, quiet=True, **parallelism))
     return {"seconds": time.perf_counter() - began, "tokens": stats.counters.total_tokens,
-            "prefix": f"{out}/ours_text_document", "encoder": stats.encoder}
+            "prefix": f"{out}/ours_text_document", "encoder": stats.encoder, "startup": stats.startup_seconds}
 
 
 METHODS = {"a": raw_library, "b": megatron_style, "c": ours}
@@ -206,12 +206,12 @@ def print_tables(rows: list[dict], rss: list[dict]) -> None:
     print(f"\nversions: tokenizers {version('tokenizers')}, tiktoken {version('tiktoken')}, gigatoken "
           f"{version('gigatoken')}, megatron-core {version('megatron-core')}; {CORES} cores")
     print(f"{'tokenizer':<10} {'corpus':<7} {'MB':>6} | {'(a) MB/s':>8} {'(b) MB/s':>8} {'(c) MB/s':>8} | "
-          f"{'c/a':>5} {'c/b':>6} | {'(c) tok/s':>10} | {'RSS b main/child':>16} {'RSS c main/child':>16} | same")
+          f"{'c/a':>5} {'c/b':>6} | {'(c) tok/s':>10} {'start':>5} | {'RSS b main/child':>16} {'RSS c main/child':>16} | same")
     for r in rows:
         a, b, c = r["a"], r["b"], r["c"]
         print(f"{r['tokenizer']:<10} {r['corpus']:<7} {r['megabytes']:>6.1f} | {a['megabytes_per_second']:>8.2f} "
               f"{b['megabytes_per_second']:>8.2f} {c['megabytes_per_second']:>8.2f} | {r['c/a']:>5.2f} {r['c/b']:>6.2f} | "
-              f"{c['tokens_per_second']:>10,.0f} | {b['rss_main_mb']:>7.0f}/{b['rss_child_mb']:<8.0f} "
+              f"{c['tokens_per_second']:>10,.0f} {c['startup']:>5.1f} | {b['rss_main_mb']:>7.0f}/{b['rss_child_mb']:<8.0f} "
               f"{c['rss_main_mb']:>7.0f}/{c['rss_child_mb']:<8.0f} | {'yes' if r['identical'] else 'NO'}")
     for r in rss:
         print(f"RSS (c) {r['tokenizer']} {r['corpus']} {r['megabytes']:.0f} MB: main {r['rss_main_mb']:.0f} MB, "

@@ -237,10 +237,12 @@ def _write_all(job: Job, state: dict | None, on_batch: Callable[[Counters], None
     return writing, start
 
 
-def _stats(job: Job, counters: Counters, start: Counters, seconds: float, resumed: bool, worker_rss_kb: int) -> RunStats:
+def _stats(job: Job, counters: Counters, start: Counters, seconds: tuple[float, float], resumed: bool,
+           worker_rss_kb: int) -> RunStats:
+    """``seconds``: the whole run and its start-up."""
     skipped = f"{job.prefix}.skipped.jsonl" if counters.records_skipped else None
     return RunStats(
-        counters=counters, seconds=seconds, rate_records=counters.records_read - start.records_read,
+        counters=counters, seconds=seconds[0], startup_seconds=seconds[1], rate_records=counters.records_read - start.records_read,
         rate_bytes=counters.input_bytes - start.input_bytes, rate_tokens=counters.total_tokens - start.total_tokens,
         input_bytes_total=sum(piece.size for piece in job.slices), encoder=job.tokenizer.encoder_name,
         encoder_reason=job.encoder_reason, shard={"index": job.shard.index, "count": job.shard.count},
@@ -273,11 +275,12 @@ def tokenize(config: TokenizeConfig, on_batch: Callable[[Counters], None] | None
     """
     began = time.monotonic()
     job = prepare(config)
+    startup = time.monotonic() - began
     state = _previous_state(job)
     done = _already_done(job) if config.resume and state is None else None
     if done is not None:
         log.info("--resume: %s is already complete for these inputs and options; nothing to do", job.prefix)
-        stats = _stats(job, done, done, time.monotonic() - began, resumed=True, worker_rss_kb=0)
+        counters, start, worker_rss_kb = done, done, 0
     else:
         if state and state["phase"] == "finalizing":
             writing = _Writing(job, state, unfinished_keys(job.prefix, job.keys))
@@ -285,7 +288,9 @@ def tokenize(config: TokenizeConfig, on_batch: Callable[[Counters], None] | None
             start = writing.counters
         else:
             writing, start = _write_all(job, state, on_batch)
-        stats = _stats(job, writing.counters, start, time.monotonic() - began, state is not None, writing.worker_rss_kb)
+        counters, worker_rss_kb = writing.counters, writing.worker_rss_kb
+    resumed = state is not None or done is not None
+    stats = _stats(job, counters, start, (time.monotonic() - began, startup), resumed, worker_rss_kb)
     if config.stats_json:
         write_stats_json(config.stats_json, stats)
     return stats

@@ -53,6 +53,8 @@ class RunStats:
     peak_rss_mb: float
     peak_worker_rss_mb: float
     skipped_file: str | None = None
+    startup_seconds: float = 0.0
+    """Of ``seconds``, the start-up: inputs listed, tokenizer built, fast encoder checked."""
 
     @property
     def documents_per_second(self) -> float:
@@ -81,7 +83,7 @@ class RunStats:
             + (f", {c.blank_lines:,} blank lines ignored" if c.blank_lines else ""),
             f"tokens: " + ", ".join(f"{key} {count:,}" for key, count in c.tokens.items()),
             f"speed: {self.megabytes_per_second:.2f} MB/s, {self.documents_per_second:,.0f} docs/s, "
-            f"{self.tokens_per_second:,.0f} tokens/s over {self.seconds:.1f} s"
+            f"{self.tokens_per_second:,.0f} tokens/s over {self.seconds:.1f} s ({self.startup_seconds:.1f} s start-up)"
             + (" (this resumed part)" if self.resumed else ""),
             f"encoder: {self.encoder_reason}",
             "outputs: " + ", ".join(self.outputs),

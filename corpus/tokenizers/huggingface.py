@@ -166,14 +166,13 @@ def limit_rayon_threads(threads: int | None) -> None:
 
     NOTE: rayon's global pool is sized once, at its first use, from RAYON_NUM_THREADS, so this takes
     effect only when called before the first batch encode; ``threads=1`` also turns HF tokenizers'
-    parallelism off (read at every call). A pool must never be inherited across ``fork``: the pipeline
-    spawns its workers and each builds its tokenizer itself.
+    parallelism off and more threads turn it on (read at every call). A pool must never be inherited
+    across ``fork``: the pipeline spawns its workers and each builds its tokenizer itself.
     """
     if threads is None:
         return
     os.environ["RAYON_NUM_THREADS"] = str(threads)
-    if threads == 1:
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ["TOKENIZERS_PARALLELISM"] = "false" if threads == 1 else "true"
 
 
 def build_huggingface(config: TokenizerConfig, threads: int | None = None) -> HuggingFaceTextTokenizer:

@@ -70,6 +70,7 @@ def test_output_is_megatron_builders_bytes_and_megatron_reads_it(tmp_path, megat
     else:  # "" encodes to nothing: a document without a sequence and without EOD
         assert first.document_indices[1] == 0
     assert stats.counters.records_written == len(records) and stats.counters.records_skipped == 0
+    assert stats.encoder.startswith("gigatoken")  # its flat path, post-processor affixes included
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from importlib.util import find_spec
 
 import pytest
 from tokenizers import Regex, Tokenizer, pre_tokenizers
@@ -10,6 +11,8 @@ from tokenizers import Regex, Tokenizer, pre_tokenizers
 from corpus.tokenizers import TokenizerConfig, TokenizerConfigError, build_tokenizer, select_encoder
 from corpus.tokenizers import gigatoken as fast_path
 from tests.corpus.tokenizers.helpers import assert_megatron_ids
+
+needs_gigatoken = pytest.mark.skipif(find_spec("gigatoken") is None, reason="gigatoken is not installed")
 
 FAST_CASES = [
     lambda f: TokenizerConfig("HuggingFaceTokenizer", model=f.cl100k_json),
@@ -22,6 +25,7 @@ FAST_CASES = [
 ]
 
 
+@needs_gigatoken
 @pytest.mark.parametrize("make_config", FAST_CASES)
 def test_gigatoken_is_chosen_and_gives_megatron_ids(tokenizer_files, megatron_tokenizer, conformance_texts,
                                                     make_config):
@@ -45,6 +49,7 @@ def _possessive_regex_tokenizer(tokenizer_files, directory) -> str:
     return str(directory / "tokenizer.json")
 
 
+@needs_gigatoken
 def test_refused_tokenizer_falls_back_in_one_line(tokenizer_files, megatron_tokenizer, conformance_texts, tmp_path):
     config = TokenizerConfig("HuggingFaceTokenizer", model=_possessive_regex_tokenizer(tokenizer_files, tmp_path))
     tokenizer, reason = select_encoder(config, conformance_texts[:5])
@@ -55,6 +60,7 @@ def test_refused_tokenizer_falls_back_in_one_line(tokenizer_files, megatron_toke
         select_encoder(config.replace(encoder="gigatoken"), [])
 
 
+@needs_gigatoken
 def test_special_strings_catch_a_difference_the_sample_lacks(tokenizer_files, monkeypatch):
     """gigatoken's own SentencePiece conversion matches <s> </s> [INST] whole in text, sentencepiece does
     not; sample texts without them would not show it, the special-string probes do."""
@@ -97,3 +103,13 @@ def test_reference_requested(tokenizer_files):
     tokenizer, reason = select_encoder(config, ["text"])
     assert tokenizer.encoder_name.startswith("tokenizers ")
     assert reason.endswith("reference encoder requested")
+
+
+@needs_gigatoken
+def test_gigatoken_caches_are_bounded_by_rebuilding(tokenizer_files, conformance_texts):
+    config = TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.cl100k_bos_dir)
+    tokenizer, _ = select_encoder(config, conformance_texts[:5], threads=1)
+    expected = build_tokenizer(config).encode_batch(conformance_texts)
+    tokenizer.memory_budget, tokenizer.rebuild_min_chars = -1, 1  # every batch is over budget
+    assert [ids for text in conformance_texts for ids in tokenizer.encode_batch([text])] == expected
+    assert tokenizer.rebuilds == len(conformance_texts) - 1  # the first batch sets the baseline
