@@ -72,26 +72,22 @@ def typical(runs: list[Run]) -> Run:
                median(r.timed_s for r in runs), median(r.startup_s for r in runs))
 
 
-@dataclass
-class Measured:
-    """One measured configuration, as ``--json`` prints it."""
+@dataclass(frozen=True)
+class Measured(Run):
+    """One measured configuration: its median rates (see :class:`Run`), as ``--json`` prints it."""
 
     workers: int
     batch_size: int
     threads_per_worker: int
-    docs_per_s: float
-    mb_per_s: float
-    tokens_per_s: float
-    peak_rss_mb: float
-    timed_s: float
-    startup_s: float
     runs: int
     """Trials of this configuration (the fastest is repeated to measure the noise)."""
-    within_noise: bool = False
+    within_noise: bool
     """As fast as the fastest configuration, given the noise."""
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The configuration first, then its rates."""
+        return {"workers": self.workers, "batch_size": self.batch_size,
+                "threads_per_worker": self.threads_per_worker, **dataclasses.asdict(self)}
 
 
 def noise_of(runs: dict[Candidate, list[Run]]) -> tuple[float, int]:
@@ -106,10 +102,11 @@ def noise_of(runs: dict[Candidate, list[Run]]) -> tuple[float, int]:
 def recommend(runs: dict[Candidate, list[Run]]) -> tuple[list[Measured], Measured, float, int]:
     """Rows sorted fastest first (MB/s), the recommended row, the noise and the runs it rests on."""
     noise, noise_runs = noise_of(runs)
-    rows = [Measured(**vars(c), **vars(typical(r)), runs=len(r)) for c, r in runs.items()]
+    rates = {candidate: typical(measured) for candidate, measured in runs.items()}
+    fastest = max(rate.mb_per_s for rate in rates.values())
+    rows = [Measured(**vars(rate), **vars(candidate), runs=len(runs[candidate]),
+                     within_noise=rate.mb_per_s >= fastest * (1 - noise)) for candidate, rate in rates.items()]
     rows.sort(key=lambda row: (-row.mb_per_s, row.workers, row.threads_per_worker))
-    for row in rows:
-        row.within_noise = row.mb_per_s >= rows[0].mb_per_s * (1 - noise)
     best = min((row for row in rows if row.within_noise),
                key=lambda row: (row.workers, row.threads_per_worker, row.peak_rss_mb, -row.mb_per_s))
     return rows, best, noise, noise_runs
