@@ -8,6 +8,7 @@ import logging
 import click
 
 from cli.corpus_blend import blend
+from cli.corpus_autotune import autotune_command
 from cli.corpus_inspect import inspect_command
 from cli.corpus_tokenize import tokenize_command
 from cli.errors import friendly_errors
@@ -39,6 +40,7 @@ def merge(inputs: tuple[str, ...], output_prefix: str) -> None:
 main.add_command(inspect_command)
 main.add_command(blend)
 main.add_command(tokenize_command)
+main.add_command(autotune_command)
 
 if __name__ == "__main__":
     main()

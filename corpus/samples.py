@@ -38,7 +38,7 @@ def make_batch(rows: np.ndarray, options: SampleOptions, eod_id: int | None) -> 
     loss_mask[padded_labels] = 0.0
     labels[padded_labels] = 0
     tokens[tokens == PAD_ID] = 0
-    positions = np.broadcast_to(np.arange(length, dtype=np.int64), (batch, length))
+    positions = np.tile(np.arange(length, dtype=np.int64), (batch, 1))  # writable: torch.from_numpy needs that
     result = {"tokens": tokens, "labels": labels, "loss_mask": loss_mask}
     if options.reset_position_ids or options.reset_attention_mask:
         after_eod = np.zeros((batch, length), dtype=bool)
@@ -50,7 +50,7 @@ def make_batch(rows: np.ndarray, options: SampleOptions, eod_id: int | None) -> 
             after_eod[:, 0] = True
             flat = np.flatnonzero(after_eod.reshape(-1))
             result["cu_seqlens"] = np.append(flat, batch * length).astype(np.int32)
-    result["position_ids"] = np.ascontiguousarray(positions)
+    result["position_ids"] = positions
     return result
 
 

@@ -6,21 +6,18 @@ one Megatron ``.bin/.idx`` pair per json key, in input order.
 
 The output is the same bytes whatever ``workers``, ``batch_size`` or ``threads_per_worker``, and a run
 resumed after a kill ends byte-identical to an uninterrupted one. :func:`tokenize` is the library entry
-point the CLI calls; :func:`tokenize_sample` runs the same pipeline on an in-memory sample and returns
-its measured statistics (the worker autotuner uses it).
+point the CLI calls (and, once per trial, ``corpus autotune-workers``).
 """
 
 from __future__ import annotations
 
 import logging
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
-import orjson
 
 from corpus.errors import CorpusError
 from corpus import meta as sidecar
@@ -209,7 +206,7 @@ class _Writing:
         self.finalize()
 
 
-def _write_all(job: Job, state: dict | None) -> tuple[_Writing, Counters]:
+def _write_all(job: Job, state: dict | None, on_batch: Callable[[Counters], None] | None) -> tuple[_Writing, Counters]:
     """Read, encode and write the whole shard from the checkpoint on; returns the writer and the
     counters at the start (to measure this process's own rates)."""
     writing = _Writing(job, state)
@@ -222,6 +219,8 @@ def _write_all(job: Job, state: dict | None) -> tuple[_Writing, Counters]:
         for batch, result in _encoded(job, state):
             writing.consume(batch, result)
             progress.update(writing.counters)
+            if on_batch:
+                on_batch(writing.counters)
         writing.finish()
     except BadRecordError:
         writing.outputs.abort()
@@ -263,11 +262,13 @@ def _already_done(job: Job) -> Counters | None:
                     tokens={key: meta["num_tokens"] for key, meta in zip(job.keys, metas)})
 
 
-def tokenize(config: TokenizeConfig) -> RunStats:
+def tokenize(config: TokenizeConfig, on_batch: Callable[[Counters], None] | None = None) -> RunStats:
     """Tokenize ``config.inputs`` into ``P_<key>_document.bin/.idx`` (+ sidecar) and return the statistics.
 
     Raises :class:`BadRecordError` (under ``on_error="fail"``) or another :class:`CorpusError` for
     problems a person must fix; an interrupted run leaves its checkpoint for ``resume=True``.
+    ``on_batch(counters)`` runs after each batch is written (``corpus autotune-workers`` times the
+    steady state with it); an exception it raises stops the run like an interrupt.
     """
     began = time.monotonic()
     job = prepare(config)
@@ -283,24 +284,10 @@ def tokenize(config: TokenizeConfig) -> RunStats:
             writing.finalize()
             start = writing.counters
         else:
-            writing, start = _write_all(job, state)
+            writing, start = _write_all(job, state, on_batch)
         counters, worker_rss_kb = writing.counters, writing.worker_rss_kb
     resumed = state is not None or done is not None
     stats = _stats(job, counters, start, (time.monotonic() - began, startup), resumed, worker_rss_kb)
     if config.stats_json:
         write_stats_json(config.stats_json, stats)
     return stats
-
-
-def tokenize_sample(config: TokenizeConfig, records: list[dict]) -> RunStats:
-    """Run the real pipeline (same workers, batches, threads, encoder) on in-memory ``records`` and
-    return its measured statistics; the outputs go to a temporary directory and are discarded.
-
-    For tuning ``workers``/``batch_size``/``threads_per_worker`` on a sample of the real corpus.
-    """
-    with tempfile.TemporaryDirectory(prefix="corpus-tokenize-sample-") as folder:
-        sample = Path(folder) / "sample.jsonl"
-        sample.write_bytes(b"".join(orjson.dumps(record) + b"\n" for record in records))
-        trial = config.replace(inputs=[str(sample)], output_prefix=str(Path(folder) / "out"), resume=False,
-                               quiet=True, stats_json=None, shard_index=0, num_shards=1)
-        return tokenize(trial)

@@ -81,7 +81,7 @@ class RunStats:
             f"records: {c.records_read:,} read, {c.records_written:,} written, {c.records_skipped:,} skipped"
             + (f" (listed in {self.skipped_file})" if self.skipped_file else "")
             + (f", {c.blank_lines:,} blank lines ignored" if c.blank_lines else ""),
-            f"tokens: " + ", ".join(f"{key} {count:,}" for key, count in c.tokens.items()),
+            "tokens: " + ", ".join(f"{key} {count:,}" for key, count in c.tokens.items()),
             f"speed: {self.megabytes_per_second:.2f} MB/s, {self.documents_per_second:,.0f} docs/s, "
             f"{self.tokens_per_second:,.0f} tokens/s over {self.seconds:.1f} s ({self.startup_seconds:.1f} s start-up)"
             + (" (this resumed part)" if self.resumed else ""),

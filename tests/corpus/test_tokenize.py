@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ from corpus.indexed import IndexedReader
 from corpus.merge import merge
 from corpus.pipeline.shards import _file_groups, resolve_shard, ShardError
 from corpus.readers import expand_inputs
-from corpus.tokenize import BadRecordError, tokenize, tokenize_sample
+from corpus.tokenize import BadRecordError, tokenize
 from corpus.tokenizers import build_tokenizer
 from tests.corpus.pipeline_support import (CODE, TOKENIZER, WEB, config, hf_tokenizer, output_bytes, sample_records,
                                            write_jsonl)
@@ -202,13 +201,6 @@ def test_whole_files_are_balanced_by_size(tmp_path):
     groups = _file_groups(files, 3)
     assert [g for group in groups for g in group] == list(range(8)) and all(groups)
     assert groups[0] == [0]
-
-
-def test_tokenize_sample_measures_the_real_pipeline(tmp_path):
-    stats = tokenize_sample(config(tmp_path, [WEB], workers=1, batch_size=8), sample_records(30))
-    assert stats.counters.records_written == 30 and stats.counters.total_tokens > 30
-    assert stats.megabytes_per_second > 0 and stats.peak_worker_rss_mb > 0
-    assert not list(tmp_path.iterdir())
 
 
 def test_stats_json_is_written(tmp_path):

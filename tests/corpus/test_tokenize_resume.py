@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import corpus.indexed
+import corpus.indexed.writer
 import corpus.tokenize
 from corpus.pipeline.state import ResumeError, state_path
 from corpus.tokenize import tokenize
@@ -80,7 +80,7 @@ def test_a_crash_while_renaming_outputs_into_place_resumes(tmp_path, monkeypatch
         real_replace(source, target)
 
     with monkeypatch.context() as patch:
-        patch.setattr(corpus.indexed.os, "replace", replace)
+        patch.setattr(corpus.indexed.writer.os, "replace", replace)
         with pytest.raises(KeyboardInterrupt):
             tokenize(run)
     tokenize(run.replace(resume=True))

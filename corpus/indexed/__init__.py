@@ -1,0 +1,36 @@
+"""The Megatron-compatible ``.bin/.idx`` token format: a validating memory-mapped reader and a
+streaming writer.
+
+The byte layout is documented in ``format``.
+
+Every problem with a file is raised as :class:`IndexFormatError`, which names the file and what is
+wrong, so a corrupt pair never surfaces as a numpy traceback or a silent wrong read.
+
+Modules: ``format`` (layout, :class:`IndexFormatError`, paths), ``reader`` (:class:`IndexedReader`),
+``writer`` (:class:`IndexedWriter`). Import the public names from here.
+"""
+
+from corpus.indexed.format import (
+    CODE_BY_DTYPE,
+    DTYPE_BY_CODE,
+    HEADER_SIZE,
+    MAGIC,
+    VERSION,
+    IndexFormatError,
+    IndexHeader,
+    bin_path,
+    exists,
+    idx_path,
+    index_arrays,
+    read_header,
+    strip_suffix,
+    token_dtype_for_vocab,
+)
+from corpus.indexed.reader import IndexedReader
+from corpus.indexed.writer import IndexedWriter, finish_interrupted_finalize
+
+__all__ = [
+    "CODE_BY_DTYPE", "DTYPE_BY_CODE", "HEADER_SIZE", "MAGIC", "VERSION", "IndexFormatError", "IndexHeader",
+    "IndexedReader", "IndexedWriter", "bin_path", "exists", "finish_interrupted_finalize", "idx_path",
+    "index_arrays", "read_header", "strip_suffix", "token_dtype_for_vocab",
+]

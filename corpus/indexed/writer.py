@@ -1,0 +1,274 @@
+"""The streaming, resumable, atomic writer of ``.bin/.idx`` pairs (byte-identical to Megatron's builder)."""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from corpus import meta as sidecar
+from corpus.indexed.format import _CHUNK, CODE_BY_DTYPE, MAGIC, VERSION, IndexFormatError, bin_path, idx_path
+from corpus.indexed.reader import IndexedReader
+
+
+def _sync(handle) -> None:
+    handle.flush()
+    os.fsync(handle.fileno())
+
+
+def _reopen_at(path: Path, size: int):
+    """Open a partial file of an interrupted writer for appending, cut back to its checkpointed ``size``
+    (bytes written after the checkpoint are discarded and will be written again)."""
+    try:
+        handle = open(path, "r+b")
+    except FileNotFoundError:
+        raise IndexFormatError(path, "cannot resume: this partial file is missing; start again without --resume") from None
+    actual = os.fstat(handle.fileno()).st_size
+    if actual < size:
+        handle.close()
+        raise IndexFormatError(path, f"cannot resume: {actual} bytes, fewer than the {size} checkpointed; "
+                                     "start again without --resume")
+    handle.truncate(size)
+    handle.seek(size)
+    return handle
+
+
+class _SpillBuffer:
+    """A growable int array that spills to a file every ``_CHUNK`` values, so a writer of
+    tens of millions of documents holds no per-document Python objects and bounded memory."""
+
+    def __init__(self, path: Path, dtype: type, resume_count: int | None = None) -> None:
+        self.path = path
+        self.dtype = np.dtype(dtype)
+        self._buffer = np.empty(_CHUNK, dtype=self.dtype)
+        self._used = 0
+        if resume_count is None:
+            self.count, self._file = 0, open(path, "wb")
+        else:
+            self.count, self._file = resume_count, _reopen_at(path, resume_count * self.dtype.itemsize)
+
+    def extend(self, values: np.ndarray) -> None:
+        values = np.asarray(values, dtype=self.dtype)
+        while len(values):
+            take = min(len(values), _CHUNK - self._used)
+            self._buffer[self._used : self._used + take] = values[:take]
+            self._used += take
+            self.count += take
+            values = values[take:]
+            if self._used == _CHUNK:
+                self.flush()
+
+    def flush(self) -> None:
+        self._file.write(self._buffer[: self._used].tobytes())
+        self._used = 0
+
+    def sync(self) -> None:
+        """Write the buffered values and make the file durable (a checkpoint)."""
+        self.flush()
+        _sync(self._file)
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        """Yield the stored values in order, chunk by chunk (after :meth:`close`)."""
+        with open(self.path, "rb") as handle:
+            while block := handle.read(_CHUNK * self.dtype.itemsize):
+                yield np.frombuffer(block, dtype=self.dtype)
+
+    def close(self) -> None:
+        self.flush()
+        self._file.close()
+
+
+class IndexedWriter:
+    """Streams documents into a ``.bin/.idx`` pair that is byte-identical to Megatron's builder output.
+
+    Data goes to ``<prefix>.bin.partial`` and spill files; :meth:`finalize` writes the index and the
+    sidecar under temporary names and renames them into place, ``.idx`` last, so a reader never sees
+    a half-written pair. Use as a context manager: an exception inside aborts and removes the
+    partial files.
+    """
+
+    def __init__(self, prefix: str | os.PathLike, dtype: np.dtype | type, resume: dict | None = None) -> None:
+        """Start a new pair, or, with ``resume`` (a :meth:`checkpoint` result), continue the partial
+        files of an interrupted writer exactly where that checkpoint was taken."""
+        self.prefix = str(prefix)
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in CODE_BY_DTYPE:
+            raise ValueError(f"dtype {self.dtype} has no Megatron code; use one of {sorted(map(str, CODE_BY_DTYPE))}")
+        Path(self.prefix).parent.mkdir(parents=True, exist_ok=True)
+        self._partial_bin = Path(f"{self.prefix}.bin.partial")
+        lengths, doc_ends = Path(f"{self.prefix}.lengths.partial"), Path(f"{self.prefix}.docs.partial")
+        if resume is None:
+            self._bin = open(self._partial_bin, "wb")
+            self._lengths = _SpillBuffer(lengths, np.int32)
+            self._doc_ends = _SpillBuffer(doc_ends, np.int64)
+            self._doc_ends.extend(np.zeros(1, dtype=np.int64))
+            self.num_tokens = 0
+        else:
+            self._bin = _reopen_at(self._partial_bin, resume["num_tokens"] * self.dtype.itemsize)
+            self._lengths = _SpillBuffer(lengths, np.int32, resume_count=resume["num_sequences"])
+            self._doc_ends = _SpillBuffer(doc_ends, np.int64, resume_count=resume["num_documents"] + 1)
+            self.num_tokens = resume["num_tokens"]
+        self._limits = np.iinfo(self.dtype) if self.dtype.kind in "iu" else None
+
+    def checkpoint(self) -> dict:
+        """Make everything written so far durable; the returned counts let ``IndexedWriter(prefix, dtype,
+        resume=...)`` continue from exactly here after a crash (even ``kill -9``)."""
+        _sync(self._bin)
+        self._lengths.sync()
+        self._doc_ends.sync()
+        return {"num_tokens": self.num_tokens, "num_sequences": self.num_sequences,
+                "num_documents": self.num_documents}
+
+    @property
+    def num_sequences(self) -> int:
+        return self._lengths.count
+
+    @property
+    def num_documents(self) -> int:
+        return self._doc_ends.count - 1
+
+    def _write_tokens(self, tokens: np.ndarray) -> None:
+        if self._limits is not None and tokens.size:
+            low, high = int(tokens.min()), int(tokens.max())
+            if low < self._limits.min or high > self._limits.max:
+                raise ValueError(
+                    f"{self.prefix}: token id range [{low}, {high}] does not fit {self.dtype}; "
+                    "the vocabulary needs int32 (token_dtype_for_vocab)"
+                )
+        self._bin.write(np.ascontiguousarray(tokens, dtype=self.dtype).tobytes())
+        self.num_tokens += tokens.size
+
+    def add_sequence(self, tokens: Sequence[int] | np.ndarray) -> None:
+        """Append one sequence to the current document (close it with :meth:`end_document`)."""
+        array = np.asarray(tokens).reshape(-1)
+        self._write_tokens(array)
+        self._lengths.extend(np.array([array.size], dtype=np.int32))
+
+    def end_document(self) -> None:
+        """Close the current document (it may hold no sequence at all)."""
+        self._doc_ends.extend(np.array([self._lengths.count], dtype=np.int64))
+
+    def add_document(self, tokens: Sequence[int] | np.ndarray, lengths: Sequence[int] | None = None) -> None:
+        """Append a whole document: one sequence, or several when ``lengths`` splits it (sentences).
+
+        An empty document adds a document boundary and no sequence, as Megatron's preprocessing does.
+        """
+        array = np.asarray(tokens).reshape(-1)
+        if lengths is None:
+            lengths = [array.size] if array.size else []
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if int(lengths.sum()) != array.size:
+            raise ValueError(f"{self.prefix}: lengths sum to {int(lengths.sum())} but the document has {array.size} tokens")
+        self._write_tokens(array)
+        self._lengths.extend(lengths.astype(np.int32))
+        self.end_document()
+
+    def add_documents(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
+        """Append many single-sequence documents at once: ``tokens`` is their concatenation and
+        ``lengths[i]`` the size of document i (0 = a document with no sequence). The fast path for
+        the tokenize pipeline: no Python loop per document."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if int(lengths.sum()) != len(tokens):
+            raise ValueError(f"{self.prefix}: lengths sum to {int(lengths.sum())} but {len(tokens)} tokens were given")
+        self._write_tokens(np.asarray(tokens))
+        nonempty = lengths[lengths > 0]
+        first = self._lengths.count
+        self._lengths.extend(nonempty.astype(np.int32))
+        self._doc_ends.extend(first + np.cumsum(lengths > 0))
+
+    def add_index(self, prefix: str | os.PathLike) -> None:
+        """Append every document of an existing pair, streaming (``corpus merge`` uses this)."""
+        with IndexedReader(prefix) as source:
+            if source.dtype != self.dtype:
+                raise IndexFormatError(source.idx_file, f"dtype {source.dtype} differs from the output's {self.dtype}")
+            offset = self._lengths.count
+            for start in range(0, source.num_sequences, _CHUNK):
+                self._lengths.extend(source.sequence_lengths[start : start + _CHUNK])
+            docs = source.document_indices
+            for start in range(1, len(docs), _CHUNK):
+                self._doc_ends.extend(offset + docs[start : start + _CHUNK])
+            with open(source.bin_file, "rb") as handle:
+                while block := handle.read(64 << 20):
+                    self._bin.write(block)
+            self.num_tokens += source.num_tokens
+
+    def finalize(self, meta: dict | None = None) -> None:
+        """Write the index and (when ``meta`` is given) the sidecar, then rename everything into place.
+
+        ``meta`` holds what only the caller knows (tokenizer, inputs, options); counts and the dtype
+        are filled in here. The old ``.idx`` is removed first and the new one renamed last, so a crash
+        at any point leaves either no pair or a complete one.
+        """
+        self._bin.flush()
+        os.fsync(self._bin.fileno())
+        self._bin.close()
+        self._lengths.close()
+        self._doc_ends.close()
+        partial_idx = Path(f"{self.prefix}.idx.partial")
+        with open(partial_idx, "wb") as out:
+            out.write(MAGIC)
+            out.write(struct.pack("<QB", VERSION, CODE_BY_DTYPE[self.dtype]))
+            out.write(struct.pack("<QQ", self._lengths.count, self._doc_ends.count))
+            for chunk in self._lengths.chunks():
+                out.write(chunk.tobytes())
+            running = 0
+            for chunk in self._lengths.chunks():
+                sizes = chunk.astype(np.int64) * self.dtype.itemsize
+                pointers = running + np.concatenate(([0], np.cumsum(sizes[:-1])))
+                out.write(pointers.astype(np.int64).tobytes())
+                running = int(pointers[-1] + sizes[-1])
+            for chunk in self._doc_ends.chunks():
+                out.write(chunk.tobytes())
+            out.flush()
+            os.fsync(out.fileno())
+        idx_path(self.prefix).unlink(missing_ok=True)
+        if meta is not None:
+            sidecar.write(self.prefix, self._completed_meta(meta))
+        os.replace(self._partial_bin, bin_path(self.prefix))
+        os.replace(partial_idx, idx_path(self.prefix))
+        self._lengths.path.unlink()
+        self._doc_ends.path.unlink()
+
+    def _completed_meta(self, meta: dict) -> dict:
+        return {
+            **meta,
+            "dtype": str(self.dtype),
+            "num_sequences": self.num_sequences,
+            "num_documents": self.num_documents,
+            "num_tokens": self.num_tokens,
+        }
+
+    def close(self) -> None:
+        """Close the partial files, keeping them (an interrupted run that ``--resume`` will continue)."""
+        for handle in (self._bin, self._lengths._file, self._doc_ends._file):
+            handle.close()
+
+    def abort(self) -> None:
+        """Close and delete every partial file; nothing under the final names is touched."""
+        self.close()
+        for path in (self._partial_bin, self._lengths.path, self._doc_ends.path, Path(f"{self.prefix}.idx.partial")):
+            path.unlink(missing_ok=True)
+
+    def __enter__(self) -> "IndexedWriter":
+        return self
+
+    def __exit__(self, exc_type: type | None, *rest: object) -> None:
+        if exc_type is not None:
+            self.abort()
+
+
+def finish_interrupted_finalize(prefix: str | os.PathLike) -> bool:
+    """Complete a :meth:`IndexedWriter.finalize` that a crash cut short after the ``.bin`` was renamed
+    into place (the ``.idx.partial`` was complete and synced by then) and return True; return False
+    when the ``.bin.partial`` is still there, i.e. the writer must be resumed and finalized again."""
+    if Path(f"{prefix}.bin.partial").exists():
+        return False
+    partial_idx = Path(f"{prefix}.idx.partial")
+    if partial_idx.exists():
+        os.replace(partial_idx, idx_path(prefix))
+    for suffix in (".lengths.partial", ".docs.partial"):
+        Path(f"{prefix}{suffix}").unlink(missing_ok=True)
+    return True
