@@ -69,15 +69,13 @@ def _next_batch(run: Run, split: str) -> dict[str, torch.Tensor]:
 
 
 def _micro_batches(run: Run, split: str, count: int) -> list[dict[str, torch.Tensor]]:
-    batches = []
-    for _ in range(count):
-        batch = _next_batch(run, split)
-        largest = int(batch["tokens"].max())
-        if largest >= run.model.vocab_size:
-            raise ConfigError(f"{split} data holds token id {largest} but the model's vocabulary is "
-                              f"{run.model.vocab_size}: the data was tokenized with a bigger vocabulary; give a "
-                              f"--vocab-size above {largest}")
-        batches.append(batch)
+    batches = [_next_batch(run, split) for _ in range(count)]
+    # NOTE: the largest id over every rank, so that all ranks stop together (no rank left in a collective)
+    largest = int(run.engine.world_max(max(float(batch["tokens"].max()) for batch in batches)))
+    if largest >= run.model.vocab_size:
+        raise ConfigError(f"{split} data holds token id {largest} but the model's vocabulary is "
+                          f"{run.model.vocab_size}: the data was tokenized with a bigger vocabulary; give a "
+                          f"--vocab-size above {largest}")
     return batches
 
 

@@ -93,9 +93,13 @@ class StepEngine:
         self._run(batches, 1.0, backward=False)
         return self._global_loss_sum()
 
+    def world_max(self, value: float) -> float:
+        """The largest ``value`` over every rank."""
+        tensor = torch.tensor(float(value), dtype=torch.float64, device=self.parallel.device)
+        if self.parallel.world_size > 1:
+            dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return float(tensor)
+
     def any_rank(self, flag: bool) -> bool:
         """Whether ``flag`` is set on any rank (so that every rank stops at the same step)."""
-        value = torch.tensor(float(flag), device=self.parallel.device)
-        if self.parallel.world_size > 1:
-            dist.all_reduce(value, op=dist.ReduceOp.MAX)
-        return bool(value)
+        return self.world_max(float(flag)) > 0
