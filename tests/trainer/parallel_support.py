@@ -7,6 +7,7 @@ training runs in a row over one process group, which saves the start-up of 2–8
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import socket
@@ -45,7 +46,8 @@ def _worker(rank: int, world: int, port: int, jobs: list) -> None:
                       MASTER_PORT=str(port))
     torch.set_num_threads(1)
     logging.basicConfig(level=logging.WARNING)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(minutes=2))  # a rank left waiting fails the test soon
     try:
         for job in jobs:
             if isinstance(job, dict):

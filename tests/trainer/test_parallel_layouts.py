@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from tests.trainer.parallel_support import assert_same_curve, curve, layout_overrides, run_ranks
+from trainer import checkpoint
 from trainer.config import ModelConfig, load_config, merge
 from trainer.loop import train, train_step
 from trainer.parallel.state_dict import named_parameters
@@ -52,6 +53,15 @@ def zero_probe(overrides: dict, out: str) -> None:
          "params": [name for name, _, _ in named_parameters(engine.chunks)]}))
 
 
+def stop_probe(overrides: dict, out: str) -> None:
+    """Rank 1 alone reaches --exit-duration-in-mins 0 after step 1 (time-based stops differ between ranks);
+    each rank records where it stopped."""
+    if dist.get_rank() == 1:
+        overrides = merge(overrides, {"training": {"exit_duration_in_mins": 0.0}})
+    result = train(load_config(None, overrides))
+    Path(out, f"{dist.get_rank()}.json").write_text(json.dumps([result.iteration, result.stopped_by]))
+
+
 @pytest.fixture(scope="module")
 def two_rank_runs(tmp_path_factory) -> Path:
     """Every layout of :data:`LAYOUTS` (and cl100k at TP 2, and the ZeRO-1 probe) on 2 ranks, plus the
@@ -69,6 +79,10 @@ def two_rank_runs(tmp_path_factory) -> Path:
     jobs.append(merge(layout_overrides(root / "tp2_cl100k", steps=3, tensor_model_parallel_size=2), CL100K))
     jobs.append((zero_probe, {"overrides": layout_overrides(root / "probe", **LAYOUTS["dp2_zero1_overlapped"]),
                               "out": str(root / "zero_probe")}))
+    (root / "stop_probe").mkdir()
+    jobs.append((stop_probe, {"overrides": merge(layout_overrides(root / "stop", pipeline_model_parallel_size=2),
+                                                 {"checkpoint": {"save": str(root / "stop_checkpoints")}}),
+                              "out": str(root / "stop_probe")}))
     run_ranks(2, jobs)
     return root
 
@@ -100,3 +114,9 @@ def test_zero1_partitions_optimizer_state_and_keeps_weights_in_sync(two_rank_run
     assert ranks[0]["checksum"] == ranks[1]["checksum"]
     for rank in ranks:  # --overlap-grad-reduce: every bucket was sent during the backward pass
         assert all(rank["launched"]) and len(rank["launched"]) >= 4
+
+
+def test_a_stop_seen_by_one_rank_stops_every_rank_at_the_same_step(two_rank_runs):
+    ranks = [json.loads((two_rank_runs / "stop_probe" / f"{rank}.json").read_text()) for rank in range(2)]
+    assert ranks == [[1, "another rank asked to stop"], [1, "--exit-duration-in-mins reached"]]
+    assert checkpoint.complete_iterations(two_rank_runs / "stop_checkpoints") == [1]
