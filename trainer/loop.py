@@ -19,7 +19,6 @@ import torch
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError, OutOfMemory, TrainingDiverged
 from trainer.metrics import MetricsSink, perplexity, throughput
-from trainer.model import token_loss_sum
 from trainer.optim import set_learning_rate
 from trainer.profiling import StepProfiler
 from trainer.run import Run, build_run, metrics_sink, save
@@ -83,9 +82,8 @@ def _micro_batches(run: Run, split: str, count: int) -> list[dict[str, torch.Ten
 
 def _loss_sum(run: Run, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     batch = {key: value.to(run.parallel.device, non_blocking=True) for key, value in batch.items()}
-    with run.precision.autocast():
-        logits = run.model(batch["tokens"], batch["position_ids"], batch.get("cu_seqlens"))
-    return token_loss_sum(logits, batch["labels"], batch["loss_mask"])
+    with run.precision.autocast(), run.fp8.autocast():
+        return run.model.loss_sum(batch)
 
 
 def train_step(run: Run) -> StepResult:

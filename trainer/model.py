@@ -15,9 +15,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from trainer.attention import AttentionBackend
 from trainer.config import ModelConfig
+from trainer.cross_entropy import fused_loss_sum
 from trainer.layers import (ColumnParallelLinear, LocalGemm, RMSNorm, RotaryEmbedding, RowParallelLinear,
                             VocabParallelEmbedding, apply_rotary, local_gemm, scaled_init_std)
 from trainer.parallel_state import ParallelState
@@ -95,7 +97,13 @@ class GPT(nn.Module):
         self.layers = nn.ModuleList(TransformerLayer(config, parallel, attention, gemm)
                                     for _ in range(config.num_layers))
         self.final_norm = RMSNorm(config.hidden_size, config.norm_epsilon)
-        self.output = ColumnParallelLinear(config.hidden_size, vocab_size, parallel, config.init_method_std, gemm)
+        # NOTE: the output layer keeps the plain GEMM (bf16 under autocast) whatever the blocks use (FP8).
+        self.output = ColumnParallelLinear(config.hidden_size, vocab_size, parallel, config.init_method_std,
+                                           local_gemm("plain"))
+        self.recompute = config.recompute_granularity == "full"
+        fusion = config.cross_entropy_loss_fusion
+        # NOTE: the fused loss assumes the whole vocabulary on this rank (no vocabulary-parallel reduction).
+        self.fused_loss = (parallel.device.type == "cuda" if fusion is None else fusion) and parallel.tp_size == 1
 
     def init_weights(self, seed: int) -> None:
         """(Re)initialise every parameter and buffer from ``seed`` (Megatron's normal init)."""
@@ -106,16 +114,33 @@ class GPT(nn.Module):
                 if hasattr(module, "reset_parameters") and module is not self:
                     module.reset_parameters()
 
-    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor,
-                cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits [B, S, vocab] for ``tokens`` [B, S]."""
+    def hidden_states(self, tokens: torch.Tensor, position_ids: torch.Tensor,
+                      cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+        """Final-norm output [B, S, d] for ``tokens`` [B, S] (what the output layer reads)."""
         x = self.embedding(tokens)
         kind = tokens.device.type
         dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
         rotary = self.rope(position_ids, dtype)
         for layer in self.layers:
-            x = layer(x, rotary, cu_seqlens)
-        return self.output(self.final_norm(x))
+            if self.recompute and torch.is_grad_enabled():
+                x = checkpoint(layer, x, rotary, cu_seqlens, use_reentrant=False)
+            else:
+                x = layer(x, rotary, cu_seqlens)
+        return self.final_norm(x)
+
+    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor,
+                cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [B, S, vocab] for ``tokens`` [B, S]."""
+        return self.output(self.hidden_states(tokens, position_ids, cu_seqlens))
+
+    def loss_sum(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Sum of the masked token losses of a micro-batch (fp32); through the fused chunked loss when
+        ``--cross-entropy-loss-fusion`` is on, so the logits are never materialised."""
+        if self.fused_loss:
+            hidden = self.hidden_states(batch["tokens"], batch["position_ids"], batch.get("cu_seqlens"))
+            return fused_loss_sum(hidden, self.output.weight, batch["labels"], batch["loss_mask"])
+        logits = self(batch["tokens"], batch["position_ids"], batch.get("cu_seqlens"))
+        return token_loss_sum(logits, batch["labels"], batch["loss_mask"])
 
 
 def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:

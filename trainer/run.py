@@ -3,6 +3,7 @@ and out of checkpoints. :mod:`trainer.loop` drives what this builds."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -14,9 +15,11 @@ from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_o
 
 from trainer import checkpoint
 from trainer.attention import AttentionShape, select_backend
+from trainer.compile import compile_blocks, should_compile
 from trainer.config import ModelConfig, TrainConfig, padded_vocab_size
 from trainer.data import TrainData, build_data
 from trainer.errors import CheckpointError, ConfigError
+from trainer.fp8 import FP8Engine, select_fp8
 from trainer.metrics import FLOP_CONVENTION, MetricsSink, flops_per_token, peak_tflops
 from trainer.model import GPT, build_model, parameter_counts
 from trainer.optim import build_optimizer
@@ -47,6 +50,7 @@ class Run:
     checkpoint_iteration: int | None = None
     iterators: dict = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
+    fp8: FP8Engine = field(default_factory=lambda: FP8Engine("plain"))  # bf16/fp32 unless --fp8-format
 
     def batches(self, split: str):
         """The (persistent) micro-batch iterator of ``split``."""
@@ -91,12 +95,17 @@ def build_run(config: TrainConfig) -> Run:
                            model_config.num_query_groups, model_config.head_dim, precision.dtype,
                            config.data.reset_attention_mask)
     attention = select_backend(model_config.attention_backend, device, shape)
-    model = build_model(model_config, vocab, data.seq_length, parallel, attention, config.training.seed)
+    fp8 = select_fp8(config.fp8, device, model_config.gemm_backend)
+    model = build_model(dataclasses.replace(model_config, gemm_backend=fp8.gemm_name), vocab, data.seq_length,
+                        parallel, attention, config.training.seed)
+    compiled = should_compile(model_config.compile, device, fp8.compilable, "the te FP8 backend cannot be traced")
+    if compiled:
+        compile_blocks(model.layers)
     counts = parameter_counts(model)
     peak, peak_note = peak_tflops(device, config.logging.peak_tflops)
     run = Run(config, parallel, precision, data, model, build_optimizer(model, config.optim, device),
               LRSchedule(config.optim, config.training.train_iters), global_batch, accumulation,
-              flops_per_token(model_config, counts["matmul"], data.seq_length), peak)
+              flops_per_token(model_config, counts["matmul"], data.seq_length), peak, fp8=fp8)
     log.info("model: preset %s, %d layers, d=%d, %d heads / %d kv, ffn %d, vocab %d (padded), %.1fM parameters "
              "(%.1fM in matmuls)", model_config.preset, model_config.num_layers,
              model_config.hidden_size, model_config.num_attention_heads, model_config.num_query_groups,
@@ -104,6 +113,9 @@ def build_run(config: TrainConfig) -> Run:
     log.info("device %s, precision %s, global batch %d = micro %d × accumulation %d × DP %d, seq %d; %s",
              device, precision.name, global_batch, config.training.micro_batch_size, accumulation, parallel.dp_size,
              data.seq_length, data.description)
+    log.info("execution: blocks %s, activation recompute %s, loss %s, Adam moments %s/%s", "compiled (torch.compile)"
+             if compiled else "eager", model_config.recompute_granularity or "off", "fused chunked cross-entropy"
+             if model.fused_loss else "logits + cross-entropy", config.optim.exp_avg_dtype, config.optim.exp_avg_sq_dtype)
     log.info("%s; %.3g GFLOP/token; peak: %s", FLOP_CONVENTION, run.flops_per_token / 1e9,
              f"{peak:g} TFLOP/s ({peak_note})" if peak else peak_note)
     if config.checkpoint.load:
