@@ -60,14 +60,17 @@ def write_blend(folder: Path) -> Path:
     return blend
 
 
-def train(tag: str, flags: list[str], folder: Path, warmup: int, timeout: float) -> dict:
-    """One ``trainer run`` (its log under $OUT); steady-state means of its step records and its evaluations."""
-    metrics = folder / f"{tag}.jsonl"
+def train(tag: str, flags: list[str], folder: Path, warmup: int, timeout: float, keep_metrics: bool = False) -> dict:
+    """One ``trainer run`` (its log, and with ``keep_metrics`` its metrics, under $OUT); steady-state means
+    of its step records and its evaluations."""
+    out = Path(os.environ.get("OUT", folder))
+    metrics = (out if keep_metrics else folder) / f"{tag}.jsonl"
     command = [sys.executable, "-m", "cli.trainer", "run", "--blend", str(folder / "prose.yaml"),
                "--log-interval", "1", "--metrics-jsonl", str(metrics), *flags]
     print("$", " ".join(command), flush=True)
-    with open(Path(os.environ.get("OUT", folder)) / f"{tag}.log", "w") as log:
-        done = subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log,
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    with open(out / f"{tag}.log", "w") as log:
+        done = subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": path}, stdout=log,
                               stderr=subprocess.STDOUT, timeout=timeout)
     records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
     steps = [r for r in records if "tokens_per_s" in r]
@@ -99,7 +102,7 @@ def baselines(args: argparse.Namespace, folder: Path) -> dict:
         if (folder / output).exists():
             loaded = json.loads((folder / output).read_text())
             results.update({key: value for key, value in loaded.items() if isinstance(value, dict)})
-            shutil.copy(folder / output, Path(os.environ.get("OUT", folder)) / output)
+            results[f"{output[:-5]}_all"] = loaded  # the chip's ceilings and failures too
     return results
 
 
@@ -109,16 +112,13 @@ def parity(args: argparse.Namespace, folder: Path) -> dict:
               "--train-iters", str(args.parity_steps), "--lr", "6e-4", "--min-lr", "6e-5", "--lr-decay-style", "cosine",
               "--lr-warmup-iters", str(args.parity_steps // 10), "--eval-interval", str(args.parity_eval_interval),
               "--eval-iters", str(args.eval_iters), "--bf16"]
-    runs = {"parity_bf16": train("parity_bf16", common, folder, args.warmup, 160),
+    runs = {"parity_bf16": train("parity_bf16", common, folder, args.warmup, 160, keep_metrics=True),
             "parity_fp8": train("parity_fp8", [*common, *FP8, "--fp8-backend", args.fp8_backend], folder, args.warmup,
-                                160)}
+                                160, keep_metrics=True)}
     bf16, fp8 = (dict(runs[name]["evals"]) for name in ("parity_bf16", "parity_fp8"))
     gaps = {step: fp8[step] / bf16[step] - 1 for step in bf16 if step in fp8}
     after = [abs(gap) for step, gap in gaps.items() if step > args.parity_steps // 10]
     runs["parity_gap"] = {"per_eval": gaps, "max_abs_after_warmup": max(after) if after else None}
-    for name in ("parity_bf16", "parity_fp8"):
-        if (folder / f"{name}.jsonl").exists():
-            shutil.copy(folder / f"{name}.jsonl", Path(os.environ.get("OUT", folder)) / f"{name}.jsonl")
     return runs
 
 
