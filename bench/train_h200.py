@@ -111,7 +111,7 @@ def parity(args: argparse.Namespace, folder: Path) -> dict:
     common = ["--preset", "125m", "--seq-length", "1024", "--micro-batch-size", "24", "--global-batch-size", "24",
               "--train-iters", str(args.parity_steps), "--lr", "6e-4", "--min-lr", "6e-5", "--lr-decay-style", "cosine",
               "--lr-warmup-iters", str(args.parity_steps // 10), "--eval-interval", str(args.parity_eval_interval),
-              "--eval-iters", str(args.eval_iters), "--bf16"]
+              "--eval-iters", str(args.eval_iters), "--bf16", "--compile", args.aux_compile]
     runs = {"parity_bf16": train("parity_bf16", common, folder, args.warmup, 160, keep_metrics=True),
             "parity_fp8": train("parity_fp8", [*common, *FP8, "--fp8-backend", args.fp8_backend], folder, args.warmup,
                                 160, keep_metrics=True)}
@@ -126,7 +126,8 @@ def eight_b(args: argparse.Namespace, folder: Path) -> dict:
     """The 8b preset on one GPU with the memory scheme of trainer/README.md."""
     flags = ["--preset", "8b", "--vocab-size", "128256", "--seq-length", "4096", "--micro-batch-size", "1",
              "--global-batch-size", "1", "--train-iters", str(args.eight_b_steps), "--eval-iters", "0", "--lr", "1e-4",
-             "--bf16", "--recompute-granularity", "full", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
+             "--bf16", "--recompute-granularity", "full", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16",
+             "--compile", args.aux_compile]
     return {"8b_bf16": train("8b_bf16", flags, folder, 2, 240)}
 
 
@@ -167,7 +168,9 @@ def main() -> None:
     parser.add_argument("--parity-steps", type=int, default=300)
     parser.add_argument("--parity-eval-interval", type=int, default=25)
     parser.add_argument("--eval-iters", type=int, default=8)
-    parser.add_argument("--eight-b-steps", type=int, default=6)
+    parser.add_argument("--eight-b-steps", type=int, default=8)
+    parser.add_argument("--aux-compile", default="off", choices=("auto", "off"),
+                        help="--compile of the parity and 8b runs (off: no compile time on a short device lease)")
     args = parser.parse_args()
     if args.prepare:
         return prepare()
