@@ -56,6 +56,16 @@ class LowPrecisionAdamW(torch.optim.Optimizer):
                  exp_avg_dtype: torch.dtype, exp_avg_sq_dtype: torch.dtype) -> None:
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
         self.dtypes = (exp_avg_dtype, exp_avg_sq_dtype)
+        self.register_load_state_dict_post_hook(LowPrecisionAdamW._restore_dtypes)
+
+    @staticmethod
+    def _restore_dtypes(optimizer: "LowPrecisionAdamW") -> None:
+        """``Optimizer.load_state_dict`` casts state to the parameters' dtype (fp32); cast the moments back
+        (exact: they were saved in their own dtype)."""
+        for state in optimizer.state.values():
+            for key, dtype in zip(("exp_avg", "exp_avg_sq"), optimizer.dtypes):
+                if key in state:
+                    state[key] = state[key].to(dtype)
 
     def _state(self, param: torch.Tensor) -> dict:
         state = self.state[param]

@@ -48,7 +48,10 @@ def fp8_matmul(a: torch.Tensor, b: torch.Tensor, a_inverse: torch.Tensor, b_inve
     result_dtype = torch.bfloat16 if rowwise else out_dtype  # row-wise kernels write bf16
     out = torch._scaled_mm(a, b, scale_a=a_inverse, scale_b=b_inverse, out_dtype=result_dtype,
                            use_fast_accum=fast_accum)
-    return out.to(out_dtype)
+    # NOTE: no `.to()` when the dtype already matches: torch 2.11's compiler drops the gradients of an autograd
+    # function that returns that no-op alias of a tensor made inside it (pytorch#180642's family; every block
+    # weight got a zero gradient on the H200). tests/trainer/fp8 hold compiled gradients to eager ones.
+    return out if out.dtype == out_dtype else out.to(out_dtype)
 
 
 def _left(x: torch.Tensor, dtype: torch.dtype, rowwise: bool) -> tuple[torch.Tensor, torch.Tensor]:
