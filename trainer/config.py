@@ -57,7 +57,17 @@ class ModelConfig:
                                              "--make-vocab-size-divisible-by")
     attention_backend: str = knob("auto", "Attention kernel: auto (probe and pick, logged) or a name from "
                                   "trainer.attention.BACKENDS.", "--attention-backend")
-    gemm_backend: str = knob("plain", "Local GEMM of the linear layers (trainer.layers.GEMMS).", None)
+    gemm_backend: str = knob("plain", "Local GEMM of the linear layers (trainer.layers.GEMMS); --fp8-format "
+                             "replaces it with the FP8 backend's.", None)
+    compile: Literal["auto", "blocks", "off"] = knob(
+        "auto", "torch.compile each transformer block (fuses RMSNorm, RoPE, SwiGLU and the FP8 casts); auto: blocks "
+        "on CUDA, off on CPU.", "--compile")
+    recompute_granularity: Literal["full"] | None = knob(
+        None, "Activation checkpointing: 'full' recomputes every transformer block in the backward pass (memory for "
+        "compute).", "--recompute-granularity")
+    cross_entropy_loss_fusion: bool | None = knob(
+        None, "Chunked output layer + cross-entropy: no full logits tensor, no fp32 copy of it (default: on for CUDA).",
+        "--cross-entropy-loss-fusion")
 
     def __post_init__(self) -> None:
         _require(self.preset in PRESETS, f"--preset {self.preset!r}: unknown; choose one of {', '.join(PRESETS)}")
@@ -130,12 +140,42 @@ class OptimConfig:
     adam_beta2: float = knob(0.999, "Adam beta2.", "--adam-beta2")
     adam_eps: float = knob(1e-8, "Adam epsilon.", "--adam-eps")
     clip_grad: float = knob(1.0, "Clip the global gradient norm to this (0: no clipping).", "--clip-grad")
+    exp_avg_dtype: Literal["fp32", "bf16"] = knob("fp32", "Dtype of Adam's first moment (bf16: stochastic rounding, "
+                                                  "half the memory).", "--exp-avg-dtype")
+    exp_avg_sq_dtype: Literal["fp32", "bf16"] = knob("fp32", "Dtype of Adam's second moment (bf16: stochastic "
+                                                     "rounding, half the memory).", "--exp-avg-sq-dtype")
 
     def __post_init__(self) -> None:
         _require(self.lr > 0 and 0 <= self.min_lr <= self.lr, f"need 0 <= --min-lr ({self.min_lr}) <= --lr ({self.lr}), --lr > 0")
         _require(self.lr_warmup_iters >= 0, "--lr-warmup-iters must be >= 0")
         _require(self.clip_grad >= 0 and self.weight_decay >= 0, "--clip-grad and --weight-decay must be >= 0")
         _require(self.lr_decay_iters is None or self.lr_decay_iters > 0, "--lr-decay-iters must be positive")
+
+
+@dataclass
+class FP8Config:
+    """FP8 matmuls, switched on as Megatron does it (``--fp8-format``); ``trainer.fp8`` picks the backend."""
+
+    fp8_format: Literal["hybrid", "e4m3"] | None = knob(
+        None, "Train the transformer GEMMs in FP8: hybrid = e4m3 forward, e5m2 gradients; e4m3 = e4m3 everywhere. "
+        "Needs a GPU of compute capability 8.9+. Embedding and output layer stay bf16.", "--fp8-format")
+    fp8_recipe: Literal["delayed", "tensorwise", "blockwise"] = knob(
+        "delayed", "Scaling: delayed (amax history; Transformer Engine only, the torch backend runs tensorwise "
+        "instead), tensorwise (current per-tensor scaling), blockwise (TE's 128-blocks; torch: row-wise scales).",
+        "--fp8-recipe")
+    fp8_amax_history_len: int = knob(1, "Delayed scaling: steps of amax history.", "--fp8-amax-history-len")
+    fp8_amax_compute_algo: Literal["max", "most_recent"] = knob(
+        "most_recent", "Delayed scaling: scale from the history's max or its most recent amax.",
+        "--fp8-amax-compute-algo")
+    fp8_backend: str = knob("auto", "FP8 implementation: auto (te when Transformer Engine imports, else torch), te, "
+                            "torch (torchao.float8 when it imports, else scaled_mm), torchao, scaled_mm "
+                            "(trainer.fp8.BACKENDS).", "--fp8-backend")
+    fp8_min_dim: int = knob(512, "GEMMs with an input or output width below this stay bf16 (the casts would cost "
+                            "more than the FP8 GEMM saves); widths not divisible by 16 always do.", "--fp8-min-dim")
+
+    def __post_init__(self) -> None:
+        _require(self.fp8_amax_history_len > 0, "--fp8-amax-history-len must be positive")
+        _require(self.fp8_min_dim >= 16, "--fp8-min-dim must be at least 16 (FP8 GEMMs need multiples of 16)")
 
 
 @dataclass
@@ -280,6 +320,7 @@ class TrainConfig:
     training: TrainingConfig = field(metadata={"help": "Steps, batches, precision."})
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "Model shape."})
     optim: OptimConfig = field(default_factory=OptimConfig, metadata={"help": "Optimizer and schedule."})
+    fp8: FP8Config = field(default_factory=FP8Config, metadata={"help": "FP8 training."})
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig, metadata={"help": "Checkpoints."})
     logging: LoggingConfig = field(default_factory=LoggingConfig, metadata={"help": "Logging and evaluation."})
     profile: ProfileConfig = field(default_factory=ProfileConfig, metadata={"help": "Profiling."})

@@ -23,9 +23,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from trainer.attention import AttentionBackend
 from trainer.config import ModelConfig
+from trainer.cross_entropy import fused_loss_sum
 from trainer.errors import ConfigError
 from trainer.layers import (ColumnParallelLinear, LocalGemm, RMSNorm, RotaryEmbedding, RowParallelLinear,
                             VocabParallelEmbedding, apply_rotary, local_gemm, scaled_init_std)
@@ -132,8 +134,13 @@ class GPT(nn.Module):
         self.rope = RotaryEmbedding(config.head_dim, config.rotary_base, seq_length)
         self.layers = nn.ModuleList(TransformerLayer(config, parallel, attention, gemm) for _ in self.stage.layers)
         self.final_norm = RMSNorm(config.hidden_size, config.norm_epsilon) if self.stage.last else None
-        self.output = (ColumnParallelLinear(config.hidden_size, vocab_size, parallel, config.init_method_std, gemm)
-                       if self.stage.last else None)
+        # NOTE: the output layer keeps the plain GEMM (bf16 under autocast) whatever the blocks use (FP8).
+        self.output = (ColumnParallelLinear(config.hidden_size, vocab_size, parallel, config.init_method_std,
+                                            local_gemm("plain")) if self.stage.last else None)
+        self.recompute = config.recompute_granularity == "full"
+        fusion = config.cross_entropy_loss_fusion
+        # NOTE: the fused loss assumes the whole vocabulary on this rank; under TP the vocab-parallel loss runs.
+        self.fused_loss = (parallel.device.type == "cuda" if fusion is None else fusion) and parallel.tp_size == 1
 
     def global_name(self, name: str) -> str:
         """The whole model's name of parameter/module ``name`` of this stage (``layers.<global index>…``)."""
@@ -152,17 +159,40 @@ class GPT(nn.Module):
                     torch.manual_seed(_module_seed(seed, self.global_name(name)))
                     module.reset_parameters()
 
-    def forward(self, inputs: torch.Tensor, position_ids: torch.Tensor,
-                cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits [B, S, vocab / TP] for ``inputs`` (token ids [B, S] on the first stage, else the previous
-        stage's hidden states); a stage without the output layer returns its hidden states."""
+    def hidden_states(self, inputs: torch.Tensor, position_ids: torch.Tensor,
+                      cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+        """Hidden states [B, S, d] after this stage's layers for ``inputs`` (token ids [B, S] on the first
+        stage, else the previous stage's hidden states), through the final norm on the last stage (what the
+        output layer reads). Each block is recomputed in the backward pass under full recompute."""
         x = self.embedding(inputs) if self.embedding is not None else inputs
         kind = position_ids.device.type
         dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
         rotary = self.rope(position_ids, dtype)
         for layer in self.layers:
-            x = layer(x, rotary, cu_seqlens)
-        return self.output(self.final_norm(x)) if self.output is not None else x
+            if self.recompute and torch.is_grad_enabled():
+                x = checkpoint(layer, x, rotary, cu_seqlens, use_reentrant=False)
+            else:
+                x = layer(x, rotary, cu_seqlens)
+        return self.final_norm(x) if self.final_norm is not None else x
+
+    def forward(self, inputs: torch.Tensor, position_ids: torch.Tensor,
+                cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [B, S, vocab / TP] for ``inputs`` (see :meth:`hidden_states`); a stage without the output
+        layer returns its hidden states."""
+        x = self.hidden_states(inputs, position_ids, cu_seqlens)
+        return self.output(x) if self.output is not None else x
+
+    def loss_sum(self, batch: dict[str, torch.Tensor], inputs: torch.Tensor | None = None) -> torch.Tensor:
+        """Sum of the masked token losses of a micro-batch (fp32) on the last stage; ``inputs`` are the
+        previous stage's hidden states (None: the batch's tokens). Through the fused chunked loss when
+        ``--cross-entropy-loss-fusion`` is on (TP 1: the logits are never materialised), else the
+        vocab-parallel cross-entropy of the logits."""
+        inputs = batch["tokens"] if inputs is None else inputs
+        if self.fused_loss:
+            hidden = self.hidden_states(inputs, batch["position_ids"], batch.get("cu_seqlens"))
+            return fused_loss_sum(hidden, self.output.weight, batch["labels"], batch["loss_mask"])
+        logits = self(inputs, batch["position_ids"], batch.get("cu_seqlens"))
+        return token_loss_sum(logits, batch["labels"], batch["loss_mask"], self.tp)
 
 
 def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor,

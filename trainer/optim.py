@@ -7,12 +7,14 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from trainer.adamw import DTYPES, LowPrecisionAdamW
 from trainer.config import OptimConfig
 
 
-def build_optimizer(parameters: Iterable[nn.Parameter], config: OptimConfig, device: torch.device) -> torch.optim.AdamW:
+def build_optimizer(parameters: Iterable[nn.Parameter], config: OptimConfig, device: torch.device) -> torch.optim.Optimizer:
     """AdamW with two parameter groups (decayed matrices and embeddings; undecayed 1-D norm weights) over
-    ``parameters`` (the whole model, or this rank's share under ZeRO-1; either group may be empty).
+    ``parameters`` (the whole model, or this rank's share under ZeRO-1; either group may be empty); torch's
+    fused AdamW unless ``--exp-avg-dtype``/``--exp-avg-sq-dtype`` ask for bf16 moments.
 
     The learning rate is set before every step from :class:`trainer.schedule.LRSchedule`.
     """
@@ -21,8 +23,11 @@ def build_optimizer(parameters: Iterable[nn.Parameter], config: OptimConfig, dev
     undecayed = [p for p in parameters if p.ndim < 2]
     groups = [{"params": decayed, "weight_decay": config.weight_decay},
               {"params": undecayed, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps,
-                             fused=device.type == "cuda" or None)
+    betas = (config.adam_beta1, config.adam_beta2)
+    if (config.exp_avg_dtype, config.exp_avg_sq_dtype) != ("fp32", "fp32"):
+        return LowPrecisionAdamW(groups, config.lr, betas, config.adam_eps, config.weight_decay,
+                                 DTYPES[config.exp_avg_dtype], DTYPES[config.exp_avg_sq_dtype])
+    return torch.optim.AdamW(groups, lr=config.lr, betas=betas, eps=config.adam_eps, fused=device.type == "cuda" or None)
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -11,10 +11,12 @@ from pathlib import Path
 import torch
 
 from trainer import checkpoint
-from trainer.attention import AttentionShape, select_backend
+from trainer.attention import AttentionBackend, AttentionShape, select_backend
+from trainer.compile import compile_blocks, should_compile
 from trainer.config import ModelConfig, TrainConfig, padded_vocab_size
 from trainer.data import TrainData, build_data
 from trainer.errors import CheckpointError, ConfigError
+from trainer.fp8 import FP8Engine, select_fp8
 from trainer.metrics import FLOP_CONVENTION, MetricsSink, flops_per_token, peak_tflops
 from trainer.model import GPT
 from trainer.optim import build_optimizer
@@ -50,6 +52,7 @@ class Run:
     checkpoint_iteration: int | None = None
     iterators: dict = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
+    fp8: FP8Engine = field(default_factory=lambda: FP8Engine("plain"))  # bf16/fp32 unless --fp8-format
 
     def batches(self, split: str):
         """The (persistent) micro-batch iterator of ``split``."""
@@ -87,6 +90,22 @@ def _quiet_unless_logging(parallel: ParallelState) -> None:
             logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def _build_engine(config: TrainConfig, parallel: ParallelState, precision: Precision, fp8: FP8Engine,
+                  attention: AttentionBackend, vocab: int, seq_length: int, accumulation: int) -> tuple[StepEngine, bool]:
+    """This rank's model chunks on the run's local GEMM (FP8 or not) behind the step engine, and whether
+    their blocks were compiled (``--compile``: the blocks of every chunk)."""
+    chunks, stage_indices = build_chunks(replace(config.model, gemm_backend=fp8.gemm_name), vocab, seq_length,
+                                         parallel, attention, config.training.seed)
+    compiled = should_compile(config.model.compile, parallel.device, fp8.compilable,
+                              "the te FP8 backend cannot be traced")
+    if compiled:
+        for chunk in chunks:
+            compile_blocks(chunk.layers)
+    engine = StepEngine(chunks, stage_indices, parallel, precision, fp8, config.parallel, accumulation,
+                        config.training.micro_batch_size)
+    return engine, compiled
+
+
 def build_run(config: TrainConfig) -> Run:
     """Build every component of ``config`` (logging the choices made), then resume if ``--load`` says so."""
     device = pick_device(config.training.device)
@@ -103,15 +122,14 @@ def build_run(config: TrainConfig) -> Run:
                            model_config.num_query_groups // parallel.tp_size, model_config.head_dim, precision.dtype,
                            config.data.reset_attention_mask)
     attention = select_backend(model_config.attention_backend, device, shape)
-    chunks, stage_indices = build_chunks(model_config, vocab, data.seq_length, parallel, attention, config.training.seed)
-    engine = StepEngine(chunks, stage_indices, parallel, precision, config.parallel, accumulation,
-                        config.training.micro_batch_size)
+    fp8 = select_fp8(config.fp8, device, model_config.gemm_backend)
+    engine, compiled = _build_engine(config, parallel, precision, fp8, attention, vocab, data.seq_length, accumulation)
     counts = whole_model_counts(model_config, vocab, data.seq_length, attention)
     peak, peak_note = peak_tflops(device, config.logging.peak_tflops)
-    run = Run(config, parallel, precision, data, chunks[0],
+    run = Run(config, parallel, precision, data, engine.chunks[0],
               build_optimizer(engine.reducer.optimizer_parameters(), config.optim, device),
               LRSchedule(config.optim, config.training.train_iters), global_batch, accumulation,
-              flops_per_token(model_config, counts["matmul"], data.seq_length), peak, engine)
+              flops_per_token(model_config, counts["matmul"], data.seq_length), peak, engine, fp8=fp8)
     log.info("model: preset %s, %d layers, d=%d, %d heads / %d kv, ffn %d, vocab %d (padded), %.1fM parameters "
              "(%.1fM in matmuls)", model_config.preset, model_config.num_layers,
              model_config.hidden_size, model_config.num_attention_heads, model_config.num_query_groups,
@@ -120,6 +138,9 @@ def build_run(config: TrainConfig) -> Run:
     log.info("device %s, precision %s, global batch %d = micro %d × accumulation %d × DP %d, seq %d; %s",
              device, precision.name, global_batch, config.training.micro_batch_size, accumulation, parallel.dp_size,
              data.seq_length, data.description)
+    log.info("execution: blocks %s, activation recompute %s, loss %s, Adam moments %s/%s", "compiled (torch.compile)"
+             if compiled else "eager", model_config.recompute_granularity or "off", "fused chunked cross-entropy"
+             if run.model.fused_loss else "logits + cross-entropy", config.optim.exp_avg_dtype, config.optim.exp_avg_sq_dtype)
     log.info("%s; %.3g GFLOP/token; peak: %s", FLOP_CONVENTION, run.flops_per_token / 1e9,
              f"{peak:g} TFLOP/s ({peak_note})" if peak else peak_note)
     if config.checkpoint.load:

@@ -103,3 +103,16 @@ def test_vocab_padding_as_megatron():
     assert padded_vocab_size(50257, 128) == 50304
     assert padded_vocab_size(100277, 128, tensor_parallel_size=2) == 100352
     assert padded_vocab_size(256, 128) == 256
+
+
+def test_megatron_fp8_flags_and_the_speed_and_memory_knobs():
+    config = load_config(None, {**MOCK, "fp8": {"fp8_format": "hybrid", "fp8_amax_history_len": 1024,
+                                                "fp8_amax_compute_algo": "max"},
+                                "model": {"compile": "off", "recompute_granularity": "full"},
+                                "optim": {"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}})
+    assert (config.fp8.fp8_format, config.fp8.fp8_recipe, config.fp8.fp8_backend) == ("hybrid", "delayed", "auto")
+    assert config.fp8.fp8_amax_history_len == 1024 and config.model.recompute_granularity == "full"
+    with pytest.raises(ConfigError, match="fp8.fp8_format: expected hybrid or e4m3"):
+        load_config(None, {**MOCK, "fp8": {"fp8_format": "e5m2"}})
+    with pytest.raises(ConfigError, match="--fp8-min-dim must be at least 16"):
+        load_config(None, {**MOCK, "fp8": {"fp8_min_dim": 8}})

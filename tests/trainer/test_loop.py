@@ -14,6 +14,7 @@ from trainer.parallel import engine
 from trainer.config import ModelConfig
 from trainer.errors import ConfigError, OutOfMemory, TrainingDiverged
 from trainer.loop import train
+from trainer.model import GPT
 from trainer.run import model_vocab_size
 
 
@@ -61,14 +62,14 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path):
 
 def test_nan_loss_stops_without_applying_the_step_or_saving(tmp_path, monkeypatch):
     save = tmp_path / "ckpt"
-    real, calls = engine.token_loss_sum, []
+    real, calls = GPT.loss_sum, []
 
-    def poisoned(*args):
+    def poisoned(model, *args):
         calls.append(1)
-        value = real(*args)
+        value = real(model, *args)
         return value * math.nan if len(calls) == 7 else value  # step 4's first micro-batch (2 per step)
 
-    monkeypatch.setattr(engine, "token_loss_sum", poisoned)
+    monkeypatch.setattr(GPT, "loss_sum", poisoned)
     config = tiny_config(tmp_path, checkpoint={"save": str(save), "save_interval": 2},
                          logging={"eval_iters": 0})
     with pytest.raises(TrainingDiverged, match=r"step 4: loss nan.*last checkpoint is untouched.*--lr"):

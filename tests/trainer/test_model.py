@@ -132,3 +132,25 @@ def test_auto_on_cuda_keeps_the_fastest_working_kernel(monkeypatch, caplog):
     assert select_backend("auto", cuda, shape).name == "flash_attn"
     timings.clear()
     assert select_backend("auto", cuda, shape).name == "math"
+
+
+def test_full_recompute_gives_the_same_gradients():
+    def gradients(**shape):
+        model = tiny(**shape).train()
+        tokens = torch.randint(0, VOCAB, (2, SEQ), generator=torch.Generator().manual_seed(3))
+        batch = {"tokens": tokens, "position_ids": positions(2), "labels": tokens.roll(-1, 1),
+                 "loss_mask": torch.ones(2, SEQ)}
+        model.loss_sum(batch).backward()
+        return [p.grad for p in model.parameters()]
+
+    for plain, recomputed in zip(gradients(), gradients(recompute_granularity="full")):
+        torch.testing.assert_close(recomputed, plain, rtol=0, atol=0)
+
+
+def test_fused_loss_equals_the_logits_path():
+    tokens = torch.randint(0, VOCAB, (2, SEQ), generator=torch.Generator().manual_seed(4))
+    batch = {"tokens": tokens, "position_ids": positions(2), "labels": tokens.roll(-1, 1),
+             "loss_mask": torch.ones(2, SEQ)}
+    fused, plain = tiny(cross_entropy_loss_fusion=True), tiny(cross_entropy_loss_fusion=False)
+    assert fused.fused_loss and not plain.fused_loss
+    torch.testing.assert_close(fused.loss_sum(batch), plain.loss_sum(batch), rtol=1e-5, atol=1e-5)

@@ -1,7 +1,8 @@
 """Tensor, sequence, pipeline (1F1B and interleaved) and data parallelism (plain and ZeRO-1) on 2 CPU
 ranks (gloo): 20 steps of each layout give the losses, gradient norms and evaluation losses of one
 process, within :data:`~tests.trainer.parallel_support.RELATIVE_TOLERANCE`. One spawn of 2 ranks runs
-every layout in turn (see ``two_rank_runs``)."""
+every layout in turn (see ``two_rank_runs``), and the fused loss with full recompute under the
+interleaved pipeline."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ LAYOUTS = {
                              "overlap_param_gather": True, "ddp_bucket_size": 3000},
 }
 CL100K = {"model": {"vocab_size": 100_277, "make_vocab_size_divisible_by": 128}}  # cl100k_base's id count
+#: The single-GPU levers on the last pipeline stage and in every chunk: the fused chunked loss and full recompute.
+FUSED_RECOMPUTE = {"model": {"cross_entropy_loss_fusion": True, "recompute_granularity": "full"}}
 
 
 def zero_probe(overrides: dict, out: str) -> None:
@@ -77,6 +80,8 @@ def two_rank_runs(tmp_path_factory) -> Path:
     (root / "zero_probe").mkdir()
     jobs = [layout_overrides(root / name, **layout) for name, layout in LAYOUTS.items()]
     jobs.append(merge(layout_overrides(root / "tp2_cl100k", steps=3, tensor_model_parallel_size=2), CL100K))
+    jobs.append(merge(layout_overrides(root / "pp2_interleaved_fused_recompute", **LAYOUTS["pp2_interleaved"]),
+                      FUSED_RECOMPUTE))
     jobs.append((zero_probe, {"overrides": layout_overrides(root / "probe", **LAYOUTS["dp2_zero1_overlapped"]),
                               "out": str(root / "zero_probe")}))
     (root / "stop_probe").mkdir()
@@ -92,6 +97,11 @@ def test_layout_matches_one_process(two_rank_runs, name):
     reference = curve(two_rank_runs / "one_process" / "metrics.jsonl")
     assert len(reference) == 20 + 3  # 20 steps, valid at 10 and 20, test at 20
     assert_same_curve(curve(two_rank_runs / name / "metrics.jsonl"), reference)
+
+
+def test_fused_loss_and_recompute_under_interleaved_pipeline_match_one_process(two_rank_runs):
+    assert_same_curve(curve(two_rank_runs / "pp2_interleaved_fused_recompute" / "metrics.jsonl"),
+                      curve(two_rank_runs / "one_process" / "metrics.jsonl"))
 
 
 def test_comparison_covers_clipped_and_unclipped_steps(two_rank_runs):

@@ -15,7 +15,8 @@ import torch.distributed as dist
 
 from trainer.config import ParallelConfig
 from trainer.layers import ShardedWeight
-from trainer.model import GPT, token_loss_sum
+from trainer.fp8 import FP8Engine
+from trainer.model import GPT
 from trainer.parallel.grads import GradReducer
 from trainer.parallel.pipeline import ChunkModule, MicroBatches, build_schedule
 from trainer.parallel_state import ParallelState
@@ -32,20 +33,20 @@ class StepEngine:
     """Forward/backward passes, gradient reduction and the cross-rank sums of a step."""
 
     def __init__(self, chunks: list[GPT], stage_indices: list[int], parallel: ParallelState, precision: Precision,
-                 config: ParallelConfig, micro_batches: int, micro_batch_size: int) -> None:
+                 fp8: FP8Engine, config: ParallelConfig, micro_batches: int, micro_batch_size: int) -> None:
         self.chunks, self.parallel = chunks, parallel
         self.feed = MicroBatches()
-        self.modules = [ChunkModule(chunk, self.feed, precision) for chunk in chunks]
+        self.modules = [ChunkModule(chunk, self.feed, precision, fp8) for chunk in chunks]
         self.reducer = GradReducer(_parameters(chunks, parallel), parallel, config, micro_batches)
         self.reducer.install_forward_waits([module for chunk in chunks for module in chunk.modules()])
         self.schedule = None
         if parallel.pp_size > 1:
             self.schedule = build_schedule(self.modules, stage_indices, parallel, micro_batches, micro_batch_size,
-                                           precision.dtype, self._loss)
+                                           self._loss)
 
-    def _loss(self, output: torch.Tensor, micro: torch.Tensor | int) -> torch.Tensor:
-        batch = self.feed.batches[int(micro)]
-        loss_sum = token_loss_sum(output, batch["labels"], batch["loss_mask"], self.chunks[-1].tp)
+    def _loss(self, loss_sum: torch.Tensor, micro: torch.Tensor | int) -> torch.Tensor:
+        """The last stage's loss sum [1] of micro-batch ``micro`` (recorded), divided by the global batch's tokens."""
+        loss_sum = loss_sum.squeeze(0)
         self.feed.loss_sums.append(loss_sum.detach())
         return loss_sum / self.feed.tokens
 

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
 
+from trainer.fp8 import FP8Engine
 from trainer.model import GPT
 from trainer.parallel_state import ParallelState
 from trainer.runtime import Precision
@@ -41,41 +42,43 @@ class MicroBatches:
 class ChunkModule(nn.Module):
     """A model chunk as a pipeline stage sees it: ``forward(inputs, micro)`` where ``micro`` indexes the
     step's micro-batches (the first chunk embeds its tokens; later ones take the previous hidden states).
+    The last chunk returns the micro-batch's token loss sum [1] (:meth:`GPT.loss_sum`: the fused chunked
+    loss at TP 1, the vocab-parallel one otherwise), the others their hidden states.
 
-    NOTE: autocast is entered here, around the forward pass only, so the schedules' backward passes
-    and the loss run outside it, as in a run without pipelining."""
+    NOTE: autocast (and the FP8 context) is entered here, around the forward pass and the loss only,
+    so the schedules' backward passes run outside it, as in a run without pipelining."""
 
-    def __init__(self, chunk: GPT, feed: MicroBatches, precision: Precision) -> None:
+    def __init__(self, chunk: GPT, feed: MicroBatches, precision: Precision, fp8: FP8Engine) -> None:
         super().__init__()
-        self.chunk, self.feed, self.precision = chunk, feed, precision
+        self.chunk, self.feed, self.precision, self.fp8 = chunk, feed, precision, fp8
 
     def forward(self, inputs: torch.Tensor | None, micro: torch.Tensor | int) -> torch.Tensor:
         batch = self.feed.batches[int(micro)]
         tokens = batch["tokens"] if self.chunk.stage.first else inputs
-        with self.precision.autocast():
+        with self.precision.autocast(), self.fp8.autocast():
+            if self.chunk.stage.last:  # NOTE: shape [1]: the schedules concatenate the last stage's outputs
+                return self.chunk.loss_sum(batch, tokens).reshape(1)
             return self.chunk(tokens, batch["position_ids"], batch.get("cu_seqlens"))
 
 
-def _stage_shapes(chunk: GPT, parallel: ParallelState, micro_batch_size: int,
-                  logits_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def _stage_shapes(chunk: GPT, parallel: ParallelState, micro_batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Meta tensors of a stage's input and output: the micro-batch index on the first stage, fp32 hidden
-    states [micro, S (/ TP under sequence parallelism), d] between stages, this TP rank's logits last."""
+    states [micro, S (/ TP under sequence parallelism), d] between stages, the fp32 loss sum [1] last."""
     sequence = chunk.seq_length // (parallel.tp_size if parallel.sequence_parallel else 1)
     hidden = torch.empty(micro_batch_size, sequence, chunk.config.hidden_size, device="meta", requires_grad=True)
     index = torch.empty(1, dtype=torch.int64, device="meta")
-    logits = torch.empty(micro_batch_size, chunk.seq_length, chunk.vocab_size // parallel.tp_size,
-                         dtype=logits_dtype, device="meta", requires_grad=True)
-    return (index if chunk.stage.first else hidden), (logits if chunk.stage.last else hidden)
+    loss_sum = torch.empty(1, dtype=torch.float32, device="meta", requires_grad=True)
+    return (index if chunk.stage.first else hidden), (loss_sum if chunk.stage.last else hidden)
 
 
 def build_schedule(modules: list[ChunkModule], stage_indices: list[int], parallel: ParallelState,
-                   micro_batches: int, micro_batch_size: int, logits_dtype: torch.dtype,
+                   micro_batches: int, micro_batch_size: int,
                    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
     """The 1F1B schedule of this rank's chunks (interleaved when it holds more than one)."""
     num_stages = parallel.pp_size * parallel.vpp_size
     stages = []
     for module, index in zip(modules, stage_indices):
-        inputs, outputs = _stage_shapes(module.chunk, parallel, micro_batch_size, logits_dtype)
+        inputs, outputs = _stage_shapes(module.chunk, parallel, micro_batch_size)
         stages.append(PipelineStage(module, index, num_stages, parallel.device, input_args=(inputs,),
                                     output_args=(outputs,), group=parallel.group("pp")))
     if len(stages) == 1:

@@ -1,0 +1,192 @@
+"""One-H200 speed, FP8 parity and memory benchmark of ``trainer run`` on real text, beside the baselines.
+
+    python -m bench.train_h200 --prepare                    # here: fetch ~39 MB of prose, tokenize it (32k vocab)
+    python3 bench/train_h200.py --phases speed,baseline --baseline shared/bench/gpu_baseline.py   # on the H200
+    python3 bench/train_h200.py --phases parity,8b
+
+Phases (each trains through the CLI exactly as users launch it, on a blend of the tokenized prose):
+- ``speed``: DESIGN §7's shape (``1.3b``, seq 4096, micro-batch 4, vocab 32768) in bf16 and in FP8
+  (``--fp8-format hybrid --fp8-recipe tensorwise``), torch.compile per block and the fused loss on
+  (the CUDA defaults); steady-state tokens/s, MFU and peak memory over the steps after ``--warmup``;
+- ``baseline``: ``gpu_baseline.py`` (plain PyTorch: eager, compiled, compiled + torchao FP8) and, when
+  Transformer Engine imports, ``te_baseline.py``, in the same job; ratios ours/best baseline per precision;
+- ``parity``: ``125m`` for ``--parity-steps`` steps in bf16 and FP8 on the same samples (no token seen
+  twice), validation loss every ``--parity-eval-interval`` steps over fixed ``--eval-iters``; the largest
+  relative gap after warm-up (target: within 2%); both curves are written to ``$OUT``;
+- ``8b``: the Llama-3-8B shape (vocab 128256) on one GPU with bf16 Adam moments, full activation
+  recompute and the fused chunked loss; tokens/s and peak memory.
+A short table comes last; ``$OUT/train_h200.json`` holds every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "bench" / ".cache" / "h200"
+SPEED_SHAPE = ["--preset", "1.3b", "--seq-length", "4096", "--micro-batch-size", "4", "--global-batch-size", "4"]
+FP8 = ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]
+
+
+def prepare() -> None:
+    """Fetch the prose corpus (bench/data.py) and tokenize it with Mistral's v3 SentencePiece model
+    (32768 ids: the baselines' vocabulary) into ``bench/.cache/h200/``."""
+    from importlib.util import find_spec
+
+    from bench.data import build
+
+    DATA.mkdir(parents=True, exist_ok=True)
+    model = Path(find_spec("mistral_common").origin).parent / "data" / "mistral_instruct_tokenizer_240323.model.v3"
+    shutil.copy(model, DATA / "tokenizer.model")
+    subprocess.run([sys.executable, "-m", "cli.corpus", "tokenize", "--input", str(build("prose")), "--output-prefix",
+                    str(DATA / "prose"), "--json-keys", "text", "--tokenizer-type", "SentencePieceTokenizer",
+                    "--tokenizer-model", str(DATA / "tokenizer.model"), "--append-eod"], cwd=REPO, check=True)
+
+
+def write_blend(folder: Path) -> Path:
+    """A one-source blend over the tokenized prose, index maps cached in ``folder``."""
+    blend = folder / "prose.yaml"
+    blend.write_text(f"seq_length: 4096\nsplit: '97,3,0'\ncache_dir: {folder / 'maps'}\n"
+                     f"tokenizer: {{kind: sentencepiece, path: {DATA / 'tokenizer.model'}}}\n"
+                     f"sources:\n  - {{name: prose, prefix: {DATA / 'prose_text_document'}, weight: 1.0}}\n")
+    return blend
+
+
+def train(tag: str, flags: list[str], folder: Path, warmup: int, timeout: float, keep_metrics: bool = False) -> dict:
+    """One ``trainer run`` (its log, and with ``keep_metrics`` its metrics, under $OUT); steady-state means
+    of its step records and its evaluations."""
+    out = Path(os.environ.get("OUT", folder))
+    metrics = (out if keep_metrics else folder) / f"{tag}.jsonl"
+    command = [sys.executable, "-m", "cli.trainer", "run", "--blend", str(folder / "prose.yaml"),
+               "--log-interval", "1", "--metrics-jsonl", str(metrics), *flags]
+    print("$", " ".join(command), flush=True)
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    with open(out / f"{tag}.log", "w") as log:
+        done = subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": path}, stdout=log,
+                              stderr=subprocess.STDOUT, timeout=timeout)
+    records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
+    steps = [r for r in records if "tokens_per_s" in r]
+    evals = [(r["step"], r["eval_loss"]) for r in records if r.get("split") == "valid"]
+    if done.returncode or len(steps) <= warmup:
+        return {"failed": f"exit {done.returncode}, {len(steps)} steps (see {tag}.log)", "evals": evals}
+    steady = steps[warmup:]
+    mean = lambda key: statistics.fmean(r[key] for r in steady) if key in steady[0] else None
+    return {"tokens_per_s": mean("tokens_per_s"), "mfu": mean("mfu"), "tflops_per_gpu": mean("tflops_per_gpu"),
+            "peak_memory_gib": max(r.get("peak_memory_gib", 0.0) for r in steps), "steps_measured": len(steady),
+            "first_loss": steps[0]["loss"], "last_loss": steps[-1]["loss"], "evals": evals}
+
+
+def speed(args: argparse.Namespace, folder: Path) -> dict:
+    """Ours in bf16 and FP8 at the baselines' shape and micro-batch."""
+    common = [*SPEED_SHAPE, "--train-iters", str(args.steps), "--eval-iters", "0", "--lr", "1e-4", "--bf16"]
+    return {"ours_bf16": train("ours_bf16", common, folder, args.warmup, 200),
+            "ours_fp8": train("ours_fp8", [*common, *FP8, "--fp8-backend", args.fp8_backend], folder, args.warmup, 200)}
+
+
+def baselines(args: argparse.Namespace, folder: Path) -> dict:
+    """gpu_baseline.py (and te_baseline.py when TE imports) in this job: their train_* records."""
+    results = {}
+    scripts = [(args.baseline, "baseline.json")]
+    if args.te_baseline and subprocess.run([sys.executable, "-c", "import transformer_engine.pytorch"]).returncode == 0:
+        scripts.append((args.te_baseline, "te_baseline.json"))
+    for script, output in scripts:
+        subprocess.run([sys.executable, script], env={**os.environ, "OUT": str(folder)}, timeout=330)
+        if (folder / output).exists():
+            loaded = json.loads((folder / output).read_text())
+            results.update({key: value for key, value in loaded.items() if isinstance(value, dict)})
+            results[f"{output[:-5]}_all"] = loaded  # the chip's ceilings and failures too
+    return results
+
+
+def parity(args: argparse.Namespace, folder: Path) -> dict:
+    """125m in bf16 and FP8 on the same samples; relative gap of the validation losses after warm-up."""
+    common = ["--preset", "125m", "--seq-length", "1024", "--micro-batch-size", "24", "--global-batch-size", "24",
+              "--train-iters", str(args.parity_steps), "--lr", "6e-4", "--min-lr", "6e-5", "--lr-decay-style", "cosine",
+              "--lr-warmup-iters", str(args.parity_steps // 10), "--eval-interval", str(args.parity_eval_interval),
+              "--eval-iters", str(args.eval_iters), "--bf16", "--compile", args.aux_compile]
+    runs = {"parity_bf16": train("parity_bf16", common, folder, args.warmup, 160, keep_metrics=True),
+            "parity_fp8": train("parity_fp8", [*common, *FP8, "--fp8-backend", args.fp8_backend], folder, args.warmup,
+                                160, keep_metrics=True)}
+    bf16, fp8 = (dict(runs[name]["evals"]) for name in ("parity_bf16", "parity_fp8"))
+    gaps = {step: fp8[step] / bf16[step] - 1 for step in bf16 if step in fp8}
+    after = [abs(gap) for step, gap in gaps.items() if step > args.parity_steps // 10]
+    runs["parity_gap"] = {"per_eval": gaps, "max_abs_after_warmup": max(after) if after else None}
+    return runs
+
+
+def eight_b(args: argparse.Namespace, folder: Path) -> dict:
+    """The 8b preset on one GPU with the memory scheme of trainer/README.md."""
+    flags = ["--preset", "8b", "--vocab-size", "128256", "--seq-length", "4096", "--micro-batch-size", "1",
+             "--global-batch-size", "1", "--train-iters", str(args.eight_b_steps), "--eval-iters", "0", "--lr", "1e-4",
+             "--bf16", "--recompute-granularity", "full", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16",
+             "--compile", args.aux_compile]
+    return {"8b_bf16": train("8b_bf16", flags, folder, 2, 240)}
+
+
+PHASES = {"speed": speed, "baseline": baselines, "parity": parity, "8b": eight_b}
+
+
+def table(results: dict) -> None:
+    """Tokens/s, MFU, memory and ours/best-baseline ratios, one row per run."""
+    base = {"bf16": [v["tok_s"] for k, v in results.items() if k.endswith("bf16") and "tok_s" in v],
+            "fp8": [v["tok_s"] for k, v in results.items() if "fp8" in k and "tok_s" in v]}
+    print(f"\n{'run':24} {'tok/s':>9} {'MFU':>7} {'mem GiB':>8}  note")
+    for name, record in results.items():
+        if "tok_s" in record:  # a baseline record
+            print(f"{'baseline ' + name:24} {record['tok_s']:>9,} {100 * record['mfu_vs_989']:>6.1f}% "
+                  f"{record['mem_GB']:>8.1f}")
+        elif record.get("tokens_per_s"):
+            kind = "fp8" if "fp8" in name else "bf16"
+            best = max(base[kind]) if base[kind] and name.startswith("ours") else None
+            note = f"{record['tokens_per_s'] / best:.2f}x best {kind} baseline ({best:,})" if best else ""
+            print(f"{name:24} {record['tokens_per_s']:>9,.0f} {100 * (record['mfu'] or 0):>6.1f}% "
+                  f"{record['peak_memory_gib']:>8.1f}  {note}")
+        elif "failed" in record:
+            print(f"{name:24} failed: {record['failed']}")
+    gap = results.get("parity_gap", {}).get("max_abs_after_warmup")
+    if gap is not None:
+        print(f"parity: FP8 vs bf16 validation loss, largest gap after warm-up {100 * gap:.2f}% (target <= 2%)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prepare", action="store_true", help="fetch and tokenize the data, then exit")
+    parser.add_argument("--phases", default="speed,baseline,parity,8b", help=f"comma list of {', '.join(PHASES)}")
+    parser.add_argument("--baseline", default=str(REPO.parents[1] / "shared" / "bench" / "gpu_baseline.py"))
+    parser.add_argument("--te-baseline", default=str(REPO.parents[1] / "shared" / "bench" / "te_baseline.py"))
+    parser.add_argument("--fp8-backend", default="auto")
+    parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--warmup", type=int, default=5, help="first steps left out of the means (compilation)")
+    parser.add_argument("--parity-steps", type=int, default=300)
+    parser.add_argument("--parity-eval-interval", type=int, default=25)
+    parser.add_argument("--eval-iters", type=int, default=8)
+    parser.add_argument("--eight-b-steps", type=int, default=8)
+    parser.add_argument("--aux-compile", default="off", choices=("auto", "off"),
+                        help="--compile of the parity and 8b runs (off: no compile time on a short device lease)")
+    args = parser.parse_args()
+    if args.prepare:
+        return prepare()
+    out = Path(os.environ.get("OUT", tempfile.gettempdir()))
+    results: dict = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        write_blend(folder)
+        for phase in args.phases.split(","):
+            try:
+                results.update(PHASES[phase](args, folder))
+            except subprocess.TimeoutExpired as error:
+                results[phase] = {"failed": f"timed out after {error.timeout:.0f} s"}
+            (out / "train_h200.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+    table(results)
+
+
+if __name__ == "__main__":
+    main()

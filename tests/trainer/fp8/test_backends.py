@@ -1,0 +1,113 @@
+"""FP8 backend selection: refusal without FP8 hardware, aliases, recipe fallback, registration, a run."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+
+import pytest
+import torch
+
+from tests.conftest import run_cli
+from tests.trainer.conftest import read_metrics, tiny_config
+from trainer.config import FP8Config
+from trainer.errors import ConfigError
+from trainer.fp8 import backends
+from trainer.fp8.backends import check_hardware, resolve_backend, select_fp8
+from trainer.layers import GEMMS
+from trainer.loop import train
+
+HAS_TE = importlib.util.find_spec("transformer_engine") is not None
+HAS_TORCHAO = importlib.util.find_spec("torchao") is not None
+
+
+def test_without_fp8_format_the_plain_gemm_is_kept():
+    engine = select_fp8(FP8Config(), torch.device("cpu"), "plain")
+    assert engine.gemm_name == "plain" and engine.compilable
+
+
+def test_fp8_on_cpu_is_refused_with_the_fix(tmp_path):
+    with pytest.raises(ConfigError, match="compute capability 8.9.*Drop --fp8-format"):
+        select_fp8(FP8Config(fp8_format="hybrid"), torch.device("cpu"), "plain")
+    done = run_cli("trainer", "run", "--mock-data", "--seq-length", "16", "--train-iters", "1", "--fp8-format",
+                   "hybrid", "--fp8-recipe", "delayed", "--fp8-amax-history-len", "1024", "--fp8-amax-compute-algo",
+                   "max", check=False)
+    assert done.returncode == 1 and "--fp8-format needs a CUDA GPU" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_gpus_older_than_ada_are_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100")
+    with pytest.raises(ConfigError, match="NVIDIA A100 has 8.0"):
+        check_hardware(torch.device("cuda", 0))
+
+
+def test_aliases_resolve_to_the_first_importable_backend():
+    auto, notes = resolve_backend("auto")
+    expected = "te" if HAS_TE else "torchao" if HAS_TORCHAO else "scaled_mm"
+    assert auto.name == expected and len(notes) == ["te", "torchao", "scaled_mm"].index(expected)
+    assert resolve_backend("torch")[0].name == ("torchao" if HAS_TORCHAO else "scaled_mm")
+    with pytest.raises(ConfigError, match="unknown; choose one of auto, torch, te, torchao, scaled_mm"):
+        resolve_backend("fp4")
+
+
+@pytest.mark.skipif(HAS_TE, reason="Transformer Engine is installed here")
+def test_asking_for_a_missing_backend_names_it():
+    with pytest.raises(ConfigError, match="--fp8-backend te: transformer_engine does not import.*--fp8-backend auto"):
+        resolve_backend("te")
+
+
+@pytest.fixture
+def fp8_capable(monkeypatch):
+    """Pretend this CPU has FP8 tensor cores (torch._scaled_mm runs on CPU), so the whole path is exercised."""
+    monkeypatch.setattr(backends, "check_hardware", lambda device: None)
+
+
+def test_delayed_scaling_on_a_torch_backend_runs_tensorwise_and_says_so(fp8_capable, caplog):
+    with caplog.at_level(logging.INFO, logger="trainer.fp8.backends"):
+        engine = select_fp8(FP8Config(fp8_format="hybrid", fp8_backend="scaled_mm"), torch.device("cpu"), "plain")
+    assert engine.gemm_name == "fp8_scaled_mm" and engine.gemm_name in GEMMS and engine.compilable
+    assert "runs tensorwise (current) scaling instead" in caplog.text
+    assert "recipe tensorwise" in engine.description and "e5m2 gradients" in engine.description
+
+
+def test_rowwise_takes_e4m3_gradients(fp8_capable):
+    config = FP8Config(fp8_format="hybrid", fp8_recipe="blockwise", fp8_backend="scaled_mm")
+    assert "float8_e4m3fn gradients" in select_fp8(config, torch.device("cpu"), "plain").description
+
+
+def test_fp8_training_tracks_the_plain_run(fp8_capable, tmp_path):
+    """The tiny model (widths 64 and 128, min-dim lowered) trains with FP8 GEMMs through train(); its losses
+    stay close to the fp32 run's and differ from them (FP8 really ran)."""
+    model = {"hidden_size": 64, "ffn_hidden_size": 128, "num_attention_heads": 4}
+    plain = train(tiny_config(tmp_path / "plain", model=model, data={"mock_data": True, "seq_length": 32}))
+    fp8 = train(tiny_config(tmp_path / "fp8", model=model, data={"mock_data": True, "seq_length": 32},
+                            fp8={"fp8_format": "hybrid", "fp8_recipe": "tensorwise", "fp8_min_dim": 16}))
+    losses = [[r["loss"] for r in read_metrics(path / "metrics.jsonl") if "loss" in r] for path in
+              (tmp_path / "plain", tmp_path / "fp8")]
+    assert plain.iteration == fp8.iteration == 8
+    assert losses[0] != losses[1]
+    assert max(abs(a - b) / a for a, b in zip(*losses)) < 0.02
+
+
+@pytest.mark.skipif(not (HAS_TE and torch.cuda.is_available()), reason="needs Transformer Engine and a CUDA GPU")
+def test_te_backend_matches_bf16_within_fp8_error():
+    engine = select_fp8(FP8Config(fp8_format="hybrid", fp8_backend="te"), torch.device("cuda"), "plain")
+    x = torch.randn(4096, 1024, device="cuda", requires_grad=True)
+    w = torch.nn.Parameter(torch.randn(2048, 1024, device="cuda") * 0.02)
+    with torch.autocast("cuda", dtype=torch.bfloat16), engine.autocast():
+        y = GEMMS[engine.gemm_name](x, w)
+    y.float().sum().backward()
+    exact = torch.nn.functional.linear(x.detach(), w.detach())
+    assert ((y.float() - exact).norm() / exact.norm()) < 0.1 and w.grad is not None
+
+
+@pytest.mark.skipif(not HAS_TORCHAO, reason="torchao is not installed")
+def test_torchao_backend_matches_the_exact_product(fp8_capable):
+    engine = select_fp8(FP8Config(fp8_format="hybrid", fp8_backend="torchao", fp8_min_dim=16), torch.device("cpu"),
+                        "plain")
+    x, w = torch.randn(64, 128, requires_grad=True), torch.randn(96, 128, requires_grad=True)
+    y = GEMMS[engine.gemm_name](x, w)
+    y.sum().backward()
+    exact = torch.nn.functional.linear(x.detach(), w.detach())
+    assert ((y.detach() - exact).norm() / exact.norm()) < 0.08 and w.grad is not None

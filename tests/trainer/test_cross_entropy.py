@@ -1,0 +1,54 @@
+"""The fused chunked output layer + cross-entropy equals the plain logits path: loss and gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trainer import cross_entropy
+from trainer.cross_entropy import chunk_rows, fused_loss_sum
+from trainer.model import token_loss_sum
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of 128 tokens, so the test's 2×200 tokens take four (the last one short)."""
+    monkeypatch.setattr(cross_entropy, "CHUNK_ELEMENTS", 128 * 96)
+
+
+def inputs(seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(2, 200, 32, generator=generator, requires_grad=True)
+    weight = (torch.randn(96, 32, generator=generator) * 0.3).requires_grad_()
+    labels = torch.randint(0, 96, (2, 200), generator=generator)
+    mask = (torch.rand(2, 200, generator=generator) > 0.2).float()
+    return hidden, weight, labels, mask
+
+
+def test_loss_and_gradients_equal_the_plain_path(small_chunks):
+    assert chunk_rows(96) == 128
+    hidden, weight, labels, mask = inputs()
+    plain = token_loss_sum(hidden @ weight.T, labels, mask)
+    (plain * 0.37).backward()
+    expected = (plain.detach(), hidden.grad.clone(), weight.grad.clone())
+    hidden.grad = weight.grad = None
+    fused = fused_loss_sum(hidden, weight, labels, mask)
+    (fused * 0.37).backward()
+    torch.testing.assert_close((fused.detach(), hidden.grad, weight.grad), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_without_gradients_only_the_loss_is_computed(small_chunks):
+    hidden, weight, labels, mask = inputs(1)
+    with torch.no_grad():
+        fused = fused_loss_sum(hidden, weight, labels, mask)
+        plain = token_loss_sum(hidden @ weight.T, labels, mask)
+    torch.testing.assert_close(fused, plain, rtol=1e-6, atol=1e-5)
+
+
+def test_under_bf16_autocast_it_stays_close_to_the_plain_path(small_chunks):
+    hidden, weight, labels, mask = inputs(2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused = fused_loss_sum(hidden, weight, labels, mask)
+        plain = token_loss_sum(hidden @ weight.T, labels, mask)
+    assert fused.dtype == torch.float32
+    torch.testing.assert_close(fused, plain, rtol=1e-3, atol=1e-3)

@@ -1,0 +1,85 @@
+"""Output layer and cross-entropy fused and chunked over tokens (``--cross-entropy-loss-fusion``).
+
+The plain path materialises the logits [tokens, vocab] in bf16, an fp32 copy of them for the loss and
+the gradient of that copy: ~12 bytes per logit, 6.4 GB at 16k tokens × 32k vocabulary and 25 GB at
+Llama-3's 128k. Here the tokens go through in chunks: each chunk's logits are computed, turned into
+its loss and, when a gradient is wanted, straight into the gradients of the hidden states and of the
+output weight (``softmax − one-hot`` never outlives its chunk). The backward pass only scales what the
+forward pass stored. The GEMMs are the same three as the plain path's, so the speed is too.
+
+NOTE: a single tensor-parallel shard of the vocabulary is assumed (``tp_size == 1``); the
+vocabulary-parallel loss needs the max and sum of every shard's logits first.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: Logits held at once per chunk (fp32): 2^27 elements = 512 MiB.
+CHUNK_ELEMENTS = 2**27
+
+
+def chunk_rows(vocab: int) -> int:
+    """Tokens per chunk for a vocabulary: as many as fit :data:`CHUNK_ELEMENTS` logits, a multiple of 128."""
+    return max(128, (CHUNK_ELEMENTS // vocab) // 128 * 128)
+
+
+def _chunk_loss_and_grad(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
+                         want_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Masked loss sum of one chunk and, if wanted, d(loss)/d(logits) in the logits' dtype."""
+    logits = logits.float()
+    lse = torch.logsumexp(logits, dim=-1)
+    target = logits.gather(1, labels[:, None]).squeeze(1)
+    loss = ((lse - target) * mask).sum()
+    if not want_grad:
+        return loss, None
+    grad = logits.sub_(lse[:, None]).exp_()  # softmax, in the chunk's own fp32 buffer
+    grad.scatter_add_(1, labels[:, None], torch.full_like(target[:, None], -1.0))
+    return loss, grad.mul_(mask[:, None])
+
+
+class _ChunkedLinearCrossEntropy(torch.autograd.Function):
+    """sum over tokens of ``mask · CE(hidden @ weight.T, labels)`` with gradients computed in the forward."""
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
+                compute_dtype: torch.dtype) -> torch.Tensor:
+        want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        want_grad = want_hidden or want_weight
+        w = weight.to(compute_dtype)
+        grad_hidden = torch.empty_like(hidden) if want_hidden else None
+        grad_weight = torch.zeros_like(weight) if want_weight else None
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        rows = chunk_rows(weight.shape[0])
+        for start in range(0, hidden.shape[0], rows):
+            h = hidden[start:start + rows].to(compute_dtype)
+            loss, grad = _chunk_loss_and_grad(h @ w.t(), labels[start:start + rows], mask[start:start + rows],
+                                              want_grad)
+            total += loss
+            if grad is not None:
+                grad = grad.to(compute_dtype)
+                if want_hidden:
+                    grad_hidden[start:start + rows] = grad @ w
+                if want_weight:
+                    grad_weight += grad.t() @ h
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_total: torch.Tensor):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        scaled = [None if g is None else g * grad_total.to(g.dtype) for g in (grad_hidden, grad_weight)]
+        return scaled[0], scaled[1], None, None, None
+
+
+def fused_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
+                   loss_mask: torch.Tensor) -> torch.Tensor:
+    """What ``token_loss_sum(hidden @ weight.T, labels, loss_mask)`` returns (fp32), without the logits.
+
+    ``hidden`` [B, S, d] (final-norm output), ``weight`` [vocab, d]; the logits are computed in the
+    autocast dtype when autocast is on, else in ``hidden``'s dtype."""
+    kind = hidden.device.type
+    compute = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else hidden.dtype
+    with torch.autocast(kind, enabled=False):  # NOTE: dtypes are explicit inside; autocast would re-cast them
+        return _ChunkedLinearCrossEntropy.apply(hidden.flatten(0, 1), weight, labels.flatten(),
+                                                loss_mask.flatten().float(), compute)

@@ -1,0 +1,15 @@
+"""FP8 training: backends (Transformer Engine, torchao.float8, our own ``torch._scaled_mm`` linear) behind
+the local-GEMM registry of :mod:`trainer.layers`, chosen once at start-up by :func:`select_fp8`.
+
+| module | job |
+|---|---|
+| `scaling.py` | FP8 formats, dynamic per-tensor/per-row scaling (quantize, dequantize), the GEMM eligibility rule |
+| `scaled_mm.py` | our FP8 linear: a custom autograd function on `torch._scaled_mm` (the `scaled_mm` backend) |
+| `torchao_gemm.py` | the `torchao` backend: torchao.float8's autograd function behind our GEMM contract |
+| `te_gemm.py` | the `te` backend: one `te.Linear` per weight sharing it, `te.autocast` around the forward pass |
+| `backends.py` | `BACKENDS` registry, `auto`/`torch` resolution, hardware check, `select_fp8` (logged) |
+"""
+
+from trainer.fp8.backends import BACKENDS, FP8Engine, select_fp8
+
+__all__ = ["BACKENDS", "FP8Engine", "select_fp8"]

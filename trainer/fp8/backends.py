@@ -1,0 +1,164 @@
+"""FP8 backends behind one registry, chosen once at start-up and logged in one line.
+
+``--fp8-format`` turns FP8 on; ``--fp8-backend`` picks the implementation of the transformer GEMMs:
+
+| name | what | recipes |
+|---|---|---|
+| ``te`` | Transformer Engine ``te.Linear`` per weight | delayed, tensorwise (current scaling), blockwise |
+| ``torchao`` | ``torchao.float8`` | tensorwise, blockwise (as torchao's row-wise recipe) |
+| ``scaled_mm`` | our ``torch._scaled_mm`` autograd function | tensorwise, blockwise (as row-wise scales) |
+
+``auto`` takes the first of te, torchao, scaled_mm that imports; ``torch`` the first of torchao,
+scaled_mm. A torch-native backend asked for ``delayed`` scaling (Megatron's default recipe) runs
+tensorwise (current) scaling and says so at start-up. Every backend keeps the embedding and the
+output layer in bf16 and applies :class:`~trainer.fp8.scaling.Eligibility` to the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from trainer.config import FP8Config
+from trainer.errors import ConfigError
+from trainer.fp8.scaled_mm import ScaledMMRecipe, make_scaled_mm_gemm
+from trainer.fp8.scaling import FORMATS, Eligibility
+from trainer.layers import GEMMS, LocalGemm
+
+log = logging.getLogger(__name__)
+
+#: FP8 tensor cores: Ada (8.9), Hopper (9.0) and later.
+MIN_CAPABILITY = (8, 9)
+
+
+@dataclass(frozen=True)
+class FP8Engine:
+    """What a run uses: the local GEMM (registered in ``GEMMS`` as ``gemm_name``), the context the
+    forward pass runs in, and whether torch.compile can trace it."""
+
+    gemm_name: str
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    compilable: bool = True
+    description: str = "bf16"
+
+
+@dataclass(frozen=True)
+class FP8Backend:
+    """One registered implementation: the module it needs, the recipes it runs, how to build its GEMM."""
+
+    name: str
+    needs_module: str | None
+    recipes: tuple[str, ...]
+    build: Callable[[FP8Config, str, Eligibility], tuple[LocalGemm, Callable]]
+    compilable: bool
+    summary: str = field(default="")
+
+
+def _build_te(config: FP8Config, recipe: str, eligible: Eligibility) -> tuple[LocalGemm, Callable]:
+    from trainer.fp8.te_gemm import TEGemm, te_recipe
+
+    gemm = TEGemm(te_recipe(recipe, config.fp8_format, config.fp8_amax_history_len, config.fp8_amax_compute_algo),
+                  eligible)
+    return gemm, gemm.autocast
+
+
+def _build_torchao(config: FP8Config, recipe: str, eligible: Eligibility) -> tuple[LocalGemm, Callable]:
+    from trainer.fp8.torchao_gemm import make_torchao_gemm
+
+    forward_dtype, grad_dtype = FORMATS[config.fp8_format]
+    return make_torchao_gemm(forward_dtype, grad_dtype, recipe == "blockwise", eligible), contextlib.nullcontext
+
+
+def _build_scaled_mm(config: FP8Config, recipe: str, eligible: Eligibility) -> tuple[LocalGemm, Callable]:
+    forward_dtype, grad_dtype = FORMATS[config.fp8_format]
+    recipe_spec = ScaledMMRecipe(forward_dtype, grad_dtype, rowwise=recipe == "blockwise")
+    return make_scaled_mm_gemm(recipe_spec, eligible), contextlib.nullcontext
+
+
+BACKENDS: dict[str, FP8Backend] = {
+    "te": FP8Backend("te", "transformer_engine.pytorch", ("delayed", "tensorwise", "blockwise"), _build_te, False,
+                     "Transformer Engine te.Linear"),
+    "torchao": FP8Backend("torchao", "torchao.float8", ("tensorwise", "blockwise"), _build_torchao, True,
+                          "torchao.float8"),
+    "scaled_mm": FP8Backend("scaled_mm", None, ("tensorwise", "blockwise"), _build_scaled_mm, True,
+                            "own torch._scaled_mm linear"),
+}
+
+#: Names that resolve to the first importable backend of a list.
+ALIASES: dict[str, tuple[str, ...]] = {"auto": ("te", "torchao", "scaled_mm"), "torch": ("torchao", "scaled_mm")}
+
+RECIPE_TEXT = {"delayed": "delayed scaling (amax history {history} steps, {algo})",
+               "tensorwise": "current per-tensor scaling", "blockwise": "block scaling"}
+
+
+def missing_module(backend: FP8Backend) -> str | None:
+    """Why ``backend`` cannot be imported here (None when it can)."""
+    if backend.needs_module is None:
+        return None
+    try:
+        importlib.import_module(backend.needs_module)
+    except Exception as error:  # NOTE: TE raises OSError/RuntimeError, not only ImportError, when its libraries are off
+        return f"{backend.needs_module.split('.')[0]} does not import ({type(error).__name__}: {str(error)[:80]})"
+    return None
+
+
+def check_hardware(device: torch.device) -> None:
+    """Refuse FP8 where there are no FP8 tensor cores, saying what to do instead."""
+    if device.type != "cuda":
+        raise ConfigError(f"--fp8-format needs a CUDA GPU with FP8 tensor cores (compute capability 8.9+: Ada, Hopper, "
+                          f"Blackwell); this run is on {device.type}. Drop --fp8-format to train in bf16/fp32")
+    capability = torch.cuda.get_device_capability(device)
+    if capability < MIN_CAPABILITY:
+        raise ConfigError(f"--fp8-format needs compute capability 8.9+ (Ada, Hopper, Blackwell); "
+                          f"{torch.cuda.get_device_name(device)} has {capability[0]}.{capability[1]}. Drop --fp8-format "
+                          "to train in bf16")
+
+
+def resolve_backend(name: str) -> tuple[FP8Backend, list[str]]:
+    """The backend ``--fp8-backend name`` means here, and notes on the ones passed over."""
+    if name in ALIASES:
+        notes = []
+        for candidate in ALIASES[name]:
+            reason = missing_module(BACKENDS[candidate])
+            if reason is None:
+                return BACKENDS[candidate], notes
+            notes.append(reason)
+        raise ConfigError(f"--fp8-backend {name}: no FP8 backend imports ({'; '.join(notes)})")
+    if name not in BACKENDS:
+        raise ConfigError(f"--fp8-backend {name!r}: unknown; choose one of {', '.join([*ALIASES, *BACKENDS])}")
+    reason = missing_module(BACKENDS[name])
+    if reason:
+        raise ConfigError(f"--fp8-backend {name}: {reason}; install it or use --fp8-backend auto")
+    return BACKENDS[name], []
+
+
+def select_fp8(config: FP8Config, device: torch.device, plain_gemm: str) -> FP8Engine:
+    """The run's FP8 engine (``plain_gemm`` without ``--fp8-format``), its GEMM registered in ``GEMMS``."""
+    if config.fp8_format is None:
+        return FP8Engine(plain_gemm)
+    check_hardware(device)
+    backend, notes = resolve_backend(config.fp8_backend)
+    recipe = config.fp8_recipe
+    if recipe not in backend.recipes:
+        log.warning("--fp8-recipe %s needs Transformer Engine; the %s backend runs tensorwise (current) scaling "
+                    "instead and ignores --fp8-amax-history-len/--fp8-amax-compute-algo", recipe, backend.name)
+        recipe = "tensorwise"
+    eligible = Eligibility(config.fp8_min_dim)
+    gemm, autocast = backend.build(config, recipe, eligible)
+    name = f"fp8_{backend.name}"
+    GEMMS[name] = gemm
+    forward_dtype, grad_dtype = FORMATS[config.fp8_format]
+    if recipe == "blockwise" and backend.name != "te":
+        grad_dtype = forward_dtype  # row-wise FP8 kernels take e4m3 operands only
+    recipe_text = RECIPE_TEXT[recipe].format(history=config.fp8_amax_history_len, algo=config.fp8_amax_compute_algo)
+    description = (f"FP8 {config.fp8_format} ({str(forward_dtype)[6:]} forward, {str(grad_dtype)[6:]} gradients), "
+                   f"recipe {recipe}: {recipe_text}; backend {backend.name} ({backend.summary}"
+                   f"{'; skipped: ' + '; '.join(notes) if notes else ''}); GEMMs with widths >= {config.fp8_min_dim} "
+                   "and every dimension a multiple of 16, embedding and output layer in bf16")
+    log.info("precision: %s", description)
+    return FP8Engine(name, autocast, backend.compilable, description)

@@ -1,0 +1,128 @@
+"""Our own FP8 linear on ``torch._scaled_mm``: dynamic scaling, per tensor or per row, as a custom
+autograd function (the ``scaled_mm`` backend, used when neither Transformer Engine nor torchao is there).
+
+Forward ``y = x · Wᵀ`` and the two backward GEMMs ``dx = dy · W`` and ``dW = dyᵀ · x`` all run in FP8
+with fp32 accumulation. Weights and activations use the format's forward dtype (e4m3), output gradients
+its gradient dtype (e5m2 for ``hybrid``). Tensorwise scaling saves the FP8 copies of ``x`` and ``W`` for
+the backward pass (half the activation memory of bf16); row-wise scaling needs scales along the other
+axis in the backward pass, so it saves ``x`` and ``W`` and quantizes them again there.
+
+NOTE: ``torch._scaled_mm(a, b)`` wants ``a`` row-major and ``b`` column-major with every dimension a
+multiple of 16 (cuBLAS's FP8 layout). :func:`fp8_matmul` checks that on every device, so the CPU tests
+catch a layout the GPU would reject. Row-wise scaling takes e4m3 for gradients too (the kernel's
+supported combination) and bf16 outputs.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from trainer.fp8.scaling import ALIGNMENT, E4M3, Eligibility, quantize
+
+
+@dataclass(frozen=True)
+class ScaledMMRecipe:
+    """How one FP8 linear scales: dtypes of the forward operands and of the output gradient, and whether
+    scales are per row (``rowwise``) or per tensor."""
+
+    forward_dtype: torch.dtype
+    grad_dtype: torch.dtype
+    rowwise: bool
+
+
+def fp8_matmul(a: torch.Tensor, b: torch.Tensor, a_inverse: torch.Tensor, b_inverse: torch.Tensor,
+               out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
+    """``(a · a_inverse) @ (b · b_inverse)`` in ``out_dtype``; ``a`` [M, K] row-major, ``b`` [K, N]
+    column-major, scales per tensor (0-d) or per row of ``a`` ([M, 1]) and per column of ``b`` ([1, N]).
+    ``fast_accum``: Hopper's faster, less often promoted FP8 accumulation (the forward GEMM only, as
+    Transformer Engine and torchao do; the gradient GEMMs keep the precise one)."""
+    if a.stride(-1) != 1 or b.stride(0) != 1:
+        raise ValueError(f"FP8 GEMM layout: a must be row-major and b column-major (strides {a.stride()}, {b.stride()})")
+    if any(size % ALIGNMENT for size in (*a.shape, b.shape[1])):
+        raise ValueError(f"FP8 GEMM shapes {tuple(a.shape)} @ {tuple(b.shape)}: every dimension must be a multiple of 16")
+    rowwise = a_inverse.dim() > 0
+    result_dtype = torch.bfloat16 if rowwise else out_dtype  # row-wise kernels write bf16
+    out = torch._scaled_mm(a, b, scale_a=a_inverse, scale_b=b_inverse, out_dtype=result_dtype,
+                           use_fast_accum=fast_accum)
+    # NOTE: no `.to()` when the dtype already matches: torch 2.11's compiler drops the gradients of an autograd
+    # function that returns that no-op alias of a tensor made inside it (pytorch#180642's family; every block
+    # weight got a zero gradient on the H200). tests/trainer/fp8 hold compiled gradients to eager ones.
+    return out if out.dtype == out_dtype else out.to(out_dtype)
+
+
+def _left(x: torch.Tensor, dtype: torch.dtype, rowwise: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` [M, K] as a row-major left operand and its inverse scale (per row when ``rowwise``)."""
+    q, inverse = quantize(x, dtype, dim=-1 if rowwise else None)
+    return q.contiguous(), inverse
+
+
+def _right(rows: torch.Tensor, dtype: torch.dtype, rowwise: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The right operand ``rowsᵀ`` [K, N] (column-major) from ``rows`` [N, K], with its inverse scale
+    (per column of the operand, shape [1, N], when ``rowwise``)."""
+    q, inverse = quantize(rows, dtype, dim=-1 if rowwise else None)
+    return q.contiguous().t(), inverse.reshape(1, -1) if rowwise else inverse
+
+
+def _column_major(t: torch.Tensor) -> torch.Tensor:
+    """The same matrix laid out column-major (one transposing copy)."""
+    return t.t().contiguous().t()
+
+
+class _ScaledLinear(torch.autograd.Function):
+    """``x [M, K] @ weight [N, K]ᵀ`` with FP8 operands in forward and backward."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, recipe: ScaledMMRecipe, out_dtype: torch.dtype):
+        ctx.recipe, ctx.x_dtype, ctx.weight_dtype = recipe, x.dtype, weight.dtype
+        x_q, x_inverse = _left(x, recipe.forward_dtype, recipe.rowwise)
+        w_q, w_inverse = _right(weight, recipe.forward_dtype, recipe.rowwise)
+        if recipe.rowwise:
+            ctx.save_for_backward(x, weight)
+        else:
+            ctx.save_for_backward(x_q, w_q, x_inverse, w_inverse)
+        return fp8_matmul(x_q, w_q, x_inverse, w_inverse, out_dtype, fast_accum=True)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        recipe = ctx.recipe
+        grad_dtype = E4M3 if recipe.rowwise else recipe.grad_dtype
+        g_q, g_inverse = _left(grad, grad_dtype, recipe.rowwise)
+        gt_q, gt_inverse = _left(grad.t(), grad_dtype, recipe.rowwise) if recipe.rowwise else (g_q.t().contiguous(),
+                                                                                                 g_inverse)
+        if recipe.rowwise:
+            x, weight = ctx.saved_tensors
+            w_cols, w_inverse = _right(weight.t(), recipe.forward_dtype, True)
+            x_cols, x_inverse = _right(x.t(), recipe.forward_dtype, True)
+        else:
+            x_q, w_q, x_inverse, w_inverse = ctx.saved_tensors
+            w_cols, x_cols = _column_major(w_q.t()), _column_major(x_q)
+        grad_x = fp8_matmul(g_q, w_cols, g_inverse, w_inverse, ctx.x_dtype)
+        grad_weight = fp8_matmul(gt_q, x_cols, gt_inverse, x_inverse, ctx.weight_dtype)
+        return grad_x, grad_weight, None, None
+
+
+def _output_dtype(x: torch.Tensor) -> torch.dtype:
+    """What ``F.linear`` would return here: the autocast dtype inside autocast, else ``x``'s dtype."""
+    kind = x.device.type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
+
+
+def scaled_mm_linear(x: torch.Tensor, weight: torch.Tensor, *, recipe: ScaledMMRecipe,
+                     eligible: Eligibility) -> torch.Tensor:
+    """``x @ weight.T`` (the local-GEMM contract of ``trainer.layers.GEMMS``) in FP8 where the shape is
+    eligible, else the plain ``F.linear``."""
+    out_features, in_features = weight.shape
+    tokens = x.numel() // in_features
+    if not eligible(tokens, in_features, out_features):
+        return F.linear(x, weight)
+    out = _ScaledLinear.apply(x.reshape(tokens, in_features), weight, recipe, _output_dtype(x))
+    return out.view(*x.shape[:-1], out_features)
+
+
+def make_scaled_mm_gemm(recipe: ScaledMMRecipe, eligible: Eligibility):
+    """The local GEMM for ``recipe`` (a plain function, so torch.compile traces straight through it)."""
+    return functools.partial(scaled_mm_linear, recipe=recipe, eligible=eligible)
