@@ -54,7 +54,8 @@ class StepProfiler:
         if isinstance(self.active, torch.profiler.profile):
             self.active.__exit__(None, None, None)
             self.directory.mkdir(parents=True, exist_ok=True)
-            rank = f"_rank{dist.get_rank()}" if dist.is_initialized() else ""  # one file per torchrun process
+            multi = dist.is_initialized() and dist.get_world_size() > 1
+            rank = f"_rank{dist.get_rank()}" if multi else ""  # one file per torchrun process
             trace = self.directory / f"trace_steps_{self.config.profile_step_start}-{last_step}{rank}.json"
             self.active.export_chrome_trace(str(trace))
             log.info("profiler trace of steps %d-%d: %s", self.config.profile_step_start, last_step, trace)
