@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -198,23 +199,24 @@ def test_missing_bin(good_pair: Path) -> None:
     expect_format_error(good_pair, "missing")
 
 
+
+
+def plant_int64(prefix: Path, array_offset: Callable[[int], int], index: int, value: int) -> None:
+    """Overwrite element ``index`` of an int64 array of the ``.idx`` (at ``array_offset(N)``) with ``value``."""
+    n = IndexedReader(prefix).num_sequences
+    data = bytearray(Path(f"{prefix}.idx").read_bytes())
+    offset = array_offset(n) + 8 * index
+    data[offset : offset + 8] = struct.pack("<q", value)
+    rewrite(prefix, ".idx", bytes(data))
+
+
 def test_non_monotonic_pointers(good_pair: Path) -> None:
-    reader = IndexedReader(good_pair)
-    n = reader.num_sequences
-    data = bytearray(Path(f"{good_pair}.idx").read_bytes())
-    offset = HEADER_SIZE + 4 * n + 8 * 5
-    data[offset : offset + 8] = struct.pack("<q", 2)
-    rewrite(good_pair, ".idx", bytes(data))
+    plant_int64(good_pair, lambda n: HEADER_SIZE + 4 * n, 5, 2)
     expect_format_error(good_pair, "sequence pointer 5")
 
 
 def test_non_monotonic_document_index(good_pair: Path) -> None:
-    reader = IndexedReader(good_pair)
-    n = reader.num_sequences
-    data = bytearray(Path(f"{good_pair}.idx").read_bytes())
-    offset = HEADER_SIZE + 12 * n + 8 * 10
-    data[offset : offset + 8] = struct.pack("<q", n - 1)
-    rewrite(good_pair, ".idx", bytes(data))
+    plant_int64(good_pair, lambda n: HEADER_SIZE + 12 * n, 10, IndexedReader(good_pair).num_sequences - 1)
     expect_format_error(good_pair, "not monotonic")
 
 
