@@ -29,7 +29,7 @@ from pathlib import Path
 from statistics import median
 
 from bench.data import build
-from bench.tokenize import TOKENIZERS
+from bench.tokenize_speed import TOKENIZERS
 
 CORES = os.cpu_count() or 1
 

@@ -1,8 +1,8 @@
 """Tokenize throughput: the raw library ceiling (a), a Megatron-style baseline (b) and ``corpus tokenize`` (c).
 
     python -m bench.data                         # once: real prose and code from Debian packages
-    python -m bench.tokenize                     # cl100k tokenizer.json and TikTokenizer, prose and code
-    python -m bench.tokenize --tokenizers cl100k-hf --corpora prose --rss-corpus none
+    python -m bench.tokenize_speed                     # cl100k tokenizer.json and TikTokenizer, prose and code
+    python -m bench.tokenize_speed --tokenizers cl100k-hf --corpora prose --rss-corpus none
 
 On the same input and cores, each in a fresh process:
 (a) the reference library's batch encode on strings already in memory (its ceiling on these cores);
@@ -150,7 +150,7 @@ METHODS = {"a": raw_library, "b": megatron_style, "c": ours}
 
 def run_child(method: str, tokenizer: str, path: Path, out: str, workers: int | None, threads: int | None) -> dict:
     """One measurement in a fresh interpreter (clean caches, its own peak RSS)."""
-    command = [sys.executable, "-m", "bench.tokenize", "--child", method, "--tokenizers", tokenizer,
+    command = [sys.executable, "-m", "bench.tokenize_speed", "--child", method, "--tokenizers", tokenizer,
                "--child-input", str(path), "--child-out", out]
     command += [] if workers is None else ["--workers", str(workers)]
     command += [] if threads is None else ["--threads", str(threads)]
