@@ -15,8 +15,8 @@ separate last one), then the shuffle index (first part, then the separate last p
 that order changes every sample; the conformance tests catch it.
 
 Blending: per-source sample counts ``ceil(ceil(n * w) * (1 + surplus))`` and Megatron's greedy
-interleave. Only numpy is imported here; numba (``corpus._kernels``) is imported when a map is
-actually built.
+interleave. Only numpy is imported here; the compiled loops (``corpus._kernels``: a small C library,
+numba without a compiler) are loaded when a map is actually built.
 """
 
 from __future__ import annotations
@@ -194,13 +194,14 @@ def exhaustive_blending_indices(sizes: list[int]) -> Blending:
 
 
 def prepare_kernels() -> None:
-    """Load the compiled loops in a background thread (once per process) while numpy shuffles:
-    numba's import and cache load (~0.5 s) then overlap the work that precedes their first use.
-    Call it only when a map is about to be built; warm cache lookups never need numba."""
+    """Load the compiled loops in a background thread (once per process) while numpy shuffles: their
+    first compile on a machine (~0.2 s, or numba's import and cache load without a C compiler) then
+    overlaps the work that precedes their first use. Call it only when a map is about to be built;
+    warm cache lookups never load them."""
     global _kernel_thread
     with _kernel_lock:
         if _kernel_thread is None:
-            _kernel_thread = threading.Thread(target=_warm_kernels, name="numba-warmup", daemon=True)
+            _kernel_thread = threading.Thread(target=_warm_kernels, name="kernel-warmup", daemon=True)
             _kernel_thread.start()
 
 
