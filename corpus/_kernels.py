@@ -7,7 +7,7 @@ double-precision error terms evaluated in the same order, ties to the lower inde
 
 Why C and not numba alone: numba costs ~0.2–0.4 s to import and ~0.3–0.45 s at the first call of a
 cached kernel in every new process, more than a cold 1,000-shard build itself. The library is built
-with the system C compiler (``$CC``, else ``cc``) into ``<cache>/kernels/`` the first time it is needed
+with the system C compiler (``$CC``, else ``cc``) into ``kernels/`` of the index-map cache folder the first time it is needed
 (~0.2 s), under a name that hashes the source, and renamed into place atomically, so concurrent
 processes never load a half-written file. ctypes releases the GIL during the calls, so sources still
 build in parallel threads. Without a working compiler the numba versions (``_kernels_numba``) are used
@@ -27,6 +27,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+
+from corpus.map_cache import default_cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +117,7 @@ _I64 = ctypes.c_int64
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("BLENDFORGE_CACHE_DIR") or Path.home() / ".cache" / "blendforge"
-    return Path(root) / "kernels"
+    return default_cache_dir() / "kernels"
 
 
 def _compile(target: Path) -> None:
