@@ -17,6 +17,8 @@ from itertools import chain
 import numpy as np
 
 from corpus.meta import fingerprint_files
+from corpus.tokenizers import long_texts
+from corpus.tokenizers.long_texts import CutRule
 from corpus.tokenizers.config import TokenizeError, TokenizerConfig, TokenizerConfigError
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,8 @@ class TextTokenizer(ABC):
     config: TokenizerConfig
     encoder_name: str
     """The library and version that actually encodes, e.g. ``tokenizers 0.23.3``, ``gigatoken 0.10.0``."""
+    cut_rule: CutRule | None = None
+    """Where this tokenizer's very long texts may be cut into pieces; None: always encoded whole."""
 
     def __init__(self, config: TokenizerConfig, vocab_size: int, eod: int | None, bos: int | None) -> None:
         self.config = config
@@ -71,6 +75,13 @@ class TextTokenizer(ABC):
 
         A text the library cannot encode raises :class:`TokenizeError` with its index in ``texts``.
         """
+        if self._long_indices(texts):
+            flat, lengths = self.encode_batch_flat(texts)
+            return [part.tolist() for part in np.split(flat, np.cumsum(lengths)[:-1])]
+        return self._encode_whole(texts)
+
+    def _encode_whole(self, texts: list[str]) -> list[list[int]]:
+        """:meth:`_encode_batch` on every text as it is, naming the text the library refuses."""
         try:
             return self._encode_batch(texts)
         except TokenizeError:
@@ -80,14 +91,74 @@ class TextTokenizer(ABC):
 
     def encode_batch_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The ids of every text concatenated (an integer array) and each text's count (int64): what the
-        pipeline writes.
+        pipeline writes. Same ids as :meth:`encode_batch`; very long texts are encoded in pieces
+        (:mod:`corpus.tokenizers.long_texts`)."""
+        long = self._long_indices(texts)
+        if not long:
+            return self._encode_batch_flat(texts)
+        return self._encode_with_long_texts(texts, long)
 
-        Same ids as :meth:`encode_batch`; adapters whose library hands back flat arrays override this
-        to avoid building a Python int per token (it dominates the cost at tens of MB/s).
-        """
-        ids = self.encode_batch(texts)
+    def _encode_batch_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`encode_batch_flat` of texts encoded whole. Adapters whose library hands back arrays
+        override this to avoid building a Python int per token (it dominates the cost at tens of MB/s)."""
+        ids = self._encode_whole(texts)
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         return np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum())), lengths
+
+    def _encode_plain(self, texts: list[str]) -> list[list[int]]:
+        """Ids of pieces of a text, without the tokens the tokenizer adds around every text
+        (:meth:`affixes`). Adapters that add such tokens override both."""
+        return self._encode_batch(texts)
+
+    def affixes(self) -> tuple[list[int], list[int]]:
+        """The ids put before and after every text's own ids (e.g. a post-processor's BOS)."""
+        return [], []
+
+    def _long_indices(self, texts: list[str]) -> list[int]:
+        """Positions of the texts to encode in pieces (none unless this tokenizer has a cut rule)."""
+        if self.cut_rule is None:
+            return []
+        return [index for index, text in enumerate(texts) if isinstance(text, str) and len(text) > long_texts.LONG_TEXT_CHARS]
+
+    def _encode_with_long_texts(self, texts: list[str], long: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The flat ids of a batch holding very long texts: the short ones in one library call, each
+        long one in pieces."""
+        parts: list[np.ndarray] = [np.empty(0, np.int64)] * len(texts)
+        short = sorted(set(range(len(texts))) - set(long))
+        if short:
+            try:
+                flat, lengths = self._encode_batch_flat([texts[index] for index in short])
+            except TokenizeError as error:
+                raise TokenizeError(short[error.index], error.reason) from None
+            for index, part in zip(short, np.split(flat, np.cumsum(lengths)[:-1])):
+                parts[index] = part
+        for index in long:
+            try:
+                parts[index] = self._encode_long(texts[index])
+            except Exception as error:  # noqa: BLE001 - a library error on a piece names the whole text
+                raise TokenizeError(index, f"{self.config.type} could not encode the text: {error}") from None
+        lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+        return np.concatenate(parts).astype(np.int64, copy=False), lengths
+
+    def _encode_long(self, text: str) -> np.ndarray:
+        """One very long text's ids: its pieces encoded a few per library call, the affixes added once."""
+        prefix, suffix = self.affixes()
+        arrays = [np.asarray(prefix, dtype=np.int64)]
+        group: list[str] = []
+        for piece in long_texts.pieces(text, self.cut_rule, self._same_ids_when_cut):
+            group.append(piece)
+            if len(group) == long_texts.PIECES_PER_CALL:
+                arrays += [np.asarray(ids, dtype=np.int64) for ids in self._encode_plain(group)]
+                group = []
+        if group:
+            arrays += [np.asarray(ids, dtype=np.int64) for ids in self._encode_plain(group)]
+        arrays.append(np.asarray(suffix, dtype=np.int64))
+        return np.concatenate(arrays)
+
+    def _same_ids_when_cut(self, whole: str, left: str, right: str) -> bool:
+        """The check of a cut on a window around it (see :mod:`corpus.tokenizers.long_texts`)."""
+        whole_ids, left_ids, right_ids = self._encode_plain([whole, left, right])
+        return list(whole_ids) == [*left_ids, *right_ids]
 
     def _locate_failure(self, texts: list[str], error: Exception) -> list[list[int]]:
         """Re-encode one text at a time to say which one the library refused, and why."""

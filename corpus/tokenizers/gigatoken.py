@@ -5,7 +5,7 @@ SentencePiece-style BPE with byte fallback) and SentencePiece ``.model`` files, 
 tokenizer.json itself. Two differences from Megatron's ids are corrected here:
 
 - it does not apply a tokenizer.json's post-processor, so the tokens ``tokenizer(text)`` adds around
-  every text (e.g. a leading BOS) are measured once on the reference library and added here;
+  every text (e.g. a leading BOS) are the reference adapter's :meth:`affixes`, added here;
 - its SentencePiece conversion makes control pieces (``<s>``, ``</s>``, ``[INST]``...) added tokens that
   match whole in the text, where sentencepiece encodes such text as ordinary pieces; we drop them.
 
@@ -38,31 +38,6 @@ log = logging.getLogger(__name__)
 
 MEMORY_BUDGET = 512 << 20
 REBUILD_MIN_CHARS = 64 << 20
-# Two texts that share no token: when the reference adds the same tokens around both, the affixes are
-# constant (a post-processor template), not content-dependent.
-AFFIX_PROBES = ("gigatoken affix probe", "下一个 42 probe")
-
-
-class AffixError(ValueError):
-    """The post-processor adds tokens that depend on the text; gigatoken cannot reproduce them."""
-
-
-def post_processor_affixes(reference: HuggingFaceTextTokenizer) -> tuple[list[int], list[int]]:
-    """The ids the reference adds before and after every text (empty without special tokens)."""
-    if not getattr(reference, "add_special_tokens", False):
-        return [], []
-    found = set()
-    for probe in AFFIX_PROBES:
-        plain = reference.tokenizer.encode(probe, add_special_tokens=False).ids
-        full = reference.tokenizer.encode(probe, add_special_tokens=True).ids
-        start = next((i for i in range(len(full) - len(plain) + 1) if full[i:i + len(plain)] == plain), None)
-        if start is None:
-            raise AffixError("the post-processor changes the text's own tokens")
-        found.add((tuple(full[:start]), tuple(full[start + len(plain):])))
-    if len(found) != 1:
-        raise AffixError("the post-processor adds different tokens to different texts")
-    prefix, suffix = found.pop()
-    return list(prefix), list(suffix)
 
 
 def huggingface_json(reference: HuggingFaceTextTokenizer) -> str:
@@ -116,7 +91,8 @@ class GigatokenTextTokenizer(TextTokenizer):
         import gigatoken
 
         self.reference = reference
-        self.prefix, self.suffix = post_processor_affixes(reference)
+        self.prefix, self.suffix = reference.affixes()
+        self.cut_rule = reference.cut_rule
         self.source = SOURCES[reference.config.type](reference)
         self.backend = gigatoken.Tokenizer.from_json(self.source)
         self.memory_budget, self.rebuild_min_chars = MEMORY_BUDGET, REBUILD_MIN_CHARS
@@ -128,18 +104,25 @@ class GigatokenTextTokenizer(TextTokenizer):
         super().__init__(reference.config, reference.vocab_size, reference.eod, reference.bos)
 
     def _encode_batch(self, texts: list[str]) -> list[list[int]]:
-        ids = self.backend.encode_batch_list(texts, parallel=self.parallel)
-        self._bound_caches(sum(map(len, texts)))
+        ids = self._encode_plain(texts)
         if self.prefix or self.suffix:
             return [[*self.prefix, *row, *self.suffix] for row in ids]
         return ids
 
-    def encode_batch_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def _encode_plain(self, texts: list[str]) -> list[list[int]]:
+        ids = self.backend.encode_batch_list(texts, parallel=self.parallel)
+        self._bound_caches(sum(map(len, texts)))
+        return ids
+
+    def affixes(self) -> tuple[list[int], list[int]]:
+        return self.prefix, self.suffix
+
+    def _encode_batch_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """gigatoken's own flat result (an awkward array): no Python int per token."""
         try:
             ids = self.backend.encode_batch(texts, parallel=self.parallel)
         except Exception:  # noqa: BLE001 - a text it refuses: the list path names it (TokenizeError)
-            return super().encode_batch_flat(texts)
+            return super()._encode_batch_flat(texts)
         import awkward
 
         self._bound_caches(sum(map(len, texts)))

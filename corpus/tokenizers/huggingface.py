@@ -22,6 +22,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 
 from corpus.tokenizers.base import TextTokenizer, library_version
 from corpus.tokenizers.config import TokenizerConfig, TokenizerConfigError, existing_file
+from corpus.tokenizers.long_texts import REGEX_PRETOKENIZER, SPACE_PREFIXED, CutRule
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,13 @@ NAMED_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
 # Used as EOD when no config names an eos_token (a bare tokenizer.json), in this order of preference.
 END_OF_TEXT_TOKENS = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>")
 GPT2_SPECIAL = "<|endoftext|>"
+# Two texts that share no token: when the tokenizer adds the same tokens around both, the affixes are
+# constant (a post-processor template), not content-dependent.
+AFFIX_PROBES = ("affix probe", "下一个 42 probe")
+
+
+class AffixError(ValueError):
+    """The post-processor adds tokens that depend on the text (they cannot be added around pieces)."""
 
 
 class HuggingFaceTextTokenizer(TextTokenizer):
@@ -41,6 +49,8 @@ class HuggingFaceTextTokenizer(TextTokenizer):
         self._files = files
         self.add_special_tokens = config.hf_include_special_tokens
         self.encoder_name = library_version("tokenizers")
+        self._affixes: tuple[list[int], list[int]] | None = None
+        self.cut_rule = cut_rule_for(tokenizer) if self._constant_affixes() else None
         super().__init__(config, tokenizer.get_vocab_size(with_added_tokens=True),
                          eod=self._token_id(named.get("eos_token")), bos=self._token_id(named.get("bos_token")))
 
@@ -50,6 +60,41 @@ class HuggingFaceTextTokenizer(TextTokenizer):
     def _encode_batch(self, texts: list[str]) -> list[list[int]]:
         encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=self.add_special_tokens)
         return [encoding.ids for encoding in encodings]
+
+    def _encode_plain(self, texts: list[str]) -> list[list[int]]:
+        return [encoding.ids for encoding in self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+
+    def affixes(self) -> tuple[list[int], list[int]]:
+        """The ids the post-processor adds before and after every text (none without special tokens).
+
+        Raises :class:`AffixError` when they depend on the text.
+        """
+        if self._affixes is None:
+            self._affixes = self._measure_affixes()
+        return self._affixes
+
+    def _measure_affixes(self) -> tuple[list[int], list[int]]:
+        if not self.add_special_tokens:
+            return [], []
+        found = set()
+        for probe in AFFIX_PROBES:
+            plain = self.tokenizer.encode(probe, add_special_tokens=False).ids
+            full = self.tokenizer.encode(probe, add_special_tokens=True).ids
+            start = next((i for i in range(len(full) - len(plain) + 1) if full[i:i + len(plain)] == plain), None)
+            if start is None:
+                raise AffixError("the post-processor changes the text's own tokens")
+            found.add((tuple(full[:start]), tuple(full[start + len(plain):])))
+        if len(found) != 1:
+            raise AffixError("the post-processor adds different tokens to different texts")
+        prefix, suffix = found.pop()
+        return list(prefix), list(suffix)
+
+    def _constant_affixes(self) -> bool:
+        try:
+            self.affixes()
+        except AffixError:
+            return False
+        return True
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -62,6 +107,34 @@ class HuggingFaceTextTokenizer(TextTokenizer):
 
     def special_strings(self) -> list[str]:
         return [token.content for token in self.tokenizer.get_added_tokens_decoder().values()]
+
+
+def _pre_tokenizer_steps(tokenizer: Tokenizer) -> list[dict]:
+    """The pre-tokenizer's steps as their JSON records (a Sequence flattened; [] when there is none)."""
+    if tokenizer.pre_tokenizer is None:
+        return []
+    record = json.loads(tokenizer.pre_tokenizer.__getstate__())
+    return record.get("pretokenizers", [record]) if record.get("type") == "Sequence" else [record]
+
+
+def cut_rule_for(tokenizer: Tokenizer) -> CutRule | None:
+    """How a tokenizer.json's very long texts may be cut (see :mod:`corpus.tokenizers.long_texts`).
+
+    Byte-level BPE splitting with a regex (GPT-2, cl100k, Llama-3 families) cuts at newlines and
+    between words; a tokenizer that puts a space or ``▁`` before the text (Metaspace, a ``Prepend``
+    normalizer, ByteLevel's ``add_prefix_space``) cuts at a dropped space. Anything else: never cut.
+    """
+    steps = _pre_tokenizer_steps(tokenizer)
+    types = {step.get("type") for step in steps}
+    byte_level = [step for step in steps if step.get("type") == "ByteLevel"]
+    if "Metaspace" in types or any(step.get("add_prefix_space") for step in byte_level):
+        return SPACE_PREFIXED
+    if "Split" in types or any(step.get("use_regex", True) for step in byte_level):
+        return REGEX_PRETOKENIZER
+    normalizer = json.loads(tokenizer.normalizer.__getstate__()) if tokenizer.normalizer is not None else {}
+    if not steps and '"Prepend"' in json.dumps(normalizer):
+        return SPACE_PREFIXED
+    return None
 
 
 def _token_content(value: object) -> str | None:

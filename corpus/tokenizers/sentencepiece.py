@@ -13,10 +13,13 @@ import sentencepiece
 
 from corpus.tokenizers.base import TextTokenizer, library_version
 from corpus.tokenizers.config import TokenizerConfig, TokenizerConfigError, existing_file
+from corpus.tokenizers.long_texts import SPACE_PREFIXED
 
 
 class SentencePieceTextTokenizer(TextTokenizer):
     """``SentencePieceProcessor`` encoding batches with its multi-threaded batch call."""
+
+    cut_rule = SPACE_PREFIXED  # whitespace becomes "▁" and a dummy "▁" starts the text
 
     def __init__(self, config: TokenizerConfig, path: str, threads: int) -> None:
         self.path = path

@@ -19,11 +19,13 @@ import base64
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import orjson
 import tiktoken
 
 from corpus.tokenizers.base import TextTokenizer, library_version
 from corpus.tokenizers.config import TokenizerConfig, TokenizerConfigError, existing_file
+from corpus.tokenizers.long_texts import REGEX_PRETOKENIZER
 
 # megatron.core.tokenizers.text.libraries.tiktoken_tokenizer, verbatim.
 PATTERNS = {
@@ -100,6 +102,8 @@ def resolve_vocab_size(config: TokenizerConfig, num_ranks: int) -> int:
 class TikTokenTextTokenizer(TextTokenizer):
     """Megatron's shifted tiktoken Encoding, encoded from a thread pool."""
 
+    cut_rule = REGEX_PRETOKENIZER  # Megatron's v1/v2 patterns split like the cl100k family
+
     def __init__(self, config: TokenizerConfig, path: str, threads: int | None) -> None:
         self.path = path
         ranks = load_ranks(path)
@@ -122,12 +126,28 @@ class TikTokenTextTokenizer(TextTokenizer):
     def _encode_one(self, text: str) -> list[int]:
         return self.encoding.encode(text, allowed_special=self.allowed_special)
 
-    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
+    def _encode_one_array(self, text: str) -> np.ndarray:
+        return self.encoding.encode_to_numpy(text, allowed_special=self.allowed_special)
+
+    def _map(self, function, texts: list[str]) -> list:
+        """``function`` over the texts, on the thread pool when it can help (tiktoken releases the GIL)."""
         if self.threads <= 1 or len(texts) < 2:
-            return [self._encode_one(text) for text in texts]
+            return [function(text) for text in texts]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="tiktoken")
-        return list(self._pool.map(self._encode_one, texts))
+        return list(self._pool.map(function, texts))
+
+    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self._map(self._encode_one, texts)
+
+    def _encode_batch_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """tiktoken's uint32 buffers, concatenated: no Python int per token."""
+        try:
+            arrays = self._map(self._encode_one_array, texts)
+        except Exception:  # noqa: BLE001 - a text it refuses: the list path names it (TokenizeError)
+            return super()._encode_batch_flat(texts)
+        lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
+        return (np.concatenate(arrays) if arrays else np.empty(0, np.uint32)), lengths
 
     def decode(self, ids: list[int]) -> str:
         shift = len(self.special_tokens)
