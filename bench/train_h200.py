@@ -5,9 +5,10 @@
     python3 bench/train_h200.py --phases parity,8b
 
 Phases (each trains through the CLI exactly as users launch it, on a blend of the tokenized prose):
-- ``speed``: DESIGN §7's shape (``1.3b``, seq 4096, micro-batch 4, vocab 32768) in bf16 and in FP8
-  (``--fp8-format hybrid --fp8-recipe tensorwise``), torch.compile per block and the fused loss on
-  (the CUDA defaults); steady-state tokens/s, MFU and peak memory over the steps after ``--warmup``;
+- ``speed``: DESIGN §7's shape (``1.3b``, seq 4096, micro-batch 4, vocab 32768), one run per
+  ``--speed-runs`` entry (``bf16``, ``fp8:BACKEND:RECIPE``; ``@N`` for micro-batch N, reported apart),
+  torch.compile per block where the backend allows and the fused loss on (the CUDA defaults);
+  steady-state tokens/s, MFU and peak memory over the steps after ``--warmup``;
 - ``baseline``: ``gpu_baseline.py`` (plain PyTorch: eager, compiled, compiled + torchao FP8) and, when
   Transformer Engine imports, ``te_baseline.py``, in the same job; ratios ours/best baseline per precision;
 - ``parity``: ``125m`` for ``--parity-steps`` steps in bf16 and FP8 on the same samples (no token seen
@@ -84,18 +85,36 @@ def train(tag: str, flags: list[str], folder: Path, warmup: int, timeout: float,
             "first_loss": steps[0]["loss"], "last_loss": steps[-1]["loss"], "evals": evals}
 
 
+def parse_run(spec: str) -> tuple[str, list[str]]:
+    """One ``--speed-runs`` entry, ``bf16`` or ``fp8:BACKEND:RECIPE``, optionally ``@MICRO_BATCH``
+    (e.g. ``fp8:te:delayed``, ``bf16@8``): its tag and its trainer flags beyond the common ones."""
+    precision, _, micro_batch = spec.partition("@")
+    tag = "ours_" + precision.replace(":", "_")
+    flags: list[str] = []
+    if precision.startswith("fp8"):
+        _, backend, recipe = precision.split(":")
+        flags += ["--fp8-format", "hybrid", "--fp8-recipe", recipe, "--fp8-backend", backend]
+    if micro_batch:
+        tag += f"_mb{micro_batch}"
+        flags += ["--micro-batch-size", micro_batch, "--global-batch-size", micro_batch]
+    return tag, flags
+
+
 def speed(args: argparse.Namespace, folder: Path) -> dict:
-    """Ours in bf16 and FP8 at the baselines' shape and micro-batch."""
+    """Ours at the baselines' shape and micro-batch (and, tagged ``_mbN``, at a larger micro-batch)."""
     common = [*SPEED_SHAPE, "--train-iters", str(args.steps), "--eval-iters", "0", "--lr", "1e-4", "--bf16"]
-    return {"ours_bf16": train("ours_bf16", common, folder, args.warmup, 200),
-            "ours_fp8": train("ours_fp8", [*common, *FP8, "--fp8-backend", args.fp8_backend], folder, args.warmup, 200)}
+    runs = {}
+    for spec in args.speed_runs.split(","):
+        tag, flags = parse_run(spec)
+        runs[tag] = train(tag, [*common, *flags], folder, args.warmup, 240)
+    return runs
 
 
 def baselines(args: argparse.Namespace, folder: Path) -> dict:
     """gpu_baseline.py (and te_baseline.py when TE imports) in this job: their train_* records."""
     results = {}
-    scripts = [(args.baseline, "baseline.json")]
-    if args.te_baseline and subprocess.run([sys.executable, "-c", "import transformer_engine.pytorch"]).returncode == 0:
+    scripts = [(args.baseline, "baseline.json")] if args.baseline != "none" else []
+    if args.te_baseline != "none" and subprocess.run([sys.executable, "-c", "import transformer_engine.pytorch"]).returncode == 0:
         scripts.append((args.te_baseline, "te_baseline.json"))
     for script, output in scripts:
         subprocess.run([sys.executable, script], env={**os.environ, "OUT": str(folder)}, timeout=330)
@@ -147,6 +166,7 @@ def table(results: dict) -> None:
             kind = "fp8" if "fp8" in name else "bf16"
             best = max(base[kind]) if base[kind] and name.startswith("ours") else None
             note = f"{record['tokens_per_s'] / best:.2f}x best {kind} baseline ({best:,})" if best else ""
+            note += " (larger micro-batch: reported apart, not the target ratio)" if "_mb" in name else ""
             print(f"{name:24} {record['tokens_per_s']:>9,.0f} {100 * (record['mfu'] or 0):>6.1f}% "
                   f"{record['peak_memory_gib']:>8.1f}  {note}")
         elif "failed" in record:
@@ -160,9 +180,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prepare", action="store_true", help="fetch and tokenize the data, then exit")
     parser.add_argument("--phases", default="speed,baseline,parity,8b", help=f"comma list of {', '.join(PHASES)}")
-    parser.add_argument("--baseline", default=str(REPO.parents[1] / "shared" / "bench" / "gpu_baseline.py"))
-    parser.add_argument("--te-baseline", default=str(REPO.parents[1] / "shared" / "bench" / "te_baseline.py"))
-    parser.add_argument("--fp8-backend", default="auto")
+    parser.add_argument("--baseline", default=str(REPO.parents[1] / "shared" / "bench" / "gpu_baseline.py"),
+                        help="gpu_baseline.py, or none")
+    parser.add_argument("--te-baseline", default=str(REPO.parents[1] / "shared" / "bench" / "te_baseline.py"),
+                        help="te_baseline.py (run when TE imports), or none")
+    parser.add_argument("--fp8-backend", default="auto", help="backend of the parity runs")
+    parser.add_argument("--speed-runs", default="bf16,fp8:auto:tensorwise",
+                        help="comma list of bf16 | fp8:BACKEND:RECIPE, each optionally @MICRO_BATCH (reported apart)")
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=5, help="first steps left out of the means (compilation)")
     parser.add_argument("--parity-steps", type=int, default=300)

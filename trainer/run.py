@@ -121,8 +121,10 @@ def build_run(config: TrainConfig) -> Run:
     shape = AttentionShape(config.training.micro_batch_size, data.seq_length, model_config.num_attention_heads // parallel.tp_size,
                            model_config.num_query_groups // parallel.tp_size, model_config.head_dim, precision.dtype,
                            config.data.reset_attention_mask)
-    attention = select_backend(model_config.attention_backend, device, shape)
+    # NOTE: the FP8 backend first: Transformer Engine fails to import ("undefined symbol" in libcudnn_cnn)
+    # once the attention probe has loaded torch's own cuDNN (seen on the H200 with TE 2.20.2).
     fp8 = select_fp8(config.fp8, device, model_config.gemm_backend)
+    attention = select_backend(model_config.attention_backend, device, shape)
     engine, compiled = _build_engine(config, parallel, precision, fp8, attention, vocab, data.seq_length, accumulation)
     counts = whole_model_counts(model_config, vocab, data.seq_length, attention)
     peak, peak_note = peak_tflops(device, config.logging.peak_tflops)

@@ -13,7 +13,6 @@ amax history: a resumed run rebuilds it over its first ``--fp8-amax-history-len`
 from __future__ import annotations
 
 import contextlib
-import weakref
 
 import torch
 import torch.nn.functional as F
@@ -38,17 +37,19 @@ class TEGemm:
 
     def __init__(self, recipe, eligible: Eligibility) -> None:
         self.recipe, self.eligible = recipe, eligible
-        self._linears: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # NOTE: keyed by id(): a tensor cannot be a dict key (its == is elementwise); the weight is kept
+        # beside its te.Linear, so the id stays its own for the life of the run.
+        self._linears: dict[int, tuple[torch.Tensor, torch.nn.Module]] = {}
 
     def _linear_for(self, weight: torch.nn.Parameter) -> torch.nn.Module:
-        linear = self._linears.get(weight)
+        _, linear = self._linears.get(id(weight), (None, None))
         if linear is None:
             import transformer_engine.pytorch as te
 
             out_features, in_features = weight.shape
             linear = te.Linear(in_features, out_features, bias=False, params_dtype=weight.dtype, device=weight.device)
             linear.register_parameter("weight", weight)  # share ours; TE's own initial weight is dropped
-            self._linears[weight] = linear
+            self._linears[id(weight)] = (weight, linear)
         return linear
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -61,4 +62,6 @@ class TEGemm:
         """The FP8 region the forward pass runs in (TE reduces delayed-scaling amaxes when it exits)."""
         import transformer_engine.pytorch as te
 
-        return te.autocast(enabled=True, recipe=self.recipe)
+        if hasattr(te, "autocast"):  # TE 2.8 on; fp8_autocast is its deprecated older name
+            return te.autocast(enabled=True, recipe=self.recipe)
+        return te.fp8_autocast(enabled=True, fp8_recipe=self.recipe)
