@@ -14,6 +14,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Iterator
 
 from corpus.errors import CorpusError
+from corpus.pipeline.ahead import run_ahead
 from corpus.pipeline.worker import BatchEncoder, EncodedBatch, WorkerSpec, encode_in_worker, start_worker
 from corpus.readers import RawBatch
 
@@ -23,9 +24,11 @@ class WorkerDied(CorpusError):
 
 
 def encode_inline(batches: Iterator[RawBatch], encoder: BatchEncoder) -> Iterator[tuple[RawBatch, EncodedBatch]]:
-    """``workers=0``: encode in this process (debugging, tiny inputs, the autotuner's baseline)."""
-    for batch in batches:
-        yield batch, encoder.encode(batch.payload)
+    """``workers=0`` (the default): encode in this process, in two threads ahead of the caller's writing
+    (one reads and decodes JSON, one runs the library's multi-threaded batch call), results in order."""
+    decoded = run_ahead(batches, lambda batch: (batch, encoder.decode(batch.payload)), name="decode")
+    return run_ahead(decoded, lambda pair: (pair[0], encoder.encode_extracted(pair[0].payload, pair[1])),
+                     name="encode")
 
 
 def encode_in_pool(batches: Iterator[RawBatch], spec: WorkerSpec, workers: int) -> Iterator[tuple[RawBatch, EncodedBatch]]:

@@ -11,7 +11,7 @@ import resource
 from dataclasses import dataclass
 import numpy as np
 
-from corpus.readers import ColumnPayload, LinePayload, extract
+from corpus.readers import ColumnPayload, Extracted, LinePayload, extract
 from corpus.tokenizers import TextTokenizer, TokenizeError, TokenizerConfig, select_encoder
 
 
@@ -71,7 +71,14 @@ class BatchEncoder:
 
     def encode(self, payload: LinePayload | ColumnPayload) -> EncodedBatch:
         """Encode one batch (see :class:`EncodedBatch`)."""
-        extracted = extract(payload, list(self.spec.keys))
+        return self.encode_extracted(payload, self.decode(payload))
+
+    def decode(self, payload: LinePayload | ColumnPayload) -> Extracted:
+        """The batch's texts per key and its bad records (JSON decoding and validation)."""
+        return extract(payload, list(self.spec.keys))
+
+    def encode_extracted(self, payload: LinePayload | ColumnPayload, extracted: Extracted) -> EncodedBatch:
+        """Encode one batch already through :meth:`decode`."""
         bad_indices = {index for index, _ in extracted.bad}
         good = [index for index in range(len(payload)) if index not in bad_indices]
         ids = self._encode_all(extracted.texts, good, extracted.bad)
