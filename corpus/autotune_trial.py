@@ -4,7 +4,7 @@
 
 :func:`run_trial` starts this module in a session of its own, so the trial's process and its pool
 workers form one process group that can be killed as a whole (Ctrl-C, errors), and each trial starts
-clean: its peak RSS is its own (``ru_maxrss`` never goes down within a process) and its tokenizer
+clean: its peak RSS is its own (VmHWM, never lowered within a process) and its tokenizer
 thread pool is sized by its own ``threads_per_worker``. The request is ``{"config": <TokenizeConfig
 as a dict>, "deadline": <time.monotonic() value or null>}``; the reply is a :class:`TrialReport`.
 

@@ -91,8 +91,24 @@ class RunStats:
         return "\n".join(lines)
 
 
+def own_peak_rss_kb() -> int:
+    """Peak resident memory of this process itself, in KB: ``VmHWM`` where Linux has it.
+
+    NOTE: not ``ru_maxrss``, which Linux carries over from the parent through fork and exec (and
+    multiprocessing's spawn): a run started from a 1.6 GB process would report 1.6 GB.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
-    """Peak resident memory of this process (or its waited-for children) in MB."""
+    """Peak resident memory of this process (:func:`own_peak_rss_kb`) or, with ``RUSAGE_CHILDREN``, of
+    its largest waited-for child (which includes what the child inherited at its start), in MB."""
+    if who == resource.RUSAGE_SELF:
+        return own_peak_rss_kb() / 1024
     return resource.getrusage(who).ru_maxrss / 1024
 
 

@@ -7,10 +7,10 @@ thread pool) never crosses a process boundary, and no process holding one is for
 
 from __future__ import annotations
 
-import resource
 from dataclasses import dataclass
 import numpy as np
 
+from corpus.pipeline.stats import own_peak_rss_kb
 from corpus.readers import ColumnPayload, Extracted, LinePayload, extract
 from corpus.tokenizers import TextTokenizer, TokenizeError, TokenizerConfig, select_encoder
 
@@ -84,7 +84,7 @@ class BatchEncoder:
         ids = self._encode_all(extracted.texts, good, extracted.bad)
         packed = [pack(flat, lengths, self.dtype, self.spec.eod) for flat, lengths in ids]
         return EncodedBatch([p[0] for p in packed], [p[1] for p in packed], sorted(extracted.bad),
-                            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+                            own_peak_rss_kb())
 
 
 _encoder: BatchEncoder | None = None

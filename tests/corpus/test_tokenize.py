@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,7 @@ from corpus.pipeline.shards import _file_groups, resolve_shard, ShardError
 from corpus.readers import expand_inputs
 from corpus.tokenize import BadRecordError, tokenize
 from corpus.tokenizers import build_tokenizer
+from tests.conftest import REPO
 from tests.corpus.pipeline_support import (CODE, TOKENIZER, WEB, config, hf_tokenizer, output_bytes, sample_records,
                                            write_jsonl)
 
@@ -213,8 +216,6 @@ def test_stats_json_is_written(tmp_path):
 def test_a_50_mb_document_is_written_whole_in_bounded_memory(tmp_path):
     """Both encoders cut it into pieces (corpus/tokenizers/long_texts.py) and write the same bytes; the
     reference library alone used to need 5.8 GB for it."""
-    from tests.conftest import run_cli
-
     texts = [r["text"] for r in sample_records()]
     joined = "\n".join(texts)
     document = (joined * (50_000_000 // len(joined) + 1))[:50_000_000]
@@ -223,9 +224,11 @@ def test_a_50_mb_document_is_written_whole_in_bounded_memory(tmp_path):
     outputs = []
     for encoder in ("auto", "reference"):
         prefix = tmp_path / encoder
-        run_cli("corpus", "tokenize", "--input", str(source), "--output-prefix", str(prefix), "--encoder", encoder,
-                "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(TOKENIZER), "--append-eod",
-                "--quiet", "--stats-json", str(tmp_path / f"{encoder}.json"))
+        # A process of its own: its peak RSS must not include this test session's.
+        subprocess.run([sys.executable, "-m", "cli.corpus", "tokenize", "--input", str(source), "--output-prefix",
+                        str(prefix), "--encoder", encoder, "--tokenizer-type", "HuggingFaceTokenizer",
+                        "--tokenizer-model", str(TOKENIZER), "--append-eod", "--quiet", "--stats-json",
+                        str(tmp_path / f"{encoder}.json")], check=True, cwd=REPO)
         reader = IndexedReader(f"{prefix}_text_document")
         head = reference.encode_batch([document[:200_000]])[0][:-10]
         assert reader.num_documents == 2 and reader.get(0)[: len(head)].tolist() == head
