@@ -11,7 +11,7 @@ from typing import Any, Literal
 import click
 
 from cli.errors import friendly_errors
-from trainer.config import config_fields
+from trainer.config_loading import config_fields
 
 
 class _GreedyOption(click.Option):
@@ -78,7 +78,7 @@ def _overrides(ctx: click.Context, values: dict) -> dict:
 
 @friendly_errors
 def _run(**values: Any) -> None:
-    from trainer.config import load_config
+    from trainer.config_loading import load_config
     from trainer.loop import train
 
     ctx = click.get_current_context()

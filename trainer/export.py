@@ -17,7 +17,8 @@ from safetensors.torch import save_file
 from corpus.meta import fingerprint_files
 from trainer import checkpoint
 from trainer.attention import BACKENDS
-from trainer.config import ModelConfig, from_dict
+from trainer.config import ModelConfig
+from trainer.config_loading import from_dict
 from trainer.errors import CheckpointError, ConfigError
 from trainer.model import GPT, build_model
 from trainer.parallel.state_dict import model_state

@@ -39,7 +39,7 @@ def free_port() -> int:
 
 
 def _worker(rank: int, world: int, port: int, jobs: list) -> None:
-    from trainer.config import load_config
+    from trainer.config_loading import load_config
     from trainer.loop import train
 
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",

@@ -83,7 +83,7 @@ KILLER = textwrap.dedent("""
     import torch
     torch.set_num_threads(1)
     from trainer import checkpoint, loop
-    from trainer.config import load_config
+    from trainer.config_loading import load_config
     target, nth, overrides = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
     owner, name = {
         "dcp_write": (__import__("torch.distributed.checkpoint.filesystem", fromlist=["x"]).FileSystemWriter, "write_data"),

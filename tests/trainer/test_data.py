@@ -12,7 +12,7 @@ import torch
 from corpus.errors import CorpusError
 from tests.conftest import run_cli
 from tests.trainer.conftest import blend_overrides, read_metrics
-from trainer.config import load_config
+from trainer.config_loading import load_config
 from trainer.data import build_data
 from trainer.errors import ConfigError
 from trainer.loop import train

@@ -13,7 +13,7 @@ import torch
 
 from tests.trainer.parallel_support import assert_same_curve, curve, layout_overrides, run_ranks
 from trainer import checkpoint
-from trainer.config import load_config, merge
+from trainer.config_loading import load_config, merge
 from trainer.loop import train
 from trainer.run import build_run
 

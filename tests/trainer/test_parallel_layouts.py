@@ -15,7 +15,8 @@ import torch.distributed as dist
 
 from tests.trainer.parallel_support import assert_same_curve, curve, layout_overrides, run_ranks
 from trainer import checkpoint
-from trainer.config import ModelConfig, load_config, merge
+from trainer.config import ModelConfig
+from trainer.config_loading import load_config, merge
 from trainer.loop import train, train_step
 from trainer.parallel.state_dict import named_parameters
 from trainer.run import build_run, model_vocab_size
