@@ -2,6 +2,8 @@
 4096 on ``--mock-data``, bf16, micro-batch 4, launched with ``torchrun`` on NCCL exactly as users do.
 
     python -m bench.parallel_h200x2          # in the repo, on a machine with 2 GPUs (NVLink); about 5 minutes
+    python -m bench.parallel_h200x2 --layouts "1 GPU,TP=2,PP=2" \
+        --extra "--fp8-format hybrid --fp8-recipe tensorwise --fp8-backend scaled_mm"   # FP8 through TP and PP
 
 Runs, one after another, each for ``--steps`` steps (the first ``--warmup`` left out of the means):
 
@@ -77,7 +79,7 @@ def train(layout: Layout, args: argparse.Namespace, workdir: Path, timeout: floa
                "--seq-length", str(args.seq_length), "--micro-batch-size", str(args.micro_batch_size),
                "--global-batch-size", str(layout.global_batch), "--train-iters", str(args.steps),
                "--log-interval", "1", "--eval-iters", "0", "--bf16", "--lr", "1e-4", "--lr-warmup-iters", "5",
-               "--metrics-jsonl", str(metrics), *layout.flags]
+               "--metrics-jsonl", str(metrics), *layout.flags, *args.extra.split()]
     print(f"\n== {layout.name}\n$ {' '.join(command)}", flush=True)
     started = time.monotonic()
     result = subprocess.run(command, cwd=REPO, env={**os.environ, **NO_MULTICAST, "PYTHONPATH": str(REPO)},
@@ -114,8 +116,8 @@ def environment() -> dict:
 
 def report(results: dict[str, dict], micro_batch: int) -> None:
     """The ratios, then the short table."""
-    single = results["1 GPU"]
-    ok = lambda name: "error" not in results[name] and "error" not in single  # noqa: E731
+    single = results.get("1 GPU", {"error": "not run"})
+    ok = lambda name: "error" not in results.get(name, {"error": "not run"}) and "error" not in single  # noqa: E731
     by_name = {layout.name: layout for layout in LAYOUTS}
     per_gpu = lambda name: by_name[name].global_batch // (micro_batch * by_name[name].gpus)  # noqa: E731
     for name in ("DP=2 weak", "DP=2"):
@@ -133,7 +135,7 @@ def report(results: dict[str, dict], micro_batch: int) -> None:
                   f"{check['final'][0]:.4f} vs {check['final'][1]:.4f}")
     print(f"\n{'run':11} {'GPUs':>4} {'batch':>5} {'tok/s':>9} {'tok/s/GPU':>10} {'MFU':>6} {'mem GiB':>8} "
           f"{'x 1 GPU':>8} {'loss max rel':>13}")
-    for layout in LAYOUTS:
+    for layout in (layout for layout in LAYOUTS if layout.name in results):
         run = results[layout.name]
         if "error" in run:
             print(f"{layout.name:11} {layout.gpus:>4} {layout.global_batch:>5} failed: {run['error']}")
@@ -153,13 +155,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5, help="first steps left out of the means")
     parser.add_argument("--budget", type=float, default=450.0, help="seconds all runs together may take")
+    parser.add_argument("--extra", default="", help="trainer flags added to every run, e.g. "
+                        "'--fp8-format hybrid --fp8-recipe tensorwise --fp8-backend scaled_mm'")
+    parser.add_argument("--layouts", default=",".join(layout.name for layout in LAYOUTS),
+                        help="comma list of the runs to make (the first is the parity reference when run)")
     args = parser.parse_args()
     os.environ.update(NO_MULTICAST)
     out = Path(os.environ.get("OUT", tempfile.gettempdir()))
     results: dict[str, dict] = {}
     deadline = time.monotonic() + args.budget
     with tempfile.TemporaryDirectory() as scratch:
-        for layout in LAYOUTS:
+        for layout in (layout for layout in LAYOUTS if layout.name in args.layouts.split(",")):
             timeout = deadline - time.monotonic()
             try:
                 results[layout.name] = train(layout, args, Path(scratch), timeout) if timeout > 10 else \
