@@ -18,21 +18,6 @@ from trainer.errors import ConfigError
 log = logging.getLogger(__name__)
 
 
-#: Why FP8 with sequence parallelism stays eager (see :func:`eager_reason`).
-FP8_SEQUENCE_PARALLEL = ("FP8 with --sequence-parallel trains wrong when compiled (torch 2.11, two H200s: block "
-                         "gradients near zero, loss flat; eager, and compiled TP without sequence parallelism, "
-                         "train right)")
-
-
-def eager_reason(fp8_traceable: bool, fp8_on: bool, tp_size: int, sequence_parallel: bool) -> str | None:
-    """Why this run's blocks must stay eager, or None when they may be compiled."""
-    if not fp8_traceable:
-        return "the te FP8 backend cannot be traced"
-    if fp8_on and tp_size > 1 and sequence_parallel:
-        return FP8_SEQUENCE_PARALLEL
-    return None
-
-
 def should_compile(mode: str, device: torch.device, why_eager: str | None) -> bool:
     """Whether ``--compile mode`` compiles here: ``blocks`` always (an error when ``why_eager`` says the
     blocks must stay eager), ``auto`` on CUDA unless ``why_eager`` (logged), ``off`` never."""

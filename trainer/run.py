@@ -12,7 +12,7 @@ import torch
 
 from trainer import checkpoint
 from trainer.attention import AttentionBackend, AttentionShape, select_backend
-from trainer.compile import compile_blocks, eager_reason, should_compile
+from trainer.compile import compile_blocks, should_compile
 from trainer.config import ModelConfig, TrainConfig, padded_vocab_size
 from trainer.data import TrainData, build_data
 from trainer.errors import CheckpointError, ConfigError
@@ -96,7 +96,7 @@ def _build_engine(config: TrainConfig, parallel: ParallelState, precision: Preci
     their blocks were compiled (``--compile``: the blocks of every chunk)."""
     chunks, stage_indices = build_chunks(replace(config.model, gemm_backend=fp8.gemm_name), vocab, seq_length,
                                          parallel, attention, config.training.seed)
-    why_eager = eager_reason(fp8.compilable, fp8.enabled, parallel.tp_size, parallel.sequence_parallel)
+    why_eager = None if fp8.compilable else "the te FP8 backend cannot be traced"
     compiled = should_compile(config.model.compile, parallel.device, why_eager)
     if compiled:
         for chunk in chunks:

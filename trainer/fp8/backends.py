@@ -45,8 +45,6 @@ class FP8Engine:
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     compilable: bool = True
     description: str = "bf16"
-    enabled: bool = False
-    """True when the block GEMMs run in FP8."""
 
 
 @dataclass(frozen=True)
@@ -163,4 +161,4 @@ def select_fp8(config: FP8Config, device: torch.device, plain_gemm: str) -> FP8E
                    f"{'; skipped: ' + '; '.join(notes) if notes else ''}); GEMMs with widths >= {config.fp8_min_dim} "
                    "and every dimension a multiple of 16, embedding and output layer in bf16")
     log.info("precision: %s", description)
-    return FP8Engine(name, autocast, backend.compilable, description, enabled=True)
+    return FP8Engine(name, autocast, backend.compilable, description)

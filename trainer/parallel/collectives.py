@@ -20,28 +20,26 @@ from typing import Callable
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 
 from trainer.parallel_state import ParallelState
 
 SEQUENCE_DIM = 1
 
-# NOTE: torch 2.13 renamed these (the old names warn); the GPU machines run older torch.
-_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+# NOTE: functional collectives (a new tensor, its wait a data dependency), not the in-place
+# ``dist.*_into_tensor`` calls: compiled blocks mixing those with our FP8 GEMM trained wrong on two
+# H200s (bench/parallel_h200x2.md), the kind of ordering bug functional collectives exist to avoid.
 
 
 def all_reduce(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
     """Sum of ``x`` over ``group`` (a new tensor; ``x`` is left alone)."""
-    out = x.clone(memory_format=torch.contiguous_format)
-    dist.all_reduce(out, group=group)
-    return out
+    return funcol.wait_tensor(funcol.all_reduce(x, "sum", group))
 
 
 def gather_sequence(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
     """Concatenate every rank's ``x`` along the sequence dimension, in rank order."""
     size = dist.get_world_size(group)
-    out = torch.empty((size * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
-    _all_gather(out, x.contiguous(), group=group)
+    out = funcol.wait_tensor(funcol.all_gather_tensor(x.contiguous(), 0, group))  # [size × B, …]
     return out.unflatten(0, (size, -1)).movedim(0, SEQUENCE_DIM).flatten(SEQUENCE_DIM, SEQUENCE_DIM + 1)
 
 
@@ -51,9 +49,8 @@ def reduce_scatter_sequence(x: torch.Tensor, group: dist.ProcessGroup) -> torch.
     if x.shape[SEQUENCE_DIM] % size:
         raise ValueError(f"sequence length {x.shape[SEQUENCE_DIM]} is not divisible by the TP size {size}")
     pieces = x.unflatten(SEQUENCE_DIM, (size, -1)).movedim(SEQUENCE_DIM, 0).contiguous()
-    out = torch.empty(pieces.shape[1:], dtype=x.dtype, device=x.device)
-    _reduce_scatter(out, pieces.flatten(0, 1), group=group)  # NOTE: gloo wants [size × B, …], not [size, B, …]
-    return out
+    # NOTE: gloo wants [size × B, …], not [size, B, …]
+    return funcol.wait_tensor(funcol.reduce_scatter_tensor(pieces.flatten(0, 1), "sum", 0, group))
 
 
 def _dual(forward: Callable, backward: Callable, name: str) -> type[torch.autograd.Function]:
@@ -73,22 +70,7 @@ def _dual(forward: Callable, backward: Callable, name: str) -> type[torch.autogr
 _CopyToGroup = _dual(lambda x, group: x, all_reduce, "_CopyToGroup")
 _GatherSequence = _dual(gather_sequence, reduce_scatter_sequence, "_GatherSequence")
 _ReduceScatterSequence = _dual(reduce_scatter_sequence, gather_sequence, "_ReduceScatterSequence")
-
-
-class _ReduceFromGroup(torch.autograd.Function):
-    """All-reduce forward (in place: the input is a GEMM's fresh output), identity backward."""
-
-    @staticmethod
-    def forward(ctx, x, group):
-        if not x.is_contiguous():
-            return all_reduce(x, group)
-        dist.all_reduce(x, group=group)
-        ctx.mark_dirty(x)
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad, None
+_ReduceFromGroup = _dual(all_reduce, lambda grad, group: grad, "_ReduceFromGroup")
 
 
 class TensorParallel:
