@@ -12,7 +12,7 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
-from itertools import chain
+from itertools import chain, islice
 
 import numpy as np
 
@@ -75,10 +75,11 @@ class TextTokenizer(ABC):
 
         A text the library cannot encode raises :class:`TokenizeError` with its index in ``texts``.
         """
-        if self._long_indices(texts):
-            flat, lengths = self.encode_batch_flat(texts)
-            return [part.tolist() for part in np.split(flat, np.cumsum(lengths)[:-1])]
-        return self._encode_whole(texts)
+        long = self._long_indices(texts)
+        if not long:
+            return self._encode_whole(texts)
+        flat, lengths = self._encode_with_long_texts(texts, long)
+        return [part.tolist() for part in np.split(flat, np.cumsum(lengths)[:-1])]
 
     def _encode_whole(self, texts: list[str]) -> list[list[int]]:
         """:meth:`_encode_batch` on every text as it is, naming the text the library refuses."""
@@ -144,13 +145,8 @@ class TextTokenizer(ABC):
         """One very long text's ids: its pieces encoded a few per library call, the affixes added once."""
         prefix, suffix = self.affixes()
         arrays = [np.asarray(prefix, dtype=np.int64)]
-        group: list[str] = []
-        for piece in long_texts.pieces(text, self.cut_rule, self._same_ids_when_cut):
-            group.append(piece)
-            if len(group) == long_texts.PIECES_PER_CALL:
-                arrays += [np.asarray(ids, dtype=np.int64) for ids in self._encode_plain(group)]
-                group = []
-        if group:
+        pieces = long_texts.pieces(text, self.cut_rule, self._same_ids_when_cut)
+        while group := list(islice(pieces, long_texts.PIECES_PER_CALL)):
             arrays += [np.asarray(ids, dtype=np.int64) for ids in self._encode_plain(group)]
         arrays.append(np.asarray(suffix, dtype=np.int64))
         return np.concatenate(arrays)

@@ -49,8 +49,11 @@ class HuggingFaceTextTokenizer(TextTokenizer):
         self._files = files
         self.add_special_tokens = config.hf_include_special_tokens
         self.encoder_name = library_version("tokenizers")
-        self._affixes: tuple[list[int], list[int]] | None = None
-        self.cut_rule = cut_rule_for(tokenizer) if self._constant_affixes() else None
+        try:
+            self._affixes, self._affix_error = self._measure_affixes(), None
+        except AffixError as error:  # encoded whole, and no fast path: neither can add such tokens
+            self._affixes, self._affix_error = ([], []), error
+        self.cut_rule = None if self._affix_error else cut_rule_for(tokenizer)
         super().__init__(config, tokenizer.get_vocab_size(with_added_tokens=True),
                          eod=self._token_id(named.get("eos_token")), bos=self._token_id(named.get("bos_token")))
 
@@ -69,8 +72,8 @@ class HuggingFaceTextTokenizer(TextTokenizer):
 
         Raises :class:`AffixError` when they depend on the text.
         """
-        if self._affixes is None:
-            self._affixes = self._measure_affixes()
+        if self._affix_error is not None:
+            raise self._affix_error
         return self._affixes
 
     def _measure_affixes(self) -> tuple[list[int], list[int]]:
@@ -88,13 +91,6 @@ class HuggingFaceTextTokenizer(TextTokenizer):
             raise AffixError("the post-processor adds different tokens to different texts")
         prefix, suffix = found.pop()
         return list(prefix), list(suffix)
-
-    def _constant_affixes(self) -> bool:
-        try:
-            self.affixes()
-        except AffixError:
-            return False
-        return True
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
