@@ -77,6 +77,10 @@ def is_sphinx_page(path: str) -> bool:
     return path.endswith(".html") and not any(part in path for part in skipped)
 
 
+#: HTML elements without an end tag (they open no nesting level).
+VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
 class MainText(HTMLParser):
     """The text of a page's main content (``role="main"``, or Django's ``id="yui-main"``): no navigation,
     sidebars, scripts or styles."""
@@ -110,9 +114,6 @@ class MainText(HTMLParser):
     def text(self) -> str:
         joined = html.unescape("".join(self.parts)).replace("\xb6", "")  # Sphinx's ¶ header links
         return re.sub(r"\n\s*\n(\s*\n)+", "\n\n", joined).strip()
-
-
-VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
 
 def sphinx_page_text(content: bytes) -> str:

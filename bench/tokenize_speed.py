@@ -166,19 +166,13 @@ def run_child(method: str, tokenizer: str, path: Path, out: str, workers: int | 
     return result
 
 
-def own_peak_rss_mb() -> float:
-    """This process's peak RSS since it started (VmHWM). NOTE: not ``ru_maxrss``, which Linux carries
-    over from the parent through fork and exec: the bench's own memory would show up in every child."""
-    with open("/proc/self/status") as status:
-        kilobytes = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
-    return kilobytes / 1024
-
-
 def child_main(args: argparse.Namespace) -> None:
     fields = TOKENIZERS[args.tokenizers[0]]()
     result = METHODS[args.child](fields, args.child_input, args.child_out, args.workers, args.threads)
-    result["rss_main_mb"] = own_peak_rss_mb()
-    result["rss_child_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    from corpus.pipeline.stats import peak_rss_mb  # VmHWM: not the parent's, as ru_maxrss would be
+
+    result["rss_main_mb"] = peak_rss_mb()
+    result["rss_child_mb"] = peak_rss_mb(resource.RUSAGE_CHILDREN)
     print(json.dumps(result))
 
 

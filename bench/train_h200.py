@@ -34,7 +34,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "bench" / ".cache" / "h200"
 SPEED_SHAPE = ["--preset", "1.3b", "--seq-length", "4096", "--micro-batch-size", "4", "--global-batch-size", "4"]
-FP8 = ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]
+
+
+def fp8_flags(recipe: str, backend: str) -> list[str]:
+    """The trainer flags of an FP8 run (hybrid format: e4m3 forward, e5m2 gradients)."""
+    return ["--fp8-format", "hybrid", "--fp8-recipe", recipe, "--fp8-backend", backend]
 
 
 def prepare() -> None:
@@ -93,7 +97,7 @@ def parse_run(spec: str) -> tuple[str, list[str]]:
     flags: list[str] = []
     if precision.startswith("fp8"):
         _, backend, recipe = precision.split(":")
-        flags += ["--fp8-format", "hybrid", "--fp8-recipe", recipe, "--fp8-backend", backend]
+        flags += fp8_flags(recipe, backend)
     if micro_batch:
         tag += f"_mb{micro_batch}"
         flags += ["--micro-batch-size", micro_batch, "--global-batch-size", micro_batch]
@@ -132,7 +136,7 @@ def parity(args: argparse.Namespace, folder: Path) -> dict:
               "--lr-warmup-iters", str(args.parity_steps // 10), "--eval-interval", str(args.parity_eval_interval),
               "--eval-iters", str(args.eval_iters), "--bf16", "--compile", args.aux_compile]
     runs = {"parity_bf16": train("parity_bf16", common, folder, args.warmup, 160, keep_metrics=True),
-            "parity_fp8": train("parity_fp8", [*common, *FP8, "--fp8-backend", args.fp8_backend], folder, args.warmup,
+            "parity_fp8": train("parity_fp8", [*common, *fp8_flags("tensorwise", args.fp8_backend)], folder, args.warmup,
                                 160, keep_metrics=True)}
     bf16, fp8 = (dict(runs[name]["evals"]) for name in ("parity_bf16", "parity_fp8"))
     gaps = {step: fp8[step] / bf16[step] - 1 for step in bf16 if step in fp8}
