@@ -37,19 +37,19 @@ class TEGemm:
 
     def __init__(self, recipe, eligible: Eligibility) -> None:
         self.recipe, self.eligible = recipe, eligible
-        # NOTE: keyed by id(): a tensor cannot be a dict key (its == is elementwise); the weight is kept
-        # beside its te.Linear, so the id stays its own for the life of the run.
-        self._linears: dict[int, tuple[torch.Tensor, torch.nn.Module]] = {}
+        # NOTE: keyed by id(): a tensor cannot be a dict key (its == is elementwise); each te.Linear holds
+        # its weight as a parameter, so the weight lives, and its id stays its own, as long as the entry.
+        self._linears: dict[int, torch.nn.Module] = {}
 
     def _linear_for(self, weight: torch.nn.Parameter) -> torch.nn.Module:
-        _, linear = self._linears.get(id(weight), (None, None))
+        linear = self._linears.get(id(weight))
         if linear is None:
             import transformer_engine.pytorch as te
 
             out_features, in_features = weight.shape
             linear = te.Linear(in_features, out_features, bias=False, params_dtype=weight.dtype, device=weight.device)
             linear.register_parameter("weight", weight)  # share ours; TE's own initial weight is dropped
-            self._linears[id(weight)] = (weight, linear)
+            self._linears[id(weight)] = linear
         return linear
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
