@@ -1,8 +1,9 @@
-"""``--compile``: torch.compile each transformer block in place.
+"""``--compile``: torch.compile each transformer block in place, and the fused loss's per-chunk step.
 
 Per block rather than the whole model: one graph compiled once serves every layer (the layers share
-code and shapes), compile time stays that of one block, and the embedding, the fused loss and the
-optimizer stay eager. Inside a block Inductor fuses RMSNorm, RoPE, SwiGLU, the residual adds and the
+code and shapes), compile time stays that of one block, and the embedding, the output GEMMs and the
+optimizer stay eager. The fused loss's softmax step (``trainer.cross_entropy``) compiles into one
+reduction and one pass writing the gradient of the logits. Inside a block Inductor fuses RMSNorm, RoPE, SwiGLU, the residual adds and the
 FP8 scaling/casts around the GEMMs. ``nn.Module.compile`` keeps parameter names, so checkpoints of a
 compiled run load into an eager one and back.
 """
@@ -13,7 +14,9 @@ import logging
 
 import torch
 
+from trainer.cross_entropy import compile_chunk_loss
 from trainer.errors import ConfigError
+from trainer.model import GPT
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +31,9 @@ def should_compile(mode: str, device: torch.device, why_eager: str | None) -> bo
     return mode == "blocks" or (mode == "auto" and device.type == "cuda" and why_eager is None)
 
 
-def compile_blocks(layers: torch.nn.ModuleList) -> None:
-    """Compile every block of ``layers`` in place (their state-dict keys are unchanged)."""
-    for layer in layers:
+def compile_model(model: GPT) -> None:
+    """Compile every block of ``model`` in place (their state-dict keys are unchanged) and its fused loss's
+    per-chunk step."""
+    for layer in model.layers:
         layer.compile()
+    model.chunk_loss = compile_chunk_loss()

@@ -13,7 +13,12 @@ vocabulary-parallel loss needs the max and sum of every shard's logits first.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
+
+#: ``(logits, labels, mask, want_grad) -> (loss sum, d loss / d logits or None)`` of one chunk.
+ChunkLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], tuple[torch.Tensor, "torch.Tensor | None"]]
 
 #: Logits held at once per chunk (fp32): 2^27 elements = 512 MiB.
 CHUNK_ELEMENTS = 2**27
@@ -24,18 +29,31 @@ def chunk_rows(vocab: int) -> int:
     return max(128, (CHUNK_ELEMENTS // vocab) // 128 * 128)
 
 
-def _chunk_loss_and_grad(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
-                         want_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Masked loss sum of one chunk and, if wanted, d(loss)/d(logits) in the logits' dtype."""
-    logits = logits.float()
-    lse = torch.logsumexp(logits, dim=-1)
-    target = logits.gather(1, labels[:, None]).squeeze(1)
+def chunk_loss_and_grad(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
+                        want_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Masked loss sum of one chunk and, if wanted, d(loss)/d(logits) in the logits' dtype.
+
+    Written as whole-tensor expressions (no in-place steps) so that torch.compile turns it into one
+    reduction (the log-sum-exp) and one pass that writes the gradient straight in the logits' dtype:
+    the fp32 copies of the logits the eager ops make never reach memory."""
+    logits32 = logits.float()
+    lse = torch.logsumexp(logits32, dim=-1)
+    target = logits32.gather(1, labels[:, None]).squeeze(1)
     loss = ((lse - target) * mask).sum()
     if not want_grad:
         return loss, None
-    grad = logits.sub_(lse[:, None]).exp_()  # softmax, in the chunk's own fp32 buffer
-    grad.scatter_add_(1, labels[:, None], torch.full_like(target[:, None], -1.0))
-    return loss, grad.mul_(mask[:, None])
+    is_label = torch.arange(logits.shape[1], device=logits.device)[None, :] == labels[:, None]
+    grad = (torch.exp(logits32 - lse[:, None]) - is_label.float()) * mask[:, None]
+    return loss, grad.to(logits.dtype)
+
+
+def accumulate_product(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """``total += a @ b``; on CUDA the GEMM adds its fp32 accumulator straight into an fp32 ``total``
+    (no product in ``a``'s dtype, no separate add kernel)."""
+    if total.is_cuda and total.dtype == torch.float32 and a.dtype != torch.float32:
+        torch.addmm(total, a, b, out_dtype=torch.float32, out=total)
+    else:
+        total += a @ b
 
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
@@ -43,7 +61,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
-                compute_dtype: torch.dtype) -> torch.Tensor:
+                compute_dtype: torch.dtype, chunk_loss: ChunkLoss) -> torch.Tensor:
         want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         want_grad = want_hidden or want_weight
         w = weight.to(compute_dtype)
@@ -53,15 +71,13 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         rows = chunk_rows(weight.shape[0])
         for start in range(0, hidden.shape[0], rows):
             h = hidden[start:start + rows].to(compute_dtype)
-            loss, grad = _chunk_loss_and_grad(h @ w.t(), labels[start:start + rows], mask[start:start + rows],
-                                              want_grad)
+            loss, grad = chunk_loss(h @ w.t(), labels[start:start + rows], mask[start:start + rows], want_grad)
             total += loss
             if grad is not None:
-                grad = grad.to(compute_dtype)
                 if want_hidden:
                     grad_hidden[start:start + rows] = grad @ w
                 if want_weight:
-                    grad_weight += grad.t() @ h
+                    accumulate_product(grad_weight, grad.t(), h)
         ctx.save_for_backward(grad_hidden, grad_weight)
         return total
 
@@ -69,17 +85,24 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_total: torch.Tensor):
         grad_hidden, grad_weight = ctx.saved_tensors
         scaled = [None if g is None else g * grad_total.to(g.dtype) for g in (grad_hidden, grad_weight)]
-        return scaled[0], scaled[1], None, None, None
+        return scaled[0], scaled[1], None, None, None, None
 
 
-def fused_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
-                   loss_mask: torch.Tensor) -> torch.Tensor:
+def fused_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor,
+                   chunk_loss: ChunkLoss = chunk_loss_and_grad) -> torch.Tensor:
     """What ``token_loss_sum(hidden @ weight.T, labels, loss_mask)`` returns (fp32), without the logits.
 
     ``hidden`` [B, S, d] (final-norm output), ``weight`` [vocab, d]; the logits are computed in the
-    autocast dtype when autocast is on, else in ``hidden``'s dtype."""
+    autocast dtype when autocast is on, else in ``hidden``'s dtype. ``chunk_loss`` is
+    :func:`chunk_loss_and_grad` or its compiled form (:func:`compile_chunk_loss`)."""
     kind = hidden.device.type
     compute = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else hidden.dtype
     with torch.autocast(kind, enabled=False):  # NOTE: dtypes are explicit inside; autocast would re-cast them
         return _ChunkedLinearCrossEntropy.apply(hidden.flatten(0, 1), weight, labels.flatten(),
-                                                loss_mask.flatten().float(), compute)
+                                                loss_mask.flatten().float(), compute, chunk_loss)
+
+
+def compile_chunk_loss() -> ChunkLoss:
+    """:func:`chunk_loss_and_grad` compiled (static shapes: a run's chunks have at most two, the full one
+    and the last), what ``--compile`` uses beside the compiled blocks."""
+    return torch.compile(chunk_loss_and_grad, dynamic=False)

@@ -27,7 +27,7 @@ from torch.utils.checkpoint import checkpoint
 
 from trainer.attention import AttentionBackend
 from trainer.config import ModelConfig
-from trainer.cross_entropy import fused_loss_sum
+from trainer.cross_entropy import ChunkLoss, chunk_loss_and_grad, fused_loss_sum
 from trainer.errors import ConfigError
 from trainer.layers import (ColumnParallelLinear, LocalGemm, RMSNorm, RotaryEmbedding, RowParallelLinear,
                             VocabParallelEmbedding, apply_rotary, local_gemm, scaled_init_std)
@@ -141,6 +141,7 @@ class GPT(nn.Module):
         fusion = config.cross_entropy_loss_fusion
         # NOTE: the fused loss assumes the whole vocabulary on this rank; under TP the vocab-parallel loss runs.
         self.fused_loss = (parallel.device.type == "cuda" if fusion is None else fusion) and parallel.tp_size == 1
+        self.chunk_loss: ChunkLoss = chunk_loss_and_grad  # compiled with the blocks (trainer.compile)
 
     def global_name(self, name: str) -> str:
         """The whole model's name of parameter/module ``name`` of this stage (``layers.<global index>…``)."""
@@ -190,7 +191,7 @@ class GPT(nn.Module):
         inputs = batch["tokens"] if inputs is None else inputs
         if self.fused_loss:
             hidden = self.hidden_states(inputs, batch["position_ids"], batch.get("cu_seqlens"))
-            return fused_loss_sum(hidden, self.output.weight, batch["labels"], batch["loss_mask"])
+            return fused_loss_sum(hidden, self.output.weight, batch["labels"], batch["loss_mask"], self.chunk_loss)
         logits = self(inputs, batch["position_ids"], batch.get("cu_seqlens"))
         return token_loss_sum(logits, batch["labels"], batch["loss_mask"], self.tp)
 

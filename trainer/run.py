@@ -12,7 +12,7 @@ import torch
 
 from trainer import checkpoint
 from trainer.attention import AttentionBackend, AttentionShape, select_backend
-from trainer.compile import compile_blocks, should_compile
+from trainer.compile import compile_model, should_compile
 from trainer.config import ModelConfig, TrainConfig, padded_vocab_size
 from trainer.data import TrainData, build_data
 from trainer.errors import CheckpointError, ConfigError
@@ -100,7 +100,7 @@ def _build_engine(config: TrainConfig, parallel: ParallelState, precision: Preci
     compiled = should_compile(config.model.compile, parallel.device, why_eager)
     if compiled:
         for chunk in chunks:
-            compile_blocks(chunk.layers)
+            compile_model(chunk)
     engine = StepEngine(chunks, stage_indices, parallel, precision, fp8, config.parallel, accumulation,
                         config.training.micro_batch_size)
     return engine, compiled

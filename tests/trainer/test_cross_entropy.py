@@ -52,3 +52,25 @@ def test_under_bf16_autocast_it_stays_close_to_the_plain_path(small_chunks):
         plain = token_loss_sum(hidden @ weight.T, labels, mask)
     assert fused.dtype == torch.float32
     torch.testing.assert_close(fused, plain, rtol=1e-3, atol=1e-3)
+
+
+def test_the_compiled_chunk_step_equals_the_eager_one():
+    """What --compile runs (one reduction + one gradient pass) against the eager expressions, bf16 logits."""
+    generator = torch.Generator().manual_seed(3)
+    logits = (torch.randn(64, 96, generator=generator) * 4).to(torch.bfloat16)
+    labels = torch.randint(0, 96, (64,), generator=generator)
+    mask = (torch.rand(64, generator=generator) > 0.3).float()
+    compiled = cross_entropy.compile_chunk_loss()
+    for want_grad in (True, False):
+        loss, grad = compiled(logits, labels, mask, want_grad)
+        expected_loss, expected_grad = cross_entropy.chunk_loss_and_grad(logits, labels, mask, want_grad)
+        torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-4)
+        if want_grad:
+            assert grad.dtype == torch.bfloat16
+            torch.testing.assert_close(grad, expected_grad, rtol=1e-2, atol=1e-3)
+        else:
+            assert grad is None
+    probabilities = torch.softmax(logits.float(), dim=-1)
+    one_hot = torch.nn.functional.one_hot(labels, 96).float()
+    torch.testing.assert_close(compiled(logits, labels, mask, True)[1].float(),
+                               (probabilities - one_hot) * mask[:, None], rtol=1e-2, atol=1e-2)

@@ -63,8 +63,10 @@ class StepEngine:
                 loss.backward()
 
     def _sum(self, value: torch.Tensor, dimension: str | None = None) -> float:
-        """``value`` summed over the ranks of ``dimension`` (``dp``…; None: the whole world)."""
+        """``value`` summed over the ranks of ``dimension`` (``dp``…; None: the whole world). A value that
+        stays on this rank is read where it is (a host tensor costs no wait for the GPU)."""
         if (self.parallel.world_size if dimension is None else getattr(self.parallel, f"{dimension}_size")) > 1:
+            value = value.to(self.parallel.device)
             dist.all_reduce(value, group=None if dimension is None else self.parallel.group(dimension))
         return float(value)
 
@@ -77,7 +79,7 @@ class StepEngine:
 
     def global_tokens(self, batches: list[dict[str, torch.Tensor]]) -> float:
         """Unmasked tokens of the global batch (this rank's micro-batches summed over the DP group), at least 1."""
-        local = sum(batch["loss_mask"].sum() for batch in batches).to(self.parallel.device, torch.float32)
+        local = sum(batch["loss_mask"].sum() for batch in batches).to(torch.float32)
         return max(1.0, self._sum(local, "dp"))
 
     def forward_backward(self, batches: list[dict[str, torch.Tensor]], tokens: float) -> float:
@@ -95,10 +97,11 @@ class StepEngine:
         return self._global_loss_sum()
 
     def world_max(self, value: float) -> float:
-        """The largest ``value`` over every rank."""
+        """The largest ``value`` over every rank (one process: ``value`` itself, with no wait for the GPU)."""
+        if self.parallel.world_size == 1:
+            return float(value)
         tensor = torch.tensor(float(value), dtype=torch.float64, device=self.parallel.device)
-        if self.parallel.world_size > 1:
-            dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
         return float(tensor)
 
     def any_rank(self, flag: bool) -> bool:

@@ -72,7 +72,7 @@ def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     for group in optimizer.param_groups:
         group["lr"], group["weight_decay"] = 0.0, 0.0
         for param in group["params"]:
-            param.grad.zero_()
+            param.grad = torch.zeros_like(param) if param.grad is None else param.grad.zero_()
     optimizer.step()
     for group, (lr, decay) in zip(optimizer.param_groups, saved):
         group["lr"], group["weight_decay"] = lr, decay
