@@ -191,6 +191,11 @@ class TrainingConfig:
                                                "--exit-duration-in-mins")
     exit_interval: int | None = knob(None, "Save a checkpoint and exit cleanly at the first step that is a multiple "
                                      "of N.", "--exit-interval")
+    manual_gc: bool = knob(False, "Turn Python's automatic garbage collector off and collect at chosen points instead "
+                           "(every --manual-gc-interval steps, before evaluations and checkpoints): a collection "
+                           "then never stalls a step, and every rank collects at the same step.", "--manual-gc")
+    manual_gc_interval: int = knob(0, "Steps between collections under --manual-gc (0: only before evaluations and "
+                                   "checkpoints, as Megatron does).", "--manual-gc-interval")
 
     def __post_init__(self) -> None:
         _require(self.train_iters is not None, "--train-iters is required (how many optimizer steps to train for)")
@@ -198,6 +203,7 @@ class TrainingConfig:
         _require(self.micro_batch_size > 0, "--micro-batch-size must be positive")
         _require(self.global_batch_size is None or self.global_batch_size > 0, "--global-batch-size must be positive")
         _require(self.exit_interval is None or self.exit_interval > 0, "--exit-interval must be positive")
+        _require(self.manual_gc_interval >= 0, "--manual-gc-interval must be 0 or positive")
 
 
 @dataclass

@@ -23,7 +23,7 @@ from trainer.optim import set_learning_rate
 from trainer.profiling import StepProfiler
 from trainer.parallel_state import shutdown_parallel
 from trainer.run import Run, build_run, metrics_sink, save
-from trainer.runtime import stop_on_signals
+from trainer.runtime import GarbageCollection, garbage_collection, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,8 @@ def _evaluate_and_log(run: Run, sink: MetricsSink, split: str = "valid") -> None
         sink.write({"step": run.iteration, "split": split, "eval_loss": loss, "eval_ppl": perplexity(loss)})
 
 
-def _loop(run: Run, sink: MetricsSink, profiler: StepProfiler, stop) -> tuple[str, float | None]:
+def _loop(run: Run, sink: MetricsSink, profiler: StepProfiler, stop,
+          collection: GarbageCollection) -> tuple[str, float | None]:
     """Steps until ``--train-iters`` or a stop request; returns (why it stopped, last loss)."""
     config, window, last = run.config, _Window(), None
     while run.iteration < config.training.train_iters:
@@ -152,16 +153,19 @@ def _loop(run: Run, sink: MetricsSink, profiler: StepProfiler, stop) -> tuple[st
         except torch.OutOfMemoryError:
             raise OutOfMemory(f"out of memory at step {run.iteration + 1}: {OOM_HINT}") from None
         profiler.after_step(run.iteration)
+        collection.after_step(run.iteration)
         window.add(last)
         if run.iteration % config.logging.log_interval == 0 or run.iteration == config.training.train_iters:
             sink.write(window.record(run, last))
         if config.logging.eval_iters and run.iteration % config.logging.eval_interval == 0:
+            collection.before_pause()
             _evaluate_and_log(run, sink)
         reason = stop.check(run.iteration)
         if run.engine.any_rank(reason is not None) and reason is None:
             reason = "another rank asked to stop"  # every rank must save and stop at the same step
         interval = config.checkpoint.save_interval
         if config.checkpoint.save and (reason or (interval and run.iteration % interval == 0)):
+            collection.before_pause()
             save(run)
         if reason:
             return reason, last.loss
@@ -176,8 +180,8 @@ def train(config: TrainConfig) -> TrainResult:
     sink = metrics_sink(run)
     profiler = StepProfiler(config.profile, config.logging.tensorboard_dir, run.parallel.device)
     try:
-        with stop_on_signals(config.training) as stop:
-            stopped_by, loss = _loop(run, sink, profiler, stop)
+        with stop_on_signals(config.training) as stop, garbage_collection(config.training) as collection:
+            stopped_by, loss = _loop(run, sink, profiler, stop, collection)
             run.engine.reducer.wait_weights()  # ZeRO-1 broadcasts still in flight (--overlap-param-gather)
             profiler.stop(run.iteration)
             if stopped_by == "completed":

@@ -1,4 +1,5 @@
-"""Process-level concerns of a run: device and precision, seeds and RNG state, preemption signals.
+"""Process-level concerns of a run: device and precision, seeds and RNG state, preemption signals, when
+Python collects garbage.
 
 The random state of every generator (Python, numpy, torch CPU and CUDA) is captured into checkpoints
 and restored on resume, which is part of what makes a resumed run equal an uninterrupted one.
@@ -7,6 +8,7 @@ and restored on resume, which is part of what makes a resumed run equal an unint
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import random
@@ -139,3 +141,43 @@ def stop_on_signals(config: TrainingConfig) -> Iterator[StopRequest]:
     finally:
         for number, previous in request._previous.items():
             signal.signal(number, previous)
+
+
+class GarbageCollection:
+    """``--manual-gc``: Python's automatic collector stays off while the loop runs; :meth:`after_step` and
+    :meth:`before_pause` collect at the points the flags name.
+
+    Why: the loop waits for the GPU each step (loss, gradient norm), so a full collection of a process that
+    torch.compile has filled with objects stalls the step it falls in (tens of ms, on a different step on
+    each rank, so under data parallelism every rank waits for the slowest)."""
+
+    def __init__(self, config: TrainingConfig) -> None:
+        self.enabled, self.interval = config.manual_gc, config.manual_gc_interval
+
+    def after_step(self, step: int) -> None:
+        """Collect after step ``step`` when it is a multiple of ``--manual-gc-interval``."""
+        if self.enabled and self.interval and step % self.interval == 0:
+            gc.collect()
+
+    def before_pause(self) -> None:
+        """Collect before an evaluation or a checkpoint, which wait anyway."""
+        if self.enabled:
+            gc.collect()
+
+
+@contextlib.contextmanager
+def garbage_collection(config: TrainingConfig) -> Iterator[GarbageCollection]:
+    """The run's :class:`GarbageCollection`; the automatic collector is off inside under ``--manual-gc``
+    (restored on exit)."""
+    collection = GarbageCollection(config)
+    was_enabled = gc.isenabled()
+    if collection.enabled:
+        gc.collect()
+        gc.disable()
+        log.info("garbage collection: manual (every %s)", f"{collection.interval} steps" if collection.interval
+                 else "evaluation and checkpoint")
+    try:
+        yield collection
+    finally:
+        if was_enabled:
+            gc.enable()

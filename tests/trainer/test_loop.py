@@ -126,3 +126,26 @@ def test_finetune_and_no_load_optim(tmp_path):
     assert fresh_optimizer.iteration == 3 and not fresh_optimizer.optimizer.state
     resumed = build_run(tiny_config(tmp_path, checkpoint={"load": save}))
     assert resumed.iteration == 3 and len(resumed.optimizer.state) == len(list(resumed.model.parameters()))
+
+
+def test_manual_gc_collects_only_where_asked_and_trains_the_same(tmp_path, monkeypatch):
+    """--manual-gc: the collector is off during the steps, collects every --manual-gc-interval steps and
+    before each evaluation, is back on after the run, and the run's numbers do not change."""
+    import gc
+
+    from trainer import runtime
+
+    collected, states = [], []
+    monkeypatch.setattr(runtime.gc, "collect", lambda *args: collected.append(gc.isenabled()) or 0)
+    monkeypatch.setattr(engine.StepEngine, "forward_backward",
+                        lambda self, *args, original=engine.StepEngine.forward_backward: states.append(gc.isenabled())
+                        or original(self, *args))
+    overrides = {"logging": {"eval_interval": 3}}
+    train(tiny_config(tmp_path / "manual", training={"train_iters": 6, "manual_gc": True, "manual_gc_interval": 2},
+                      **overrides))
+    assert states == [False] * 6 and gc.isenabled()
+    assert len(collected) == 1 + 3 + 2  # at the start, after steps 2/4/6, before the evaluations at 3 and 6
+    train(tiny_config(tmp_path / "automatic", training={"train_iters": 6}, **overrides))
+    assert losses(tmp_path / "manual" / "metrics.jsonl") == losses(tmp_path / "automatic" / "metrics.jsonl")
+    with pytest.raises(ConfigError, match="--manual-gc-interval must be 0 or positive"):
+        tiny_config(tmp_path / "bad", training={"train_iters": 1, "manual_gc": True, "manual_gc_interval": -1})

@@ -1,0 +1,105 @@
+"""Where a training step's GPU time goes: profile ``trainer run`` at ``bench/train_h200.py``'s speed shape
+and sum the kernels of the traced steps by family (GEMM, attention, Triton, optimizer, …).
+
+    python3 bench/profile_trainer.py bf16,fp8:scaled_mm:tensorwise      # on the H200, data as train_h200's
+    python3 bench/profile_trainer.py --trace some_trace.json            # summarise a Chrome trace
+
+Each run entry is a ``train_h200.py --speed-runs`` entry. Steps 7-8 are traced (after compilation);
+the summary gives the traced window, the GPU's busy time within it, per-family totals and the top
+kernels; ``$OUT`` gets each run's log and gzipped trace. Profiled steps run a little slower than
+unprofiled ones: compare families and busy time between runs, take tokens/s from ``train_h200.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.train_h200 import SPEED_SHAPE, parse_run, train, write_blend  # noqa: E402
+
+#: Substrings of kernel names → family, first match wins (FP8 GEMMs: cuBLAS's ``nvjet_…_q…`` kernels).
+FAMILIES = (("attention", ("cudnn", "fmha", "flash", "sdpa")), ("optimizer", ("multi_tensor", "adam")),
+            ("gemm", ("nvjet", "gemm", "xmma", "cutlass", "cublas")), ("fp8 casts (triton)", ("scaled_mm",)),
+            ("triton", ("triton",)), ("reduce", ("reduce",)))
+
+
+def family(name: str) -> str:
+    """The family of a kernel name (``other`` when no rule matches)."""
+    lowered = name.lower()
+    return next((label for label, keys in FAMILIES if any(key in lowered for key in keys)), "other")
+
+
+def busy_time(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of ``(start, end)`` intervals."""
+    total, current_start, current_end = 0.0, None, None
+    for start, end in sorted(intervals):
+        if current_end is None or start > current_end:
+            total += 0.0 if current_end is None else current_end - current_start
+            current_start, current_end = start, end
+        else:
+            current_end = max(current_end, end)
+    return total + (0.0 if current_end is None else current_end - current_start)
+
+
+def summarise(trace: Path, top: int = 25) -> str:
+    """Busy time, per-family totals and the ``top`` kernels of a torch.profiler Chrome trace (ms)."""
+    events = json.loads(trace.read_text())["traceEvents"]
+    gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+    start, end = min(e["ts"] for e in gpu), max(e["ts"] + e["dur"] for e in gpu)
+    busy = busy_time([(e["ts"], e["ts"] + e["dur"]) for e in gpu])
+    families, kernels = collections.Counter(), collections.defaultdict(lambda: [0, 0.0])
+    for event in gpu:
+        label = family(event["name"]) if event["cat"] == "kernel" else event["cat"]
+        families[label] += event["dur"]
+        kernels[(label, event["name"][:110])][0] += 1
+        kernels[(label, event["name"][:110])][1] += event["dur"]
+    lines = [f"{trace.name}: window {(end - start) / 1e3:.1f} ms, GPU busy {busy / 1e3:.1f} ms "
+             f"({100 * busy / (end - start):.1f}%), {len(gpu)} kernels"]
+    lines += [f"  {label:20} {total / 1e3:9.1f} ms" for label, total in families.most_common()]
+    lines += [f"    {total / 1e3:8.2f} ms {count:5d}x {label:20} {name}"
+              for (label, name), (count, total) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:top]]
+    return "\n".join(lines)
+
+
+def profile(runs: str, out: Path) -> None:
+    """Train and trace each run entry (steps 7-8 of 9), print its summary, keep its trace in ``out``."""
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        write_blend(folder)
+        for spec in runs.split(","):
+            tag, flags = parse_run(spec)
+            traces = folder / f"profile_{tag}"
+            common = [*SPEED_SHAPE, "--train-iters", "9", "--eval-iters", "0", "--lr", "1e-4", "--bf16", "--profile",
+                      "--use-pytorch-profiler", "--profile-step-start", "7", "--profile-step-end", "9",
+                      "--profile-dir", str(traces)]
+            result = train(tag, [*common, *flags], folder, 3, 300)
+            print(tag, {key: value for key, value in result.items() if key != "evals"}, flush=True)
+            for trace in sorted(traces.glob("*.json")):
+                print(summarise(trace), flush=True)
+                with trace.open("rb") as source, gzip.open(out / f"{tag}.trace.json.gz", "wb") as target:
+                    shutil.copyfileobj(source, target)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="?", default="bf16,fp8:scaled_mm:tensorwise", help="train_h200 run entries")
+    parser.add_argument("--trace", type=Path, help="only summarise this Chrome trace (.json)")
+    args = parser.parse_args()
+    if args.trace:
+        print(summarise(args.trace))
+        return
+    out = Path(os.environ.get("OUT", tempfile.gettempdir()))
+    out.mkdir(parents=True, exist_ok=True)
+    profile(args.runs, out)
+
+
+if __name__ == "__main__":
+    main()
