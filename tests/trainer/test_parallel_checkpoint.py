@@ -1,6 +1,6 @@
 """Checkpoints written at one TP × PP × DP layout load at another: TP2×PP2×DP2 (sequence parallel,
-ZeRO-1, overlapped reduction, 8 CPU ranks) saved at step 10 and resumed at TP1×PP2×DP4 (8 ranks) and
-TP1×PP1×DP1 (one process) continue the loss curve of an uninterrupted one-process run; a vocabulary
+ZeRO-1, overlapped reduction, 8 CPU ranks) saved at step 10 and resumed at TP1×PP2×DP4, TP1×PP1×DP8 with
+ZeRO-1 (8 ranks each; the save/resume pair of issue #9's eight-GPU run) and TP1×PP1×DP1 (one process) continue the loss curve of an uninterrupted one-process run; a vocabulary
 padded for another TP size loads the rows both layouts have."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _in_one_thread(overrides: dict) -> None:
 
 @pytest.fixture(scope="module")
 def resharded(tmp_path_factory) -> Path:
-    """The reference (one process, 20 steps), TP2×PP2×DP2 saving at step 10, and both resumes."""
+    """The reference (one process, 20 steps), TP2×PP2×DP2 saving at step 10, and the three resumes."""
     root = tmp_path_factory.mktemp("reshard")
     save = str(root / "checkpoints")
     _in_one_thread(layout_overrides(root / "one_process"))
@@ -41,6 +41,8 @@ def resharded(tmp_path_factory) -> Path:
     run_ranks(8, [merge(layout_overrides(root / "tp2_pp2_dp2", **TP2_PP2_DP2),
                         {"checkpoint": {"save": save, "save_interval": 10}}),
                   merge(layout_overrides(root / "tp1_pp2_dp4", pipeline_model_parallel_size=2),
+                        {"checkpoint": {"load": saved_at_10}}),
+                  merge(layout_overrides(root / "tp1_pp1_dp8", use_distributed_optimizer=True),
                         {"checkpoint": {"load": saved_at_10}})])
     _in_one_thread(merge(layout_overrides(root / "tp1_pp1_dp1"), {"checkpoint": {"load": saved_at_10}}))
     return root
@@ -53,7 +55,7 @@ def test_tp2_pp2_dp2_matches_one_process(resharded):
     assert files == [f"__{rank}_0.distcp" for rank in range(8)]
 
 
-@pytest.mark.parametrize("layout", ["tp1_pp2_dp4", "tp1_pp1_dp1"])
+@pytest.mark.parametrize("layout", ["tp1_pp2_dp4", "tp1_pp1_dp8", "tp1_pp1_dp1"])
 def test_resume_at_another_layout_continues_the_curve(resharded, layout):
     resumed = curve(resharded / layout / "metrics.jsonl")
     assert resumed[0][0] == 11
