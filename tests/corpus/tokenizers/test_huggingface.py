@@ -119,3 +119,45 @@ def test_gpt2_files_that_are_not_bpe(tmp_path):
     with pytest.raises(TokenizerConfigError, match="cannot load them as GPT-2 BPE files"):
         build_tokenizer(TokenizerConfig("GPT2BPETokenizer", vocab_file=str(tmp_path / "vocab.json"),
                                         merge_file=str(tmp_path / "merges.txt")))
+
+
+class _TextDependentPostProcessor:
+    """A real tokenizer.json behind a post-processor whose added token depends on the text (it repeats
+    the text's first token before it): no constant affixes exist for such a tokenizer."""
+
+    def __init__(self, tokenizer) -> None:
+        self.inner = tokenizer
+
+    def _wrap(self, encoding, add_special_tokens: bool):
+        ids = list(encoding.ids)
+        return type("Encoding", (), {"ids": ids[:1] + ids if add_special_tokens else ids})()
+
+    def encode(self, text: str, add_special_tokens: bool = True):
+        return self._wrap(self.inner.encode(text, add_special_tokens=False), add_special_tokens)
+
+    def encode_batch_fast(self, texts: list[str], add_special_tokens: bool = True):
+        return [self._wrap(e, add_special_tokens) for e in self.inner.encode_batch_fast(texts, add_special_tokens=False)]
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def test_text_dependent_post_processor_encodes_whole_and_refuses_the_fast_path(tokenizer_files, monkeypatch):
+    from tokenizers import Tokenizer
+
+    from corpus.tokenizers import huggingface, long_texts
+    from corpus.tokenizers.select import _try_fast
+
+    config = TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.cl100k_json)
+    json_file = f"{tokenizer_files.cl100k_json}/tokenizer.json"
+    wrapped = _TextDependentPostProcessor(Tokenizer.from_file(json_file))
+    ours = huggingface.HuggingFaceTextTokenizer(config, wrapped, [json_file], {})
+    with pytest.raises(huggingface.AffixError, match="different tokens to different texts"):
+        ours.affixes()
+    assert ours.cut_rule is None
+    monkeypatch.setattr(long_texts, "LONG_TEXT_CHARS", 64)  # every text below is "very long"
+    texts = ["hello world " * 20, "下一个 " * 30]
+    assert ours.encode_batch(texts) == [wrapped.encode(text).ids for text in texts]  # whole: the rule kept
+    pytest.importorskip("gigatoken")
+    fast, reason = _try_fast(ours, texts, threads=1)
+    assert fast is None and "different tokens to different texts" in reason
