@@ -19,7 +19,6 @@ import dataclasses
 import json
 import logging
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -88,8 +87,10 @@ class _BatchClock:
         self.workers, self.deadline = workers, deadline
         self.points: list[tuple[float, int, int, int]] = []
         self.skipped = 0
+        self.worker_rss_kb = 0
 
-    def __call__(self, counters: Counters) -> None:
+    def __call__(self, counters: Counters, worker_rss_kb: int) -> None:
+        self.worker_rss_kb = worker_rss_kb
         if self.points and counters.records_read == self.points[-1][1]:
             return
         now = time.monotonic()
@@ -109,8 +110,10 @@ def _measure(config: TokenizeConfig, deadline: float | None) -> TrialReport:
         finished = True
     except _DeadlineReached:
         finished = False
-    # NOTE: the pool has shut down and joined its workers by now, so RUSAGE_CHILDREN covers them.
-    return TrialReport(clock.points, finished, peak_rss_mb(), peak_rss_mb(resource.RUSAGE_CHILDREN), clock.skipped)
+    # NOTE: each worker's own VmHWM, as it reported it with its batches: not RUSAGE_CHILDREN, whose
+    # maxrss starts at what the trial process held when the worker was forked (tokenizer included).
+    worker_rss_mb = clock.worker_rss_kb / 1024 if config.workers else 0.0
+    return TrialReport(clock.points, finished, peak_rss_mb(), worker_rss_mb, clock.skipped)
 
 
 def main() -> int:

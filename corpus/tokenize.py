@@ -36,6 +36,9 @@ from corpus.tokenizers import TextTokenizer, select_encoder
 
 log = logging.getLogger(__name__)
 
+#: ``on_batch(counters, largest worker peak RSS in KB so far)``, called after each written batch.
+BatchHook = Callable[[Counters, int], None]
+
 #: Bytes of input text the encoder check reads at most (on top of the record count limit).
 SAMPLE_BYTES = 512 << 10
 
@@ -206,7 +209,7 @@ class _Writing:
         self.finalize()
 
 
-def _write_all(job: Job, state: dict | None, on_batch: Callable[[Counters], None] | None) -> tuple[_Writing, Counters]:
+def _write_all(job: Job, state: dict | None, on_batch: BatchHook | None) -> tuple[_Writing, Counters]:
     """Read, encode and write the whole shard from the checkpoint on; returns the writer and the
     counters at the start (to measure this process's own rates)."""
     writing = _Writing(job, state)
@@ -220,7 +223,7 @@ def _write_all(job: Job, state: dict | None, on_batch: Callable[[Counters], None
             writing.consume(batch, result)
             progress.update(writing.counters)
             if on_batch:
-                on_batch(writing.counters)
+                on_batch(writing.counters, writing.worker_rss_kb)
         writing.finish()
     except BadRecordError:
         writing.outputs.abort()
@@ -262,13 +265,14 @@ def _already_done(job: Job) -> Counters | None:
                     tokens={key: meta["num_tokens"] for key, meta in zip(job.keys, metas)})
 
 
-def tokenize(config: TokenizeConfig, on_batch: Callable[[Counters], None] | None = None) -> RunStats:
+def tokenize(config: TokenizeConfig, on_batch: BatchHook | None = None) -> RunStats:
     """Tokenize ``config.inputs`` into ``P_<key>_document.bin/.idx`` (+ sidecar) and return the statistics.
 
     Raises :class:`BadRecordError` (under ``on_error="fail"``) or another :class:`CorpusError` for
     problems a person must fix; an interrupted run leaves its checkpoint for ``resume=True``.
-    ``on_batch(counters)`` runs after each batch is written (``corpus autotune-workers`` times the
-    steady state with it); an exception it raises stops the run like an interrupt.
+    ``on_batch(counters, worker_rss_kb)`` runs after each batch is written, with the largest peak RSS a
+    pool worker has reported so far (``corpus autotune-workers`` times the steady state and sizes the
+    workers with it); an exception it raises stops the run like an interrupt.
     """
     began = time.monotonic()
     job = prepare(config)

@@ -14,7 +14,7 @@ from corpus.autotune import (AutotuneConfig, AutotuneConfigError, AutotuneError,
                              available_cores, default_workers, parse_candidates)
 from corpus.autotune_report import NOISE_FLOOR, Candidate, Run, recommend, run_rates
 from corpus.autotune_sample import write_sample
-from corpus.autotune_trial import TrialReport, _BatchClock, _DeadlineReached, steady_window
+from corpus.autotune_trial import TrialReport, _BatchClock, _DeadlineReached, _measure, steady_window
 from corpus.pipeline.stats import Counters
 from corpus.readers import LinePayload, extract
 from tests.corpus.pipeline_support import TOKENIZER, WEB, config, hf_tokenizer
@@ -208,10 +208,10 @@ def test_a_tiny_time_budget_still_measures_every_candidate(tmp_path):
 def test_the_deadline_stops_a_trial_only_after_a_steady_window():
     clock = _BatchClock(workers=2, deadline=0.0)  # long past
     for records in range(1, 6):
-        clock(Counters(records_read=records))
-    clock(Counters(records_read=5))  # a batch without records (a slice's end) is no point
+        clock(Counters(records_read=records), 1000)
+    clock(Counters(records_read=5), 1000)  # a batch without records (a slice's end) is no point
     with pytest.raises(_DeadlineReached):
-        clock(Counters(records_read=6))
+        clock(Counters(records_read=6), 1000)
     assert len(clock.points) == 6 and steady_window(6, 2, finished=False) == (1, 5)
 
 
@@ -224,3 +224,14 @@ def test_a_failing_trial_is_reported_and_cleaned_up(tmp_path):
     with pytest.raises(AutotuneError, match=expected):
         autotune(tuned)
     assert all_files(tmp_path / "scratch") == []
+
+
+def test_worker_memory_is_the_workers_own_not_what_the_trial_held_when_it_started_them(tmp_path):
+    """A trial process holding 600 MB starts its pool: the worker's peak RSS is its own VmHWM, not the
+    child maxrss that starts at the parent's size (what RUSAGE_CHILDREN reported)."""
+    ballast = bytearray(600 * 2**20)  # touched: resident in this process before the pool starts
+    ballast[::4096] = b"x" * len(ballast[::4096])
+    report = _measure(config(tmp_path, [WEB], workers=1, batch_size=8), deadline=None)
+    assert report.finished and 5 < report.worker_rss_mb < 400
+    assert report.main_rss_mb > 600
+    del ballast
