@@ -2,10 +2,10 @@
 
 Per block rather than the whole model: one graph compiled once serves every layer (the layers share
 code and shapes), compile time stays that of one block, and the embedding, the output GEMMs and the
-optimizer stay eager. The fused loss's softmax step (``trainer.cross_entropy``) compiles into one
-reduction and one pass writing the gradient of the logits. Inside a block Inductor fuses RMSNorm, RoPE, SwiGLU, the residual adds and the
-FP8 scaling/casts around the GEMMs. ``nn.Module.compile`` keeps parameter names, so checkpoints of a
-compiled run load into an eager one and back.
+optimizer stay eager. Inside a block Inductor fuses RMSNorm, RoPE, SwiGLU, the residual adds and the
+FP8 scaling/casts around the GEMMs. The fused loss's softmax step (``trainer.cross_entropy``) compiles
+into one reduction and one pass writing the gradient of the logits. ``nn.Module.compile`` keeps
+parameter names, so checkpoints of a compiled run load into an eager one and back.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ ZeRO-1 distributed optimizer's partition, the global gradient norm and clipping.
 With several DP replicas, gradients live in flat per-bucket buffers (each parameter's ``.grad`` is a
 view into one), so a bucket is reduced by one collective with no copy, as DDP's
 ``gradient_as_bucket_view`` does. With one, nothing travels and the gradients stay the tensors autograd
-makes: no zeroed buffer for every step's gradients to be added into (that zeroing and adding was ~2% of a
-1.3B model's step on an H200). Buckets follow the
-reverse parameter order, roughly the order the backward pass produces gradients; with
+makes: no zeroed buffer for every step's gradients to be added into (that zeroing and adding was ~2% of
+a 1.3B model's step on an H200). Buckets follow the reverse parameter order, roughly the order the
+backward pass produces gradients; with
 ``--overlap-grad-reduce`` a bucket is reduced as soon as its last gradient of the step has been
 accumulated (a post-accumulate-grad hook counts ``params × micro-batches`` arrivals), else all after the
 backward pass. Buckets are launched in index order so every rank issues the same collectives.
