@@ -30,8 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,8 +37,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.torchrun_runs import NO_MULTICAST, environment, loss_parity, torchrun_trainer  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -63,55 +61,14 @@ LAYOUTS = (
 )
 
 
-def free_port() -> int:
-    """A free TCP port of 127.0.0.1 for torchrun's rendezvous."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def train(layout: Layout, args: argparse.Namespace, workdir: Path, timeout: float) -> dict:
-    """Run ``layout`` through torchrun and the CLI; its per-step records and steady-state means."""
+    """Run ``layout`` through torchrun and the CLI on mock data; its per-step records and steady-state means."""
+    flags = ["--mock-data", "--preset", args.preset, "--seq-length", str(args.seq_length), "--micro-batch-size",
+             str(args.micro_batch_size), "--global-batch-size", str(layout.global_batch), "--train-iters",
+             str(args.steps), "--eval-iters", "0", "--bf16", "--lr", "1e-4", "--lr-warmup-iters", "5",
+             *layout.flags, *args.extra.split()]
     metrics = workdir / f"{layout.name.replace(' ', '_').replace('=', '')}.jsonl"
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(layout.gpus),
-               "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-               "-m", "cli.trainer", "run", "--mock-data", "--preset", args.preset,
-               "--seq-length", str(args.seq_length), "--micro-batch-size", str(args.micro_batch_size),
-               "--global-batch-size", str(layout.global_batch), "--train-iters", str(args.steps),
-               "--log-interval", "1", "--eval-iters", "0", "--bf16", "--lr", "1e-4", "--lr-warmup-iters", "5",
-               "--metrics-jsonl", str(metrics), *layout.flags, *args.extra.split()]
-    print(f"\n== {layout.name}\n$ {' '.join(command)}", flush=True)
-    started = time.monotonic()
-    result = subprocess.run(command, cwd=REPO, env={**os.environ, **NO_MULTICAST, "PYTHONPATH": str(REPO)},
-                            timeout=timeout, capture_output=True, text=True)
-    print("\n".join(line for line in result.stderr.splitlines() if "trainer." in line)[-3000:], flush=True)
-    if result.returncode != 0:
-        print(result.stdout[-2000:], result.stderr[-4000:], sep="\n", flush=True)
-        return {"error": f"exit {result.returncode}", "seconds": time.monotonic() - started}
-    records = [json.loads(line) for line in metrics.read_text().splitlines() if '"loss"' in line]
-    steady = records[args.warmup:]
-    mean = lambda key: statistics.fmean(r[key] for r in steady) if key in steady[0] else None  # noqa: E731
-    return {"tokens_per_s": mean("tokens_per_s"), "tokens_per_s_per_gpu": mean("tokens_per_s_per_gpu"),
-            "mfu": mean("mfu"), "peak_memory_gib": max(r.get("peak_memory_gib", 0.0) for r in steady),
-            "losses": [r["loss"] for r in records], "grad_norms": [r["grad_norm"] for r in records],
-            "seconds": time.monotonic() - started}
-
-
-def parity(run: dict, reference: dict) -> dict:
-    """Per-step loss differences against the reference run (same global batch and data)."""
-    pairs = list(zip(run["losses"], reference["losses"]))
-    relative = [abs(a - b) / abs(b) for a, b in pairs]
-    return {"max_abs": max(abs(a - b) for a, b in pairs), "max_rel": max(relative),
-            "last5_mean_rel": statistics.fmean(relative[-5:]), "final": (pairs[-1][0], pairs[-1][1])}
-
-
-def environment() -> dict:
-    """torch, CUDA, NCCL and GPU names of this machine."""
-    import torch
-
-    return {"torch": torch.__version__, "cuda": torch.version.cuda,
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None,
-            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}
+    return torchrun_trainer(layout.name, layout.gpus, flags, metrics, args.warmup, timeout)
 
 
 def report(results: dict[str, dict], micro_batch: int) -> None:
@@ -129,8 +86,8 @@ def report(results: dict[str, dict], micro_batch: int) -> None:
             print(f"DP=2 scaling vs 1 GPU ({label}): {ratio:.3f}x  (target >= 1.97x)")
     for layout in LAYOUTS:
         if layout.parity and ok(layout.name):
-            results[layout.name]["parity"] = check = parity(results[layout.name], single)
-            print(f"{layout.name} loss vs 1 GPU over {len(single['losses'])} steps: max |d| {check['max_abs']:.4f}, "
+            results[layout.name]["parity"] = check = loss_parity(results[layout.name], single)
+            print(f"{layout.name} loss vs 1 GPU over {check['steps']} steps: max |d| {check['max_abs']:.4f}, "
                   f"max rel {check['max_rel']:.2e}, last-5 mean rel {check['last5_mean_rel']:.2e}, final "
                   f"{check['final'][0]:.4f} vs {check['final'][1]:.4f}")
     print(f"\n{'run':11} {'GPUs':>4} {'batch':>5} {'tok/s':>9} {'tok/s/GPU':>10} {'MFU':>6} {'mem GiB':>8} "
