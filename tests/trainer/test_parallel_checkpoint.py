@@ -22,6 +22,10 @@ TP2_PP2_DP2 = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 
                "ddp_bucket_size": 2000}
 
 
+#: Clipping at every step: under ZeRO-1 at DP 8 some ranks own no gradient bucket and still clip.
+ALWAYS_CLIPPED = {"optim": {"clip_grad": 0.01}}
+
+
 def _in_one_thread(overrides: dict) -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -37,13 +41,16 @@ def resharded(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("reshard")
     save = str(root / "checkpoints")
     _in_one_thread(layout_overrides(root / "one_process"))
+    _in_one_thread(merge(layout_overrides(root / "one_process_clipped", steps=4), ALWAYS_CLIPPED))
     saved_at_10 = str(Path(save) / "iter_0000010")
     run_ranks(8, [merge(layout_overrides(root / "tp2_pp2_dp2", **TP2_PP2_DP2),
                         {"checkpoint": {"save": save, "save_interval": 10}}),
                   merge(layout_overrides(root / "tp1_pp2_dp4", pipeline_model_parallel_size=2),
                         {"checkpoint": {"load": saved_at_10}}),
                   merge(layout_overrides(root / "tp1_pp1_dp8", use_distributed_optimizer=True),
-                        {"checkpoint": {"load": saved_at_10}})])
+                        {"checkpoint": {"load": saved_at_10}}),
+                  merge(layout_overrides(root / "dp8_clipped", steps=4, use_distributed_optimizer=True,
+                                         ddp_bucket_size=10**9), ALWAYS_CLIPPED)])  # one bucket, 7 ranks own none
     _in_one_thread(merge(layout_overrides(root / "tp1_pp1_dp1"), {"checkpoint": {"load": saved_at_10}}))
     return root
 
@@ -82,3 +89,10 @@ def test_vocabulary_padded_for_another_tp_size_loads_its_real_rows(tmp_path, cap
                        saved["optimizer"]["state"]["output.weight"]["exp_avg"][:96])
     assert "padded vocabulary of 128, this layout pads it to 96" in caplog.text
     assert train(load_config(None, padded_32)).iteration == 5
+
+
+def test_dp8_zero1_clips_on_ranks_that_own_no_bucket(resharded):
+    """Eight DP ranks share one bucket: clipping must skip the ranks with nothing to scale."""
+    clipped = curve(resharded / "dp8_clipped" / "metrics.jsonl")
+    assert all(record[2] > 0.01 for record in clipped if len(record) == 3 and isinstance(record[1], float))
+    assert_same_curve(clipped, curve(resharded / "one_process_clipped" / "metrics.jsonl"))

@@ -199,9 +199,9 @@ class GradReducer:
             dist.all_reduce(square)
         norm = float(square.sqrt())
         scale = max_norm / (norm + 1e-6)
-        if scale < 1.0:
-            torch._foreach_mul_([grad for bucket in self.buckets if self.owned(bucket) for grad in self._grads(bucket)],
-                                scale)
+        owned = [grad for bucket in self.buckets if self.owned(bucket) for grad in self._grads(bucket)]
+        if scale < 1.0 and owned:  # NOTE: under ZeRO-1 a rank of a wide DP group may own no bucket at all
+            torch._foreach_mul_(owned, scale)
         return norm
 
     def gather_weights(self) -> None:
