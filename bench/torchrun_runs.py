@@ -41,8 +41,9 @@ def torchrun_trainer(name: str, gpus: int, flags: list[str], metrics: Path, warm
                             timeout=timeout, capture_output=True, text=True)
     print("\n".join(line for line in result.stderr.splitlines() if "trainer." in line)[-3000:], flush=True)
     if result.returncode != 0:
-        print(result.stdout[-2000:], result.stderr[-4000:], sep="\n", flush=True)
-        return {"error": f"exit {result.returncode}", "seconds": time.monotonic() - started}
+        said = dict.fromkeys(line for line in result.stderr.splitlines() if line.startswith("Error:"))  # the CLI's
+        print(result.stdout[-2000:], result.stderr[-4000:], *said, sep="\n", flush=True)
+        return {"error": f"exit {result.returncode}: {' '.join(said)[:300]}", "seconds": time.monotonic() - started}
     records = [json.loads(line) for line in metrics.read_text().splitlines() if '"loss"' in line]
     steady = records[warmup:] or records
     mean = lambda key: statistics.fmean(r[key] for r in steady) if key in steady[0] else None  # noqa: E731
