@@ -291,6 +291,9 @@ def tokenize(config: TokenizeConfig, on_batch: BatchHook | None = None) -> RunSt
             writing, start = _write_all(job, state, on_batch)
         counters, worker_rss_kb = writing.counters, writing.worker_rss_kb
     resumed = state is not None or done is not None
+    if counters.records_written == 0:
+        log.warning("%s: no document was written (%d records read, %d skipped): the outputs are empty datasets; "
+                    "check --input and --json-keys", job.prefix, counters.records_read, counters.records_skipped)
     stats = _stats(job, counters, start, (time.monotonic() - began, startup), resumed, worker_rss_kb)
     if config.stats_json:
         write_stats_json(config.stats_json, stats)

@@ -74,3 +74,12 @@ def test_shards_from_torchrun_variables(tmp_path):
     parts = [IndexedReader(tmp_path / f"web-0000{i}-of-00002_text_document") for i in range(2)]
     assert parts[0].num_documents and parts[1].num_documents
     assert parts[0].num_documents + parts[1].num_documents == 67
+
+
+def test_inputs_without_records_write_empty_datasets_and_say_so(tmp_path):
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n\n")
+    result = run_cli("corpus", "tokenize", "--input", str(blank), "--output-prefix", str(tmp_path / "out"),
+                     *MEGATRON_STYLE, "--quiet")
+    assert "no document was written (0 records read, 0 skipped)" in result.stderr and "--json-keys" in result.stderr
+    assert len(IndexedReader(f"{tmp_path / 'out'}_text_document")) == 0
