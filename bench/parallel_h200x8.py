@@ -46,6 +46,12 @@ LAYOUTS = {
                     "--overlap-grad-reduce"),
 }
 PRECISIONS = {"bf16": (), "fp8": tuple(fp8_flags("tensorwise", "auto"))}
+
+
+def precision_flags(args: argparse.Namespace, precision: str) -> tuple[str, ...]:
+    """The trainer flags of ``precision``; none on the CPU dry run (FP8 needs FP8 tensor cores: the dry
+    run checks the layouts and phases, not the numerics)."""
+    return () if args.cpu_dry_run else PRECISIONS[precision]
 #: Published Llama-3-8B training rates on 8 H100s (tokens/s per GPU, FP8), for the table.
 PUBLISHED = {"torchtitan (8 H100, FP8)": 8_500, "Megatron-Bridge (8 H100, FP8)": 14_500}
 
@@ -68,7 +74,7 @@ def speed(args: argparse.Namespace, blend: Path, scratch: Path) -> dict:
     for precision in args.precisions.split(","):
         for layout in args.layouts.split(","):
             flags = [*model_flags(args, blend), "--global-batch-size", str(args.speed_batch), "--train-iters",
-                     str(args.warmup + 20), *LAYOUTS[layout], *PRECISIONS[precision]]
+                     str(args.warmup + 20), *LAYOUTS[layout], *precision_flags(args, precision)]
             name = f"{layout} {precision}"
             results[name] = torchrun_trainer(name, GPUS, flags, scratch / f"{layout}_{precision}.jsonl",
                                              args.warmup, args.timeout)
@@ -81,7 +87,7 @@ def parity(args: argparse.Namespace, blend: Path, scratch: Path) -> dict:
     results = {}
     for layout in args.layouts.split(","):
         flags = [*model_flags(args, blend), "--global-batch-size", "64", "--train-iters", str(args.parity_steps),
-                 *LAYOUTS[layout], *PRECISIONS["fp8"]]
+                 *LAYOUTS[layout], *precision_flags(args, "fp8")]
         if layout == "TP2xPP2xDP2":
             flags += ["--save", str(checkpoints / "ckpt"), "--save-retain", "1"]
         results[f"parity {layout}"] = run = torchrun_trainer(f"parity {layout}", GPUS, flags,
@@ -97,7 +103,7 @@ def resume(args: argparse.Namespace, blend: Path, scratch: Path) -> dict:
     for layout in ("DP8", "TP2xPP2xDP2"):
         flags = [*model_flags(args, blend), "--global-batch-size", "64", "--train-iters",
                  str(args.parity_steps + args.resume_steps), "--load", str(checkpoints / "ckpt"), *LAYOUTS[layout],
-                 *PRECISIONS["fp8"]]
+                 *precision_flags(args, "fp8")]
         results[f"resume {layout}"] = run = torchrun_trainer(f"resume {layout}", GPUS, flags,
                                                              scratch / f"resume_{layout}.jsonl", 0, args.timeout)
         (checkpoints / f"resume_{layout}.json").write_text(json.dumps(run))
@@ -106,7 +112,8 @@ def resume(args: argparse.Namespace, blend: Path, scratch: Path) -> dict:
 
 def compare(folder: Path, name: str, reference: str) -> dict:
     """Per-step loss parity of two kept runs of ``folder`` (none until both have run without error)."""
-    runs = [json.loads((folder / f"{n}.json").read_text()) for n in (name, reference) if (folder / f"{n}.json").exists()]
+    kept = [folder / f"{run}.json" for run in (name, reference)]
+    runs = [json.loads(path.read_text()) for path in kept if path.exists()]
     if len(runs) < 2 or any("error" in run for run in runs):
         return {}
     check = loss_parity(*runs)
@@ -146,8 +153,6 @@ def main() -> None:
     parser.add_argument("--extra", default="", help="trainer flags added to every run")
     parser.add_argument("--cpu-dry-run", action="store_true", help="tiny preset on 8 CPU ranks (gloo), bf16 only")
     args = parser.parse_args()
-    if args.cpu_dry_run:
-        PRECISIONS["fp8"] = ()  # NOTE: FP8 needs FP8 tensor cores; the dry run checks the layouts and phases
     Path(args.checkpoints).mkdir(parents=True, exist_ok=True)
     out = Path(os.environ.get("OUT", tempfile.gettempdir()))
     with tempfile.TemporaryDirectory() as scratch:

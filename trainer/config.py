@@ -329,7 +329,8 @@ class TrainConfig:
     parallel: ParallelConfig = field(default_factory=ParallelConfig, metadata={"help": "TP × PP × DP layout."})
 
     def to_dict(self) -> dict:
-        """Plain nested dict (YAML/JSON ready); ``trainer.config_loading.from_dict(TrainConfig, config.to_dict())`` round-trips."""
+        """Plain nested dict (YAML/JSON ready); ``trainer.config_loading.from_dict(TrainConfig,
+        config.to_dict())`` round-trips."""
         return dataclasses.asdict(self)
 
 

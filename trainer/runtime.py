@@ -147,9 +147,9 @@ class GarbageCollection:
     """``--manual-gc``: Python's automatic collector stays off while the loop runs; :meth:`after_step` and
     :meth:`before_pause` collect at the points the flags name.
 
-    Why: the loop waits for the GPU each step (loss, gradient norm), so a full collection of a process that
-    torch.compile has filled with objects stalls the step it falls in (tens of ms, on a different step on
-    each rank, so under data parallelism every rank waits for the slowest)."""
+    Why (Megatron's reason for the flag): the loop waits for the GPU each step (loss, gradient norm), so a
+    collection stalls the step it falls in, on a different step on each rank, and under data parallelism
+    every rank waits for the slowest. On one H200 it changed nothing measurable (bench/train_h200.md)."""
 
     def __init__(self, config: TrainingConfig) -> None:
         self.enabled, self.interval = config.manual_gc, config.manual_gc_interval
