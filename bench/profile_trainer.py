@@ -25,10 +25,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.train_h200 import SPEED_SHAPE, parse_run, train, write_blend  # noqa: E402
 
-#: Substrings of kernel names → family, first match wins (FP8 GEMMs: cuBLAS's ``nvjet_…_q…`` kernels).
+#: Substrings of kernel names → family, first match wins (FP8 GEMMs: cuBLAS's ``nvjet_…_q…`` kernels; our
+#: hand-written Triton kernels by their names).
 FAMILIES = (("attention", ("cudnn", "fmha", "flash", "sdpa")), ("optimizer", ("multi_tensor", "adam")),
             ("gemm", ("nvjet", "gemm", "xmma", "cutlass", "cublas")), ("fp8 casts (triton)", ("scaled_mm",)),
-            ("triton", ("triton",)), ("reduce", ("reduce",)))
+            ("triton", ("triton", "swiglu")), ("reduce", ("reduce",)))
 
 
 def family(name: str) -> str:

@@ -21,7 +21,6 @@ import zlib
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -34,6 +33,7 @@ from trainer.layers import (ColumnParallelLinear, LocalGemm, RMSNorm, RotaryEmbe
 from trainer.parallel.collectives import TensorParallel
 from trainer.parallel.cross_entropy import token_losses
 from trainer.parallel_state import ParallelState
+from trainer.swiglu import swiglu
 
 
 class SelfAttention(nn.Module):
@@ -78,8 +78,7 @@ class SwiGLU(nn.Module):
         self.fc2 = RowParallelLinear(config.ffn_hidden_size, config.hidden_size, parallel, out_std, gemm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.fc1(x).chunk(2, dim=-1)
-        return self.fc2(F.silu(gate) * up)
+        return self.fc2(swiglu(self.fc1(x)))
 
 
 class TransformerLayer(nn.Module):
