@@ -36,10 +36,11 @@ def _store(target: torch.Tensor, value: torch.Tensor) -> None:
 
 
 def _update_slice(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
-                  hyper: tuple[float, float, float, float, float, int]) -> None:
-    """One AdamW update of matching flat slices (torch.optim.AdamW's arithmetic, in fp32)."""
+                  hyper: tuple[float, float, float, float, float, int], grad_scale: torch.Tensor | None) -> None:
+    """One AdamW update of matching flat slices (torch.optim.AdamW's arithmetic, in fp32) with the gradient
+    divided by ``grad_scale`` when given."""
     lr, beta1, beta2, eps, weight_decay, step = hyper
-    grad = grad.float()
+    grad = grad.float() if grad_scale is None else grad.float() / grad_scale
     first = exp_avg.float().lerp_(grad, 1 - beta1)
     second = exp_avg_sq.float().mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
     param.mul_(1 - lr * weight_decay)
@@ -77,8 +78,10 @@ class LowPrecisionAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One update of every parameter that has a gradient."""
+        """One update of every parameter that has a gradient, divided by the ``grad_scale`` attribute when set
+        (the protocol of torch's fused optimizers: :func:`trainer.optim.clipped_step` sets it)."""
         loss = None if closure is None else closure()
+        grad_scale = getattr(self, "grad_scale", None)
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             for param in group["params"]:
@@ -89,5 +92,5 @@ class LowPrecisionAdamW(torch.optim.Optimizer):
                 hyper = (float(group["lr"]), beta1, beta2, group["eps"], group["weight_decay"], int(state["step"]))
                 flat = [param.view(-1), param.grad.reshape(-1), state["exp_avg"].view(-1), state["exp_avg_sq"].view(-1)]
                 for start in range(0, flat[0].numel(), SLICE):
-                    _update_slice(*(t[start:start + SLICE] for t in flat), hyper)
+                    _update_slice(*(t[start:start + SLICE] for t in flat), hyper, grad_scale)
         return loss

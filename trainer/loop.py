@@ -19,7 +19,7 @@ import torch
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError, OutOfMemory, TrainingDiverged
 from trainer.metrics import MetricsSink, perplexity, throughput
-from trainer.optim import set_learning_rate
+from trainer.optim import clip_factor, clipped_step, set_learning_rate
 from trainer.profiling import StepProfiler
 from trainer.parallel_state import shutdown_parallel
 from trainer.run import Run, build_run, metrics_sink, save
@@ -85,7 +85,7 @@ def train_step(run: Run) -> StepResult:
     batches = _micro_batches(run, "train", run.accumulation)
     tokens = run.engine.global_tokens(batches)
     loss = run.engine.forward_backward(batches, tokens) / tokens
-    grad_norm = run.engine.reducer.clip(run.config.optim.clip_grad or math.inf)
+    grad_norm = run.engine.reducer.global_norm()
     step = run.iteration + 1
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
         raise TrainingDiverged(
@@ -94,7 +94,7 @@ def train_step(run: Run) -> StepResult:
             "--clip-grad 1.0; check the data around this step with the corpus blend command logged at start")
     lr = run.schedule(step)
     set_learning_rate(run.optimizer, lr)
-    run.optimizer.step()
+    clipped_step(run.optimizer, clip_factor(grad_norm, run.config.optim.clip_grad or math.inf))
     run.engine.reducer.gather_weights()
     run.iteration = step
     return StepResult(loss, grad_norm, lr, time.perf_counter() - started)

@@ -30,6 +30,34 @@ def build_optimizer(parameters: Iterable[nn.Parameter], config: OptimConfig, dev
     return torch.optim.AdamW(groups, lr=config.lr, betas=betas, eps=config.adam_eps, fused=device.type == "cuda" or None)
 
 
+def clip_factor(norm: float, max_norm: float) -> float:
+    """What clipping multiplies every gradient by: ``max_norm / norm`` above ``max_norm``, else 1
+    (``torch.nn.utils.clip_grad_norm_``'s rule; ``inf``: no clipping)."""
+    return min(1.0, max_norm / (norm + 1e-6))
+
+
+def clipped_step(optimizer: torch.optim.Optimizer, grad_factor: float) -> None:
+    """``optimizer.step()`` on every gradient times ``grad_factor`` (clipping). Torch's fused AdamW and
+    :class:`~trainer.adamw.LowPrecisionAdamW` apply the factor inside their update, through the
+    ``grad_scale`` divisor AMP's gradient scaler sets, instead of a pass that reads and writes every gradient
+    (~1.4 ms per step of the 1.3b preset on an H200); other optimizers get their gradients scaled first."""
+    if grad_factor == 1.0:
+        optimizer.step()
+        return
+    params = [param for group in optimizer.param_groups for param in group["params"] if param.grad is not None]
+    if not (isinstance(optimizer, LowPrecisionAdamW) or optimizer.defaults.get("fused")):
+        if params:
+            torch._foreach_mul_([param.grad for param in params], grad_factor)
+        optimizer.step()
+        return
+    device = params[0].device if params else torch.device("cpu")
+    optimizer.grad_scale = torch.full((), 1.0 / grad_factor, dtype=torch.float32, device=device)
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.grad_scale
+
+
 def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Set ``lr`` on every parameter group."""
     for group in optimizer.param_groups:

@@ -188,21 +188,15 @@ class GradReducer:
         holder = self.owned(bucket) if self.zero else self.parallel.dp_rank == 0
         return holder and (not bucket.tp_replicated or self.parallel.tp_rank == 0)
 
-    def clip(self, max_norm: float) -> float:
-        """The global gradient norm over TP × PP × DP (each gradient counted once), after which the gradients
-        this rank uses are scaled to at most ``max_norm`` (``inf``: no clipping), as
-        ``torch.nn.utils.clip_grad_norm_`` does."""
+    def global_norm(self) -> float:
+        """The global gradient norm over TP × PP × DP, each gradient counted once (clipping scales the
+        gradients inside the optimizer step: :func:`trainer.optim.clipped_step`)."""
         counted = [grad for bucket in self.buckets if self._counted(bucket) for grad in self._grads(bucket)]
         norms = torch._foreach_norm(counted) if counted else [torch.zeros((), device=self.parallel.device)]
         square = torch.linalg.vector_norm(torch.stack(norms).float()).square()
         if self.parallel.world_size > 1:
             dist.all_reduce(square)
-        norm = float(square.sqrt())
-        scale = max_norm / (norm + 1e-6)
-        owned = [grad for bucket in self.buckets if self.owned(bucket) for grad in self._grads(bucket)]
-        if scale < 1.0 and owned:  # NOTE: under ZeRO-1 a rank of a wide DP group may own no bucket at all
-            torch._foreach_mul_(owned, scale)
-        return norm
+        return float(square.sqrt())
 
     def gather_weights(self) -> None:
         """ZeRO-1: broadcast every bucket's updated weights from its owner (asynchronously under

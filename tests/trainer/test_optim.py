@@ -1,0 +1,45 @@
+"""Clipping inside the optimizer step: the fused AdamW's and ours equal scaling the gradients first."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trainer.adamw import LowPrecisionAdamW
+from trainer.optim import clip_factor, clipped_step
+
+
+def test_clip_factor_is_clip_grad_norms_rule():
+    assert clip_factor(0.5, 1.0) == 1.0 and clip_factor(3.0, float("inf")) == 1.0
+    assert clip_factor(4.0, 1.0) == pytest.approx(0.25)
+
+
+def _params(seed: int = 0) -> list[torch.nn.Parameter]:
+    generator = torch.Generator().manual_seed(seed)
+    params = [torch.nn.Parameter(torch.randn(shape, generator=generator)) for shape in ((7, 5), (5,), (3, 4, 2))]
+    for param in params:
+        param.grad = torch.randn(param.shape, generator=generator)
+    return params
+
+
+def _scaled_first(params: list[torch.nn.Parameter], factor: float) -> list[torch.Tensor]:
+    reference = torch.optim.AdamW(params, lr=0.1, weight_decay=0.05, foreach=False)
+    for param in params:
+        param.grad.mul_(factor)
+    reference.step()
+    return [param.detach().clone() for param in params]
+
+
+@pytest.mark.parametrize("build", [
+    lambda params: torch.optim.AdamW(params, lr=0.1, weight_decay=0.05, fused=True),
+    lambda params: LowPrecisionAdamW(params, 0.1, (0.9, 0.999), 1e-8, 0.05, torch.float32, torch.float32),
+    lambda params: torch.optim.AdamW(params, lr=0.1, weight_decay=0.05, foreach=True),
+], ids=["fused", "low-precision", "foreach"])
+def test_clipped_step_equals_scaling_the_gradients_first(build):
+    expected = _scaled_first(_params(), 0.3)
+    params = _params()
+    optimizer = build(params)
+    clipped_step(optimizer, 0.3)
+    assert not hasattr(optimizer, "grad_scale")  # a later unclipped step must not divide again
+    for got, want in zip(params, expected):
+        torch.testing.assert_close(got.detach(), want, rtol=1e-6, atol=1e-7)
