@@ -104,13 +104,17 @@ def parse_run(spec: str) -> tuple[str, list[str]]:
     return tag, flags
 
 
+#: Seconds one speed run may take: a cold FP8 compile of the 1.3b blocks alone took ~3 minutes on the H200.
+SPEED_RUN_TIMEOUT = 420
+
+
 def speed(args: argparse.Namespace, folder: Path) -> dict:
     """Ours at the baselines' shape and micro-batch (and, tagged ``_mbN``, at a larger micro-batch)."""
     common = [*SPEED_SHAPE, "--train-iters", str(args.steps), "--eval-iters", "0", "--lr", "1e-4", "--bf16"]
     runs = {}
     for spec in args.speed_runs.split(","):
         tag, flags = parse_run(spec)
-        runs[tag] = train(tag, [*common, *flags], folder, args.warmup, 240)
+        runs[tag] = train(tag, [*common, *flags], folder, args.warmup, SPEED_RUN_TIMEOUT)
     return runs
 
 

@@ -3,9 +3,9 @@
 The forward is plain tensor code (Inductor fuses it into one pass at memory bandwidth). The backward is
 a custom op: compiled from the autograd formula, Inductor lowers the ``[dgate; dup]`` gradient as a
 pointwise ``cat`` whose two halves each reload the inputs (7 tensor-sized transfers where 5 do, at ~70%
-of the bandwidth: 10.5 ms of a 283 ms step of the 1.3b preset on an H200, bench/train_h200.md). On CUDA
-with Triton the op is one kernel that reads ``gate``, ``up`` and the output gradient once and writes both
-halves; elsewhere it is the same formula in tensor code.
+of the bandwidth: 10.5 ms of a 283 ms step of the 1.3b preset on an H200). On CUDA with Triton the op is
+one kernel that reads ``gate``, ``up`` and the output gradient once and writes both halves: 5.4 ms per
+step there (bench/train_h200.md, fifth run). Elsewhere it is the same formula in tensor code.
 """
 
 from __future__ import annotations
