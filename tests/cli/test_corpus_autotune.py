@@ -115,8 +115,11 @@ def test_a_signal_mid_trial_leaves_no_file_and_no_process(tmp_path, signum):
     command = [sys.executable, "-m", "cli.corpus", "autotune-workers", *SOURCE, "--max-documents", "60",
                "--batch-sizes-to-check", "2", "4", "--workers-to-check", "1", "2", "--repeats", "2",
                "--temp-dir", str(scratch)]
+    # NOTE: SIGINT at its default, as from a terminal: a shell starts background jobs (a CI runner's pytest,
+    # say) with SIGINT ignored, and Python then keeps ignoring it
     process = subprocess.Popen(command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         trial = _wait_for(lambda: _trial_process(process.pid), "a trial process")
         _wait_for(lambda: list(scratch.glob("corpus-autotune-*/trial-*")), "a trial folder")
