@@ -1,4 +1,4 @@
-"""LowPrecisionAdamW: torch's AdamW exactly with fp32 moments; unbiased stochastic rounding; bf16 moments
+"""LowPrecisionAdamW: torch's AdamW to fp32 rounding with fp32 moments, eager and compiled; unbiased stochastic rounding; bf16 moments
 that keep tracking fp32 ones; bit-exact resume with bf16 moments."""
 
 from __future__ import annotations
@@ -32,6 +32,22 @@ def test_fp32_moments_are_torch_adamw_exactly(monkeypatch):
     reference, _ = trajectory(lambda p: torch.optim.AdamW(p, **HYPER, foreach=False))
     for mine, theirs in zip(ours, reference):
         torch.testing.assert_close(mine, theirs, rtol=1e-6, atol=1e-7)
+
+
+def test_the_compiled_update_is_the_eager_one(monkeypatch):
+    """What CUDA runs: one compiled update for every step and shape (the random draws of the rounding differ
+    from eager ones, so bf16 moments are held to fp32 ones as in the eager case)."""
+    monkeypatch.setattr(adamw, "SLICE", 64)
+    compiled, _ = trajectory(lambda p: LowPrecisionAdamW(p, **HYPER, exp_avg_dtype=torch.float32,
+                                                         exp_avg_sq_dtype=torch.float32, compiled=True))
+    reference, _ = trajectory(lambda p: torch.optim.AdamW(p, **HYPER, foreach=False))
+    for mine, theirs in zip(compiled, reference):
+        torch.testing.assert_close(mine, theirs, rtol=1e-6, atol=1e-7)
+    bf16, _ = trajectory(lambda p: LowPrecisionAdamW(p, **HYPER, exp_avg_dtype=torch.bfloat16,
+                                                     exp_avg_sq_dtype=torch.bfloat16, compiled=True), steps=200)
+    fp32, _ = trajectory(lambda p: torch.optim.AdamW(p, **HYPER, foreach=False), steps=200)
+    for mine, theirs in zip(bf16, fp32):
+        assert (mine - theirs).abs().max() < 0.02 * theirs.abs().max()
 
 
 def test_stochastic_rounding_is_unbiased_and_lands_on_a_neighbour():

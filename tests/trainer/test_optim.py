@@ -22,8 +22,12 @@ def _params(seed: int = 0) -> list[torch.nn.Parameter]:
     return params
 
 
+#: Adam is blind to a gradient's scale but through eps: a large one makes a missed clipping factor show.
+HYPER = {"lr": 0.1, "weight_decay": 0.05, "eps": 0.5}
+
+
 def _scaled_first(params: list[torch.nn.Parameter], factor: float) -> list[torch.Tensor]:
-    reference = torch.optim.AdamW(params, lr=0.1, weight_decay=0.05, foreach=False)
+    reference = torch.optim.AdamW(params, **HYPER, foreach=False)
     for param in params:
         param.grad.mul_(factor)
     reference.step()
@@ -31,9 +35,10 @@ def _scaled_first(params: list[torch.nn.Parameter], factor: float) -> list[torch
 
 
 @pytest.mark.parametrize("build", [
-    lambda params: torch.optim.AdamW(params, lr=0.1, weight_decay=0.05, fused=True),
-    lambda params: LowPrecisionAdamW(params, 0.1, (0.9, 0.999), 1e-8, 0.05, torch.float32, torch.float32),
-    lambda params: torch.optim.AdamW(params, lr=0.1, weight_decay=0.05, foreach=True),
+    lambda params: torch.optim.AdamW(params, **HYPER, fused=True),
+    lambda params: LowPrecisionAdamW(params, HYPER["lr"], (0.9, 0.999), HYPER["eps"], HYPER["weight_decay"],
+                                     torch.float32, torch.float32),
+    lambda params: torch.optim.AdamW(params, **HYPER, foreach=True),
 ], ids=["fused", "low-precision", "foreach"])
 def test_clipped_step_equals_scaling_the_gradients_first(build):
     expected = _scaled_first(_params(), 0.3)
@@ -41,5 +46,7 @@ def test_clipped_step_equals_scaling_the_gradients_first(build):
     optimizer = build(params)
     clipped_step(optimizer, 0.3)
     assert not hasattr(optimizer, "grad_scale")  # a later unclipped step must not divide again
-    for got, want in zip(params, expected):
-        torch.testing.assert_close(got.detach(), want, rtol=1e-6, atol=1e-7)
+    unclipped = _scaled_first(_params(), 1.0)
+    for got, want, wrong in zip(params, expected, unclipped):
+        torch.testing.assert_close(got.detach(), want, rtol=1e-5, atol=1e-6)
+        assert (want - wrong).abs().max() > 1e-3  # the case can tell a clipped step from an unclipped one
