@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.step_records import steady_means
+
 REPO = Path(__file__).resolve().parents[1]
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -45,10 +47,7 @@ def torchrun_trainer(name: str, gpus: int, flags: list[str], metrics: Path, warm
         print(result.stdout[-2000:], result.stderr[-4000:], *said, sep="\n", flush=True)
         return {"error": f"exit {result.returncode}: {' '.join(said)[:300]}", "seconds": time.monotonic() - started}
     records = [json.loads(line) for line in metrics.read_text().splitlines() if '"loss"' in line]
-    steady = records[warmup:] or records
-    mean = lambda key: statistics.fmean(r[key] for r in steady) if key in steady[0] else None  # noqa: E731
-    return {"tokens_per_s": mean("tokens_per_s"), "tokens_per_s_per_gpu": mean("tokens_per_s_per_gpu"),
-            "mfu": mean("mfu"), "peak_memory_gib": max(r.get("peak_memory_gib", 0.0) for r in steady),
+    return {**steady_means(records, warmup),
             "steps": [r["step"] for r in records], "losses": [r["loss"] for r in records],
             "grad_norms": [r["grad_norm"] for r in records], "seconds": time.monotonic() - started}
 

@@ -25,13 +25,15 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from bench.step_records import steady_means  # noqa: E402
+
 DATA = REPO / "bench" / ".cache" / "h200"
 SPEED_SHAPE = ["--preset", "1.3b", "--seq-length", "4096", "--micro-batch-size", "4", "--global-batch-size", "4"]
 
@@ -82,11 +84,8 @@ def train(tag: str, flags: list[str], folder: Path, warmup: int, timeout: float,
     evals = [(r["step"], r["eval_loss"]) for r in records if r.get("split") == "valid"]
     if done.returncode or len(steps) <= warmup:
         return {"failed": f"exit {done.returncode}, {len(steps)} steps (see {tag}.log)", "evals": evals}
-    steady = steps[warmup:]
-    mean = lambda key: statistics.fmean(r[key] for r in steady) if key in steady[0] else None
-    return {"tokens_per_s": mean("tokens_per_s"), "mfu": mean("mfu"), "tflops_per_gpu": mean("tflops_per_gpu"),
-            "peak_memory_gib": max(r.get("peak_memory_gib", 0.0) for r in steps), "steps_measured": len(steady),
-            "first_loss": steps[0]["loss"], "last_loss": steps[-1]["loss"], "evals": evals}
+    return {**steady_means(steps, warmup), "first_loss": steps[0]["loss"], "last_loss": steps[-1]["loss"],
+            "evals": evals}
 
 
 def parse_run(spec: str) -> tuple[str, list[str]]:

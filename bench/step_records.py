@@ -1,0 +1,20 @@
+"""Steady-state numbers of a trainer run from its ``--metrics-jsonl`` step records (every bench that
+launches the trainer reports the same way)."""
+
+from __future__ import annotations
+
+import statistics
+
+
+def steady_means(steps: list[dict], warmup: int) -> dict:
+    """Means of the per-step rates over the steps after ``warmup`` (compilation, allocator growth; all steps
+    when there are no more) and the peak memory over every step (None for a rate a record lacks)."""
+    steady = steps[warmup:] or steps
+
+    def mean(key: str) -> float | None:
+        return statistics.fmean(record[key] for record in steady) if key in steady[0] else None
+
+    return {"tokens_per_s": mean("tokens_per_s"), "tokens_per_s_per_gpu": mean("tokens_per_s_per_gpu"),
+            "mfu": mean("mfu"), "tflops_per_gpu": mean("tflops_per_gpu"),
+            "peak_memory_gib": max(record.get("peak_memory_gib", 0.0) for record in steps),
+            "steps_measured": len(steady)}
