@@ -41,7 +41,8 @@ def clipped_step(optimizer: torch.optim.Optimizer, grad_factor: float) -> None:
     """``optimizer.step()`` on every gradient times ``grad_factor`` (clipping). Torch's fused AdamW and
     :class:`~trainer.adamw.LowPrecisionAdamW` apply the factor inside their update, through the
     ``grad_scale`` divisor AMP's gradient scaler sets, instead of a pass that reads and writes every gradient
-    (~1.4 ms per step of the 1.3b preset on an H200); other optimizers get their gradients scaled first."""
+    (~0.7 ms net per step of the 1.3b preset on an H200: torch's kernel then writes the scaled gradients
+    back); other optimizers get their gradients scaled first."""
     if grad_factor == 1.0:
         optimizer.step()
         return
