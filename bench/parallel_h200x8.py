@@ -46,14 +46,14 @@ LAYOUTS = {
                     "--overlap-grad-reduce"),
 }
 PRECISIONS = {"bf16": (), "fp8": tuple(fp8_flags("tensorwise", "auto"))}
+#: Published Llama-3-8B training rates on 8 H100s (tokens/s per GPU, FP8), for the table.
+PUBLISHED = {"torchtitan (8 H100, FP8)": 8_500, "Megatron-Bridge (8 H100, FP8)": 14_500}
 
 
 def precision_flags(args: argparse.Namespace, precision: str) -> tuple[str, ...]:
     """The trainer flags of ``precision``; none on the CPU dry run (FP8 needs FP8 tensor cores: the dry
     run checks the layouts and phases, not the numerics)."""
     return () if args.cpu_dry_run else PRECISIONS[precision]
-#: Published Llama-3-8B training rates on 8 H100s (tokens/s per GPU, FP8), for the table.
-PUBLISHED = {"torchtitan (8 H100, FP8)": 8_500, "Megatron-Bridge (8 H100, FP8)": 14_500}
 
 
 def model_flags(args: argparse.Namespace, blend: Path) -> list[str]:

@@ -139,8 +139,8 @@ def parity(args: argparse.Namespace, folder: Path) -> dict:
               "--lr-warmup-iters", str(args.parity_steps // 10), "--eval-interval", str(args.parity_eval_interval),
               "--eval-iters", str(args.eval_iters), "--bf16", "--compile", args.aux_compile]
     runs = {"parity_bf16": train("parity_bf16", common, folder, args.warmup, 160, keep_metrics=True),
-            "parity_fp8": train("parity_fp8", [*common, *fp8_flags("tensorwise", args.fp8_backend)], folder, args.warmup,
-                                160, keep_metrics=True)}
+            "parity_fp8": train("parity_fp8", [*common, *fp8_flags("tensorwise", args.fp8_backend)], folder,
+                                args.warmup, 160, keep_metrics=True)}
     bf16, fp8 = (dict(runs[name]["evals"]) for name in ("parity_bf16", "parity_fp8"))
     gaps = {step: fp8[step] / bf16[step] - 1 for step in bf16 if step in fp8}
     after = [abs(gap) for step, gap in gaps.items() if step > args.parity_steps // 10]

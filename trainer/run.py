@@ -140,10 +140,11 @@ def build_run(config: TrainConfig) -> Run:
     log.info("device %s, precision %s, global batch %d = micro %d × accumulation %d × DP %d, seq %d; %s",
              device, precision.name, global_batch, config.training.micro_batch_size, accumulation, parallel.dp_size,
              data.seq_length, data.description)
-    log.info("execution: blocks %s, activation recompute %s, loss %s, Adam moments %s/%s",
-             "compiled (torch.compile, during the first step: minutes when Inductor's cache is cold, ~3 min for the "
-             "1.3b FP8 blocks on an H200)" if compiled else "eager", model_config.recompute_granularity or "off", "fused chunked cross-entropy"
-             if run.model.fused_loss else "logits + cross-entropy", config.optim.exp_avg_dtype, config.optim.exp_avg_sq_dtype)
+    blocks = ("compiled (torch.compile, during the first step: minutes when Inductor's cache is cold, ~3 min for "
+              "the 1.3b FP8 blocks on an H200)" if compiled else "eager")
+    loss = "fused chunked cross-entropy" if run.model.fused_loss else "logits + cross-entropy"
+    log.info("execution: blocks %s, activation recompute %s, loss %s, Adam moments %s/%s", blocks,
+             model_config.recompute_granularity or "off", loss, config.optim.exp_avg_dtype, config.optim.exp_avg_sq_dtype)
     log.info("%s; %.3g GFLOP/token; peak: %s", FLOP_CONVENTION, run.flops_per_token / 1e9,
              f"{peak:g} TFLOP/s ({peak_note})" if peak else peak_note)
     if config.checkpoint.load:

@@ -1,5 +1,6 @@
 """Data parallelism: bucketed gradient reduction (overlapped with the backward pass when asked), the
-ZeRO-1 distributed optimizer's partition, the global gradient norm and clipping.
+ZeRO-1 distributed optimizer's partition, the global gradient norm (clipping itself happens inside the
+optimizer step: ``trainer.optim.clipped_step``).
 
 With several DP replicas, gradients live in flat per-bucket buffers (each parameter's ``.grad`` is a
 view into one), so a bucket is reduced by one collective with no copy, as DDP's
