@@ -64,6 +64,10 @@ class ModelConfig:
     cross_entropy_loss_fusion: bool | None = knob(
         None, "Chunked output layer + cross-entropy: no full logits tensor, no fp32 copy of it (default: on for CUDA).",
         "--cross-entropy-loss-fusion")
+    fp32_residual_connection: bool = knob(
+        False, "Keep the residual stream (the hidden states between blocks and pipeline stages) in fp32 under bf16; "
+        "default: in the compute dtype, as Megatron does (half the bytes every norm, add and stage send moves).",
+        "--fp32-residual-connection")
 
     def __post_init__(self) -> None:
         _require(self.preset in PRESETS, f"--preset {self.preset!r}: unknown; choose one of {', '.join(PRESETS)}")
@@ -136,6 +140,10 @@ class OptimConfig:
     adam_beta2: float = knob(0.999, "Adam beta2.", "--adam-beta2")
     adam_eps: float = knob(1e-8, "Adam epsilon.", "--adam-eps")
     clip_grad: float = knob(1.0, "Clip the global gradient norm to this (0: no clipping).", "--clip-grad")
+    main_params_dtype: Literal["fp32", "bf16"] = knob(
+        "fp32", "Dtype of the weights the optimizer updates: fp32 master weights cast to bf16 for the GEMMs, or bf16: "
+        "the model's weights are bf16 and the only copy, updated in fp32 and stored with stochastic rounding (no "
+        "casts in the step, bf16 gradients, 2 bytes a weight instead of 4; needs --bf16).", "--main-params-dtype")
     exp_avg_dtype: Literal["fp32", "bf16"] = knob("fp32", "Dtype of Adam's first moment (bf16: stochastic rounding, "
                                                   "half the memory).", "--exp-avg-dtype")
     exp_avg_sq_dtype: Literal["fp32", "bf16"] = knob("fp32", "Dtype of Adam's second moment (bf16: stochastic "
@@ -184,7 +192,8 @@ class TrainingConfig:
     micro_batch_size: int = knob(1, "Samples per forward/backward pass.", "--micro-batch-size")
     seed: int = knob(1234, "Seed of the weight init and every random number generator.", "--seed")
     precision: Literal["auto", "bf16", "fp32"] = knob(
-        "auto", "Numeric precision: bf16 autocast with fp32 master weights, or fp32 (auto: bf16 on CUDA, fp32 on CPU).",
+        "auto", "Numeric precision: bf16 autocast (over fp32 master weights unless --main-params-dtype bf16), or fp32 "
+        "(auto: bf16 on CUDA, fp32 on CPU).",
         "--precision", switches={"--bf16": "bf16"})
     device: Literal["auto", "cpu", "cuda"] = knob("auto", "Where to train (auto: CUDA when available).", "--device")
     exit_duration_in_mins: float | None = knob(None, "Save a checkpoint and exit cleanly after this many minutes.",

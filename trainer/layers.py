@@ -151,8 +151,9 @@ class RMSNorm(nn.Module):
         nn.init.ones_(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` normalised and scaled in fp32, returned in ``x``'s dtype (one rounding)."""
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)  # fused kernel where torch has one
-        return self.weight * normed.to(x.dtype)
+        return (normed * self.weight).to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):

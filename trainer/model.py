@@ -36,6 +36,12 @@ from trainer.parallel_state import ParallelState
 from trainer.swiglu import swiglu
 
 
+def residual_dtype(config: ModelConfig, compute_dtype: torch.dtype) -> torch.dtype:
+    """Dtype of the hidden states between blocks and stages: the compute dtype (Megatron's default), fp32
+    under ``--fp32-residual-connection``."""
+    return torch.float32 if config.fp32_residual_connection else compute_dtype
+
+
 class SelfAttention(nn.Module):
     """Grouped-query causal self-attention with rotary positions."""
 
@@ -164,9 +170,9 @@ class GPT(nn.Module):
         """Hidden states [B, S, d] after this stage's layers for ``inputs`` (token ids [B, S] on the first
         stage, else the previous stage's hidden states), through the final norm on the last stage (what the
         output layer reads). Each block is recomputed in the backward pass under full recompute."""
-        x = self.embedding(inputs) if self.embedding is not None else inputs
         kind = position_ids.device.type
-        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
+        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else torch.float32
+        x = self.embedding(inputs).to(residual_dtype(self.config, dtype)) if self.embedding is not None else inputs
         rotary = self.rope(position_ids, dtype)
         for layer in self.layers:
             if self.recompute and torch.is_grad_enabled():

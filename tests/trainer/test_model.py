@@ -154,3 +154,20 @@ def test_fused_loss_equals_the_logits_path():
     fused, plain = tiny(cross_entropy_loss_fusion=True), tiny(cross_entropy_loss_fusion=False)
     assert fused.fused_loss and not plain.fused_loss
     torch.testing.assert_close(fused.loss_sum(batch), plain.loss_sum(batch), rtol=1e-5, atol=1e-5)
+
+
+@torch.no_grad()
+def test_residual_stream_is_in_the_compute_dtype_unless_fp32_is_asked():
+    """Megatron's default: bf16 hidden states under bf16 (half the bytes of every norm and add); the
+    --fp32-residual-connection flag keeps them fp32 with the same weights."""
+    tokens = torch.randint(0, VOCAB, (2, SEQ))
+    seen = {}
+    for fp32_residual in (False, True):
+        model = tiny(fp32_residual_connection=fp32_residual)
+        dtypes = []
+        model.layers[0].register_forward_hook(lambda module, args, out: dtypes.append((args[0].dtype, out.dtype)))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            seen[fp32_residual] = model.hidden_states(tokens, positions(2)).float()
+        residual = torch.float32 if fp32_residual else torch.bfloat16
+        assert dtypes == [(residual, residual)]
+    assert (seen[True] - seen[False]).abs().max() < 0.1 * seen[True].abs().max()  # same model, rounder stream

@@ -19,7 +19,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
 
 from trainer.fp8 import FP8Engine
-from trainer.model import GPT
+from trainer.model import GPT, residual_dtype
 from trainer.parallel_state import ParallelState
 from trainer.runtime import Precision
 
@@ -64,11 +64,14 @@ class ChunkModule(nn.Module):
             return self.chunk(tokens, batch["position_ids"], batch.get("cu_seqlens"))
 
 
-def _stage_shapes(chunk: GPT, parallel: ParallelState, micro_batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Meta tensors of a stage's input and output: the micro-batch index on the first stage, fp32 hidden
-    states [micro, S (/ TP under sequence parallelism), d] between stages, the fp32 loss sum [1] last."""
+def _stage_shapes(chunk: GPT, parallel: ParallelState, micro_batch_size: int,
+                  precision: Precision) -> tuple[torch.Tensor, torch.Tensor]:
+    """Meta tensors of a stage's input and output: the micro-batch index on the first stage, hidden states
+    [micro, S (/ TP under sequence parallelism), d] in the residual dtype between stages, the fp32 loss sum
+    [1] last."""
     sequence = chunk.seq_length // (parallel.tp_size if parallel.sequence_parallel else 1)
-    hidden = torch.empty(micro_batch_size, sequence, chunk.config.hidden_size, device="meta", requires_grad=True)
+    hidden = torch.empty(micro_batch_size, sequence, chunk.config.hidden_size, device="meta", requires_grad=True,
+                         dtype=residual_dtype(chunk.config, precision.dtype))
     index = torch.empty(1, dtype=torch.int64, device="meta")
     loss_sum = torch.empty(1, dtype=torch.float32, device="meta", requires_grad=True)
     return (index if chunk.stage.first else hidden), (loss_sum if chunk.stage.last else hidden)
@@ -81,7 +84,7 @@ def build_schedule(modules: list[ChunkModule], stage_indices: list[int], paralle
     num_stages = parallel.pp_size * parallel.vpp_size
     stages = []
     for module, index in zip(modules, stage_indices):
-        inputs, outputs = _stage_shapes(module.chunk, parallel, micro_batch_size)
+        inputs, outputs = _stage_shapes(module.chunk, parallel, micro_batch_size, module.precision)
         stages.append(PipelineStage(module, index, num_stages, parallel.device, input_args=(inputs,),
                                     output_args=(outputs,), group=parallel.group("pp")))
     if len(stages) == 1:
