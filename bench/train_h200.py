@@ -6,7 +6,8 @@
 
 Phases (each trains through the CLI exactly as users launch it, on a blend of the tokenized prose):
 - ``speed``: DESIGN §7's shape (``1.3b``, seq 4096, micro-batch 4, vocab 32768), one run per
-  ``--speed-runs`` entry (``bf16``, ``fp8:BACKEND:RECIPE``; ``@N`` for micro-batch N, reported apart),
+  ``--speed-runs`` entry (``bf16``, ``fp8:BACKEND:RECIPE``; ``+bf16-weights`` for bf16 weights and moments as
+  the baselines keep them; ``@N`` for micro-batch N, reported apart),
   torch.compile per block where the backend allows and the fused loss on (the CUDA defaults);
   steady-state tokens/s, MFU and peak memory over the steps after ``--warmup``;
 - ``baseline``: ``gpu_baseline.py`` (plain PyTorch: eager, compiled, compiled + torchao FP8) and, when
@@ -88,12 +89,24 @@ def train(tag: str, flags: list[str], folder: Path, warmup: int, timeout: float,
             "evals": evals}
 
 
+#: ``+bf16-weights``: the baselines' memory scheme (bf16 weights and Adam moments, no fp32 copy), ours with
+#: stochastic rounding.
+BF16_WEIGHTS = ["--main-params-dtype", "bf16", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
+
+
 def parse_run(spec: str) -> tuple[str, list[str]]:
-    """One ``--speed-runs`` entry, ``bf16`` or ``fp8:BACKEND:RECIPE``, optionally ``@MICRO_BATCH``
-    (e.g. ``fp8:te:delayed``, ``bf16@8``): its tag and its trainer flags beyond the common ones."""
-    precision, _, micro_batch = spec.partition("@")
+    """One ``--speed-runs`` entry, ``bf16`` or ``fp8:BACKEND:RECIPE``, optionally ``+bf16-weights`` then
+    ``@MICRO_BATCH`` (e.g. ``fp8:te:delayed``, ``bf16+bf16-weights@8``): its tag and its trainer flags beyond
+    the common ones."""
+    run, _, micro_batch = spec.partition("@")
+    precision, _, weights = run.partition("+")
     tag = "ours_" + precision.replace(":", "_")
     flags: list[str] = []
+    if weights:
+        if weights != "bf16-weights":
+            raise SystemExit(f"--speed-runs {spec!r}: unknown suffix +{weights}; the one known is +bf16-weights")
+        tag += "_bf16w"
+        flags += BF16_WEIGHTS
     if precision.startswith("fp8"):
         _, backend, recipe = precision.split(":")
         flags += fp8_flags(recipe, backend)
@@ -193,7 +206,8 @@ def main() -> None:
                         help="te_baseline.py (run when TE imports), or none")
     parser.add_argument("--fp8-backend", default="auto", help="backend of the parity runs")
     parser.add_argument("--speed-runs", default="bf16,fp8:auto:tensorwise",
-                        help="comma list of bf16 | fp8:BACKEND:RECIPE, each optionally @MICRO_BATCH (reported apart)")
+                        help="comma list of bf16 | fp8:BACKEND:RECIPE, each optionally +bf16-weights, then @MICRO_BATCH "
+                        "(reported apart)")
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=5, help="first steps left out of the means (compilation)")
     parser.add_argument("--parity-steps", type=int, default=300)

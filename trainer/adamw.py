@@ -1,18 +1,26 @@
-"""AdamW with its moments in bf16 (``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``, Megatron's spelling).
+"""AdamW whose weights and moments may be bf16 (``--main-params-dtype``, ``--exp-avg-dtype``,
+``--exp-avg-sq-dtype``: Megatron's precision-aware optimizer's spelling).
 
 Mixed precision with fp32 master weights, fp32 gradients and fp32 moments costs 16 bytes per parameter
 (plus activations): 128 GB for an 8B model, more than one H200 holds beside the activations. bf16
-moments cut that to 12 bytes. The update itself runs in fp32 and the new moments are stored with
-stochastic rounding: round-to-nearest would freeze the second moment, whose per-step change
-(``1 - beta2`` = 0.1%) is below half a bf16 ulp (0.2%). Parameters are updated in slices of
-:data:`SLICE` elements so the fp32 temporaries of the eager update stay small next to the 8B model.
+moments cut that to 12 bytes; bf16 weights (the model's own, no fp32 copy: no cast before every GEMM,
+bf16 gradients) to 8 — what Transformer Engine's and torch's bf16 recipes train with, but there round to
+nearest loses every update below half an ulp. Here the update runs in fp32 and every bf16 result is
+stored with stochastic rounding: round-to-nearest would freeze the second moment, whose per-step change
+(``1 - beta2`` = 0.1%) is below half a bf16 ulp (0.2%), and late small weight updates alike.
+
+The random bits are a counter-based hash of the element's position, the step and the parameter
+(:func:`random_bits`): no generator state, no stored noise, the same bits when a resumed run replays a
+step, and a handful of integer operations where Philox draws cost ~100 per element. Parameters are
+updated in slices of :data:`SLICE` elements so the fp32 temporaries of the eager update stay small next
+to the 8B model.
 
 On CUDA the update is compiled (``compiled=True``): one fused pass per slice reads the weight, gradient
-and moments once and writes them once, where the eager update ran a dozen full passes, stochastic
-rounding's random draws included. The hyperparameters travel as one tensor so the compiled update serves
-every step and every parameter (shapes are dynamic).
+and moments once and writes them once, where the eager update ran a dozen full passes. The
+hyperparameters travel as one tensor and the hash key as an integer, so the compiled update serves every
+step and every parameter (shapes are dynamic).
 
-With both dtypes fp32 the update is ``torch.optim.AdamW``'s to fp32 rounding (a test holds it to that).
+With everything fp32 the update is ``torch.optim.AdamW``'s to fp32 rounding (a test holds it to that).
 """
 
 from __future__ import annotations
@@ -27,31 +35,54 @@ SLICE = 2**25
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def stochastic_round_to_bf16(x: torch.Tensor) -> torch.Tensor:
-    """``x`` (fp32) rounded to bf16 up or down at random, with the probability of rounding up equal to the
-    fraction of the way to the next bf16 value, so the rounding is unbiased in expectation."""
+#: Multipliers of the 32-bit integer hash (odd, below 2^31 so int64 products never overflow).
+_HASH_MULTIPLIERS = (0x7FEB352D, 0x5BD1E995)
+_LOW32 = 0xFFFFFFFF
+
+
+def random_bits(numel: int, offset: int, device: torch.device) -> torch.Tensor:
+    """32 pseudo-random bits (int64 in ``[0, 2^32)``) for each of ``numel`` consecutive elements, a hash
+    of ``offset + position``: a bijection of 32-bit integers, so distinct positions never share bits."""
+    x = (torch.arange(numel, dtype=torch.int64, device=device) + offset) & _LOW32
+    for multiplier in _HASH_MULTIPLIERS:
+        x = x ^ (x >> 16)
+        x = (x * multiplier) & _LOW32
+    return x ^ (x >> 15)
+
+
+def stochastic_round_to_bf16(x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """``x`` (fp32) rounded to bf16 up or down, with the probability of rounding the magnitude up equal to the
+    fraction of the way to the next bf16 value when ``noise`` (integers, same shape) is uniform in
+    ``[0, 2^16)``: unbiased in expectation."""
     bits = x.view(torch.int32)
-    noise = torch.randint(0, 1 << 16, bits.shape, dtype=torch.int32, device=x.device)
-    truncated = (bits + noise) & -65536  # NOTE: a carry out of the low 16 bits rounds the magnitude up
+    truncated = (bits + noise.to(torch.int32)) & -65536  # NOTE: a carry out of the low 16 bits rounds up
     return truncated.view(torch.float32).to(torch.bfloat16)
 
 
-def _store(target: torch.Tensor, value: torch.Tensor) -> None:
-    target.copy_(value if target.dtype == torch.float32 else stochastic_round_to_bf16(value))
-
-
 def _update_slice(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
-                  hyper: torch.Tensor, grad_scale: torch.Tensor | None) -> None:
+                  hyper: torch.Tensor, grad_scale: torch.Tensor | None, key: int) -> None:
     """One AdamW update of matching flat slices (torch.optim.AdamW's arithmetic, in fp32) with the gradient
-    divided by ``grad_scale`` when given; ``hyper`` = :func:`hyperparameters`."""
+    divided by ``grad_scale`` when given; ``hyper`` = :func:`hyperparameters`, ``key`` = :func:`hash_key`
+    (positions ``2 * i`` and ``2 * i + 1`` give element ``i`` 64 random bits, 16 for each bf16 store)."""
     lr, beta1, beta2, eps, weight_decay, correction1, correction2_sqrt = hyper.unbind()
     grad = grad.float() if grad_scale is None else grad.float() / grad_scale
     first = exp_avg.float().lerp(grad, 1 - beta1)
     second = exp_avg_sq.float() * beta2 + grad * grad * (1 - beta2)
-    param.mul_(1 - lr * weight_decay)
-    param.sub_(first / (second.sqrt() / correction2_sqrt + eps) * (lr / correction1))
-    _store(exp_avg, first)
-    _store(exp_avg_sq, second)
+    weight = param.float() * (1 - lr * weight_decay)
+    weight = weight - first / (second.sqrt() / correction2_sqrt + eps) * (lr / correction1)
+    results = ((param, weight), (exp_avg, first), (exp_avg_sq, second))
+    noises: tuple[torch.Tensor | None, ...] = (None, None, None)
+    if any(target.dtype != torch.float32 for target, _ in results):
+        bits = random_bits(2 * param.numel(), key, param.device).view(-1, 2)
+        noises = (bits[:, 0] & 0xFFFF, bits[:, 0] >> 16, bits[:, 1] & 0xFFFF)
+    for (target, value), noise in zip(results, noises):
+        target.copy_(value if target.dtype == torch.float32 else stochastic_round_to_bf16(value, noise))
+
+
+def hash_key(step: int, ordinal: int, start: int) -> int:
+    """Where the random bits of the slice at element ``start`` of the optimizer's ``ordinal``-th parameter
+    begin at ``step``: a different stream per step and parameter, two hash positions per element."""
+    return (step * 0x9E3779B1 + ordinal * 0x85EBCA77 + 2 * start) & _LOW32
 
 
 def hyperparameters(group: dict, step: int, device: torch.device) -> torch.Tensor:
@@ -64,23 +95,32 @@ def hyperparameters(group: dict, step: int, device: torch.device) -> torch.Tenso
 
 
 class LowPrecisionAdamW(torch.optim.Optimizer):
-    """AdamW (decoupled weight decay) whose ``exp_avg``/``exp_avg_sq`` state has the given dtypes."""
+    """AdamW (decoupled weight decay) whose ``exp_avg``/``exp_avg_sq`` state has the given dtypes, over
+    parameters of any float dtype (bf16 ones are updated in fp32 and stored with stochastic rounding)."""
 
     def __init__(self, params, lr: float, betas: tuple[float, float], eps: float, weight_decay: float,
                  exp_avg_dtype: torch.dtype, exp_avg_sq_dtype: torch.dtype, compiled: bool = False) -> None:
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
         self.dtypes = (exp_avg_dtype, exp_avg_sq_dtype)
         self.update = torch.compile(_update_slice, dynamic=True) if compiled else _update_slice
-        self.register_load_state_dict_post_hook(LowPrecisionAdamW._restore_dtypes)
+        self.register_load_state_dict_pre_hook(LowPrecisionAdamW._keep_loaded_moments)
+        self.register_load_state_dict_post_hook(LowPrecisionAdamW._restore_moments)
 
     @staticmethod
-    def _restore_dtypes(optimizer: "LowPrecisionAdamW") -> None:
-        """``Optimizer.load_state_dict`` casts state to the parameters' dtype (fp32); cast the moments back
-        (exact: they were saved in their own dtype)."""
-        for state in optimizer.state.values():
+    def _keep_loaded_moments(optimizer: "LowPrecisionAdamW", state_dict: dict) -> None:
+        """Note each parameter's saved moments before ``Optimizer.load_state_dict`` casts them to the parameter's
+        dtype (which would round the fp32 moments of bf16 weights on every resume)."""
+        saved_ids = [index for group in state_dict["param_groups"] for index in group["params"]]
+        params = [param for group in optimizer.param_groups for param in group["params"]]
+        optimizer._loaded_moments = {param: state_dict["state"][index] for index, param in zip(saved_ids, params)
+                                     if index in state_dict["state"]}
+
+    @staticmethod
+    def _restore_moments(optimizer: "LowPrecisionAdamW") -> None:
+        """Replace the cast moments by the saved ones in the configured dtypes (exact when saved in them)."""
+        for param, saved in optimizer.__dict__.pop("_loaded_moments").items():
             for key, dtype in zip(("exp_avg", "exp_avg_sq"), optimizer.dtypes):
-                if key in state:
-                    state[key] = state[key].to(dtype)
+                optimizer.state[param][key] = saved[key].to(param.device, dtype)
 
     def _state(self, param: torch.Tensor) -> dict:
         state = self.state[param]
@@ -96,9 +136,11 @@ class LowPrecisionAdamW(torch.optim.Optimizer):
         (the protocol of torch's fused optimizers: :func:`trainer.optim.clipped_step` sets it)."""
         loss = None if closure is None else closure()
         grad_scale = getattr(self, "grad_scale", None)
+        ordinal = 0
         for group in self.param_groups:
             hypers: dict[tuple[int, torch.device], torch.Tensor] = {}
             for param in group["params"]:
+                ordinal += 1
                 if param.grad is None:
                     continue
                 state = self._state(param)
@@ -108,5 +150,6 @@ class LowPrecisionAdamW(torch.optim.Optimizer):
                     hypers[key] = hyperparameters(group, *key)
                 flat = [param.view(-1), param.grad.reshape(-1), state["exp_avg"].view(-1), state["exp_avg_sq"].view(-1)]
                 for start in range(0, flat[0].numel(), SLICE):
-                    self.update(*(t[start:start + SLICE] for t in flat), hypers[key], grad_scale)
+                    self.update(*(t[start:start + SLICE] for t in flat), hypers[key], grad_scale,
+                                hash_key(key[0], ordinal, start))
         return loss

@@ -14,7 +14,8 @@ from trainer.config import OptimConfig
 def build_optimizer(parameters: Iterable[nn.Parameter], config: OptimConfig, device: torch.device) -> torch.optim.Optimizer:
     """AdamW with two parameter groups (decayed matrices and embeddings; undecayed 1-D norm weights) over
     ``parameters`` (the whole model, or this rank's share under ZeRO-1; either group may be empty); torch's
-    fused AdamW unless ``--exp-avg-dtype``/``--exp-avg-sq-dtype`` ask for bf16 moments (then ours, compiled on CUDA).
+    fused AdamW unless ``--main-params-dtype``/``--exp-avg-dtype``/``--exp-avg-sq-dtype`` ask for bf16 (then
+    ours, with stochastic rounding, compiled on CUDA).
 
     The learning rate is set before every step from :class:`trainer.schedule.LRSchedule`.
     """
@@ -24,7 +25,7 @@ def build_optimizer(parameters: Iterable[nn.Parameter], config: OptimConfig, dev
     groups = [{"params": decayed, "weight_decay": config.weight_decay},
               {"params": undecayed, "weight_decay": 0.0}]
     betas = (config.adam_beta1, config.adam_beta2)
-    if (config.exp_avg_dtype, config.exp_avg_sq_dtype) != ("fp32", "fp32"):
+    if (config.main_params_dtype, config.exp_avg_dtype, config.exp_avg_sq_dtype) != ("fp32", "fp32", "fp32"):
         return LowPrecisionAdamW(groups, config.lr, betas, config.adam_eps, config.weight_decay,
                                  DTYPES[config.exp_avg_dtype], DTYPES[config.exp_avg_sq_dtype],
                                  compiled=device.type == "cuda")

@@ -96,6 +96,9 @@ def _build_engine(config: TrainConfig, parallel: ParallelState, precision: Preci
     their blocks were compiled (``--compile``: the blocks of every chunk)."""
     chunks, stage_indices = build_chunks(replace(config.model, gemm_backend=fp8.gemm_name), vocab, seq_length,
                                          parallel, attention, config.training.seed)
+    if config.optim.main_params_dtype == "bf16":
+        for chunk in chunks:
+            chunk.to(torch.bfloat16)  # the init drew fp32 weights: these are them rounded to nearest
     why_eager = None if fp8.compilable else "the te FP8 backend cannot be traced"
     compiled = should_compile(config.model.compile, parallel.device, why_eager)
     if compiled:
@@ -112,6 +115,9 @@ def build_run(config: TrainConfig) -> Run:
     parallel = init_parallel(config.parallel, device, virtual_stages(config.parallel, config.model.num_layers))
     _quiet_unless_logging(parallel)
     precision = pick_precision(config.training, device)
+    if config.optim.main_params_dtype == "bf16" and precision.name != "bf16":
+        raise ConfigError(f"--main-params-dtype bf16 keeps the weights in bf16, but this run computes in "
+                          f"{precision.name} (--precision auto is fp32 on CPU): add --bf16, or drop --main-params-dtype")
     seed_everything(config.training.seed)
     global_batch, accumulation = _batch_sizes(config, parallel)
     data = build_data(config, parallel, global_batch)
@@ -143,8 +149,10 @@ def build_run(config: TrainConfig) -> Run:
     blocks = ("compiled (torch.compile, during the first step: minutes when Inductor's cache is cold, ~3 min for "
               "the 1.3b FP8 blocks on an H200)" if compiled else "eager")
     loss = "fused chunked cross-entropy" if run.model.fused_loss else "logits + cross-entropy"
-    log.info("execution: blocks %s, activation recompute %s, loss %s, Adam moments %s/%s", blocks,
-             model_config.recompute_granularity or "off", loss, config.optim.exp_avg_dtype, config.optim.exp_avg_sq_dtype)
+    optim = config.optim
+    log.info("execution: blocks %s, activation recompute %s, loss %s, weights %s, Adam moments %s/%s", blocks,
+             model_config.recompute_granularity or "off", loss, optim.main_params_dtype, optim.exp_avg_dtype,
+             optim.exp_avg_sq_dtype)
     log.info("%s; %.3g GFLOP/token; peak: %s", FLOP_CONVENTION, run.flops_per_token / 1e9,
              f"{peak:g} TFLOP/s ({peak_note})" if peak else peak_note)
     if config.checkpoint.load:

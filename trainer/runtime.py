@@ -46,7 +46,8 @@ def pick_device(name: str) -> torch.device:
 
 @dataclass(frozen=True)
 class Precision:
-    """The compute dtype and how to enter it. Master weights and optimizer state stay fp32."""
+    """The compute dtype and how to enter it (the weights' and optimizer state's dtypes are
+    ``--main-params-dtype`` and ``--exp-avg[-sq]-dtype``)."""
 
     name: str
     device: torch.device

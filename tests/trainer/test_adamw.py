@@ -1,5 +1,7 @@
-"""LowPrecisionAdamW: torch's AdamW to fp32 rounding with fp32 moments, eager and compiled; unbiased stochastic rounding; bf16 moments
-that keep tracking fp32 ones; bit-exact resume with bf16 moments."""
+"""LowPrecisionAdamW: torch's AdamW to fp32 rounding with fp32 moments, eager and compiled; uniform hash bits and
+unbiased stochastic rounding; bf16 moments and bf16 weights that keep tracking fp32 ones, where round-to-nearest
+bf16 weights stall; moments keep their dtype through a state-dict round trip; bit-exact resume with bf16 moments
+and weights."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import torch
 
 from tests.trainer.conftest import read_metrics, tiny_config
 from trainer import adamw
-from trainer.adamw import LowPrecisionAdamW, stochastic_round_to_bf16
+from trainer.adamw import LowPrecisionAdamW, random_bits, stochastic_round_to_bf16
 from trainer.loop import train
 
 HYPER = {"lr": 1e-2, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
@@ -50,12 +52,23 @@ def test_the_compiled_update_is_the_eager_one(monkeypatch):
         assert (mine - theirs).abs().max() < 0.02 * theirs.abs().max()
 
 
+def test_hash_bits_are_uniform_and_distinct():
+    bits = random_bits(1 << 16, 12345, torch.device("cpu"))
+    assert bits.unique().numel() == bits.numel()  # a bijection of consecutive positions
+    assert bits.min() >= 0 and bits.max() < 2**32
+    for field in (bits & 0xFFFF, bits >> 16):  # the two 16-bit noises a position gives
+        counts = torch.bincount(field >> 12, minlength=16).float()  # 16 bins of 4,096 expected each
+        assert ((counts - 4096).abs() < 5 * 64).all()  # within 5 sigma
+    assert torch.equal(bits, random_bits(1 << 16, 12345, torch.device("cpu")))  # no generator state
+
+
 def test_stochastic_rounding_is_unbiased_and_lands_on_a_neighbour():
     x = torch.full((200_000,), 1.0 + 2 ** -10)  # a quarter of the way from 1 to the next bf16 value (1 + 2^-7)
-    rounded = stochastic_round_to_bf16(x).float()
+    noise = random_bits(x.numel(), 7, torch.device("cpu")) & 0xFFFF
+    rounded = stochastic_round_to_bf16(x, noise).float()
     assert set(rounded.unique().tolist()) == {1.0, 1.0 + 2 ** -7}
     assert abs(rounded.mean().item() - x[0].item()) < 2e-5
-    negative = stochastic_round_to_bf16(-x).float()
+    negative = stochastic_round_to_bf16(-x, noise).float()
     assert abs(negative.mean().item() + x[0].item()) < 2e-5
 
 
@@ -69,15 +82,55 @@ def test_bf16_moments_track_fp32_ones():
         assert (mine - theirs).abs().max() < 0.02 * theirs.abs().max()
 
 
-def test_resume_with_bf16_moments_is_bit_exact(tmp_path):
-    """The stochastic rounding draws from torch's generator, whose state the checkpoint carries."""
-    moments = {"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}
-    train(tiny_config(tmp_path / "whole", optim=moments))
+def test_bf16_weights_track_fp32_ones_where_round_to_nearest_stalls():
+    """Small updates (lr 1e-4 on weights ~1: below half a bf16 ulp) vanish when bf16 weights are rounded to
+    nearest, as torch's AdamW on bf16 parameters does; stochastic rounding keeps them in expectation."""
+    slow = {**HYPER, "lr": 1e-4, "weight_decay": 0.0}
+
+    def bf16_trajectory(optimizer_for):
+        torch.manual_seed(0)
+        param = torch.nn.Parameter((1.0 + torch.rand(4096)).bfloat16())
+        optimizer = optimizer_for([param])
+        for _ in range(100):
+            param.grad = torch.ones_like(param)  # every step moves each weight down by ~lr
+            optimizer.step()
+        return param.detach().float(), optimizer
+
+    start = (1.0 + torch.rand(4096, generator=torch.Generator().manual_seed(0))).bfloat16().float()
+    ours, optimizer = bf16_trajectory(lambda p: LowPrecisionAdamW(p, **slow, exp_avg_dtype=torch.bfloat16,
+                                                                  exp_avg_sq_dtype=torch.bfloat16))
+    nearest, _ = bf16_trajectory(lambda p: torch.optim.AdamW(p, **slow))
+    assert optimizer.state[optimizer.param_groups[0]["params"][0]]["exp_avg"].dtype == torch.bfloat16
+    expected = 100 * 1e-4  # Adam's normalised step is ~lr for a constant gradient
+    assert abs((start - ours).mean().item() - expected) < 0.05 * expected
+    assert (start - nearest).abs().max().item() == 0.0  # every update rounded away
+
+
+def test_loaded_moments_keep_their_dtype_beside_bf16_weights():
+    """torch's load_state_dict casts state to the parameter's dtype: fp32 moments of bf16 weights would be
+    rounded to bf16 on every resume."""
+    param = torch.nn.Parameter(torch.randn(64).bfloat16())
+    optimizer = LowPrecisionAdamW([param], **HYPER, exp_avg_dtype=torch.float32, exp_avg_sq_dtype=torch.float32)
+    param.grad = torch.randn(64).bfloat16()
+    optimizer.step()
+    saved = optimizer.state_dict()
+    fresh = LowPrecisionAdamW([param], **HYPER, exp_avg_dtype=torch.float32, exp_avg_sq_dtype=torch.float32)
+    fresh.load_state_dict(saved)
+    for key in ("exp_avg", "exp_avg_sq"):
+        assert fresh.state[param][key].dtype == torch.float32
+        assert torch.equal(fresh.state[param][key], saved["state"][0][key])
+
+
+def test_resume_with_bf16_moments_and_weights_is_bit_exact(tmp_path):
+    """The stochastic rounding's bits are a hash of the step and position: a resumed run draws the same."""
+    low = {"exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16", "main_params_dtype": "bf16"}
+    bf16 = {"precision": "bf16"}
+    train(tiny_config(tmp_path / "whole", optim=low, training=bf16))
     save = str(tmp_path / "ckpt")
-    first = train(tiny_config(tmp_path / "split", optim=moments, training={"train_iters": 8, "exit_interval": 4},
+    first = train(tiny_config(tmp_path / "split", optim=low, training={**bf16, "train_iters": 8, "exit_interval": 4},
                               checkpoint={"save": save}))
     assert first.iteration == 4
-    train(tiny_config(tmp_path / "split", optim=moments, checkpoint={"save": save, "load": save}))
+    train(tiny_config(tmp_path / "split", optim=low, training=bf16, checkpoint={"save": save, "load": save}))
     losses = [[r["loss"] for r in read_metrics(path / "metrics.jsonl") if "loss" in r]
               for path in (tmp_path / "whole", tmp_path / "split")]
     assert losses[0] == losses[1] and len(losses[0]) == 8
