@@ -15,19 +15,23 @@ step, and a handful of integer operations where Philox draws cost ~100 per eleme
 updated in slices of :data:`SLICE` elements so the fp32 temporaries of the eager update stay small next
 to the 8B model.
 
-On CUDA the update is compiled (``compiled=True``): one fused pass per slice reads the weight, gradient
-and moments once and writes them once, where the eager update ran a dozen full passes. The
-hyperparameters travel as one tensor and the hash key as an integer, so the compiled update serves every
-step and every parameter (shapes are dynamic).
+On CUDA the update is one Triton launch for every parameter (``fused=True``, :mod:`trainer.adamw_kernel`):
+it reads each weight, gradient and moments once and writes them once, with the same random bits as the
+tensor code here, where the eager update runs a dozen full passes.
 
 With everything fp32 the update is ``torch.optim.AdamW``'s to fp32 rounding (a test holds it to that).
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
+
+log = logging.getLogger(__name__)
 
 #: Elements updated at once (bounds the fp32 temporaries: ~6 of this size).
 SLICE = 2**25
@@ -59,17 +63,18 @@ def stochastic_round_to_bf16(x: torch.Tensor, noise: torch.Tensor) -> torch.Tens
     return truncated.view(torch.float32).to(torch.bfloat16)
 
 
-def _update_slice(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+def update_slice(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
                   hyper: torch.Tensor, grad_scale: torch.Tensor | None, key: int) -> None:
     """One AdamW update of matching flat slices (torch.optim.AdamW's arithmetic, in fp32) with the gradient
     divided by ``grad_scale`` when given; ``hyper`` = :func:`hyperparameters`, ``key`` = :func:`hash_key`
     (positions ``2 * i`` and ``2 * i + 1`` give element ``i`` 64 random bits, 16 for each bf16 store)."""
     lr, beta1, beta2, eps, weight_decay, correction1, correction2_sqrt = hyper.unbind()
-    grad = grad.float() if grad_scale is None else grad.float() / grad_scale
+    # NOTE: per-tensor divisors as reciprocals, so the kernel divides once per tensor, not per element
+    grad = grad.float() if grad_scale is None else grad.float() * (1 / grad_scale)
     first = exp_avg.float().lerp(grad, 1 - beta1)
     second = exp_avg_sq.float() * beta2 + grad * grad * (1 - beta2)
     weight = param.float() * (1 - lr * weight_decay)
-    weight = weight - first / (second.sqrt() / correction2_sqrt + eps) * (lr / correction1)
+    weight = weight - first / (second.sqrt() * (1 / correction2_sqrt) + eps) * (lr / correction1)
     results = ((param, weight), (exp_avg, first), (exp_avg_sq, second))
     noises: tuple[torch.Tensor | None, ...] = (None, None, None)
     if any(target.dtype != torch.float32 for target, _ in results):
@@ -79,19 +84,41 @@ def _update_slice(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor
         target.copy_(value if target.dtype == torch.float32 else stochastic_round_to_bf16(value, noise))
 
 
-def hash_key(step: int, ordinal: int, start: int) -> int:
-    """Where the random bits of the slice at element ``start`` of the optimizer's ``ordinal``-th parameter
-    begin at ``step``: a different stream per step and parameter, two hash positions per element."""
-    return (step * 0x9E3779B1 + ordinal * 0x85EBCA77 + 2 * start) & _LOW32
+def hash_key(step: int, ordinal: int) -> int:
+    """Where the random bits of the optimizer's ``ordinal``-th parameter begin at ``step`` (two hash
+    positions per element, so a slice at element ``start`` begins ``2 * start`` later): a different stream
+    per step and parameter."""
+    return (step * 0x9E3779B1 + ordinal * 0x85EBCA77) & _LOW32
 
 
-def hyperparameters(group: dict, step: int, device: torch.device) -> torch.Tensor:
+def hyperparameters(group: dict, step: int) -> list[float]:
     """``[lr, beta1, beta2, eps, weight_decay, 1 - beta1^step, sqrt(1 - beta2^step)]`` of a parameter group
-    at ``step``, as one fp32 tensor on ``device``."""
+    at ``step`` (the ``hyper`` of :func:`update_slice` as a tensor)."""
     beta1, beta2 = group["betas"]
-    values = [float(group["lr"]), beta1, beta2, group["eps"], group["weight_decay"], 1 - beta1**step,
-              math.sqrt(1 - beta2**step)]
-    return torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True)
+    return [float(group["lr"]), beta1, beta2, group["eps"], group["weight_decay"], 1 - beta1**step,
+            math.sqrt(1 - beta2**step)]
+
+
+@dataclass(frozen=True)
+class Work:
+    """One parameter's update in a step: flat tensors, its :func:`hyperparameters` and :func:`hash_key`."""
+
+    param: torch.Tensor
+    grad: torch.Tensor
+    exp_avg: torch.Tensor
+    exp_avg_sq: torch.Tensor
+    hyper: list[float]
+    key: int
+
+
+def _fused_update() -> Callable[[list[Work], torch.Tensor | None, torch.Tensor | None], None] | None:
+    """:func:`trainer.adamw_kernel.update`, or None (logged) where Triton is not importable."""
+    try:
+        from trainer.adamw_kernel import update
+    except ImportError as error:
+        log.warning("the AdamW update runs as tensor code (a dozen passes, not one kernel): %s", error)
+        return None
+    return update
 
 
 class LowPrecisionAdamW(torch.optim.Optimizer):
@@ -99,10 +126,11 @@ class LowPrecisionAdamW(torch.optim.Optimizer):
     parameters of any float dtype (bf16 ones are updated in fp32 and stored with stochastic rounding)."""
 
     def __init__(self, params, lr: float, betas: tuple[float, float], eps: float, weight_decay: float,
-                 exp_avg_dtype: torch.dtype, exp_avg_sq_dtype: torch.dtype, compiled: bool = False) -> None:
+                 exp_avg_dtype: torch.dtype, exp_avg_sq_dtype: torch.dtype, fused: bool = False) -> None:
+        """``fused``: update every parameter in one Triton launch (CUDA; tensor code, logged, without Triton)."""
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
         self.dtypes = (exp_avg_dtype, exp_avg_sq_dtype)
-        self.update = torch.compile(_update_slice, dynamic=True) if compiled else _update_slice
+        self.kernel = _fused_update() if fused else None
         self.register_load_state_dict_pre_hook(LowPrecisionAdamW._keep_loaded_moments)
         self.register_load_state_dict_post_hook(LowPrecisionAdamW._restore_moments)
 
@@ -133,23 +161,28 @@ class LowPrecisionAdamW(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         """One update of every parameter that has a gradient, divided by the ``grad_scale`` attribute when set
-        (the protocol of torch's fused optimizers: :func:`trainer.optim.clipped_step` sets it)."""
+        and skipped when the ``found_inf`` attribute is nonzero (the protocol of torch's fused optimizers:
+        :func:`trainer.optim.clipped_step` sets them; NOTE: a skipped fused step still counts in ``step``,
+        as the caller stops training on it)."""
         loss = None if closure is None else closure()
-        grad_scale = getattr(self, "grad_scale", None)
-        ordinal = 0
-        for group in self.param_groups:
-            hypers: dict[tuple[int, torch.device], torch.Tensor] = {}
-            for param in group["params"]:
-                ordinal += 1
-                if param.grad is None:
-                    continue
-                state = self._state(param)
-                state["step"] += 1
-                key = (int(state["step"]), param.device)
-                if key not in hypers:
-                    hypers[key] = hyperparameters(group, *key)
-                flat = [param.view(-1), param.grad.reshape(-1), state["exp_avg"].view(-1), state["exp_avg_sq"].view(-1)]
-                for start in range(0, flat[0].numel(), SLICE):
-                    self.update(*(t[start:start + SLICE] for t in flat), hypers[key], grad_scale,
-                                hash_key(key[0], ordinal, start))
+        grad_scale, found_inf = getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
+        if self.kernel is None and found_inf is not None and bool(found_inf):
+            return loss
+        works = []
+        for ordinal, (group, param) in enumerate(((g, p) for g in self.param_groups for p in g["params"]), 1):
+            if param.grad is None:
+                continue
+            state = self._state(param)
+            state["step"] += 1
+            step = int(state["step"])
+            works.append(Work(param.view(-1), param.grad.reshape(-1), state["exp_avg"].view(-1),
+                              state["exp_avg_sq"].view(-1), hyperparameters(group, step), hash_key(step, ordinal)))
+        if self.kernel is not None:
+            self.kernel(works, grad_scale, found_inf)
+            return loss
+        for work in works:
+            hyper = torch.tensor(work.hyper, dtype=torch.float32, device=work.param.device)
+            tensors = (work.param, work.grad, work.exp_avg, work.exp_avg_sq)
+            for start in range(0, work.param.numel(), SLICE):
+                update_slice(*(t[start:start + SLICE] for t in tensors), hyper, grad_scale, work.key + 2 * start)
         return loss
