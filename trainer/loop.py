@@ -19,11 +19,11 @@ import torch
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError, OutOfMemory, TrainingDiverged
 from trainer.metrics import MetricsSink, perplexity, throughput
-from trainer.optim import clip_factor, clipped_step, set_learning_rate
+from trainer.optim import clipped_step, set_learning_rate
 from trainer.profiling import StepProfiler
 from trainer.parallel_state import shutdown_parallel
 from trainer.run import Run, build_run, metrics_sink, save
-from trainer.runtime import GarbageCollection, garbage_collection, stop_on_signals
+from trainer.runtime import GarbageCollection, fetch_later, garbage_collection, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -84,18 +84,20 @@ def train_step(run: Run) -> StepResult:
     started = time.perf_counter()
     batches = _micro_batches(run, "train", run.accumulation)
     tokens = run.engine.global_tokens(batches)
-    loss = run.engine.forward_backward(batches, tokens) / tokens
-    grad_norm = run.engine.reducer.global_norm()
+    values = torch.stack([run.engine.forward_backward(batches, tokens) / tokens, run.engine.reducer.global_norm()])
+    finite = torch.isfinite(values).all()
+    read_values = fetch_later(values)  # NOTE: read after the update is queued, so the GPU never waits for Python
     step = run.iteration + 1
+    lr = run.schedule(step)
+    set_learning_rate(run.optimizer, lr)
+    clipped_step(run.optimizer, values[1], run.config.optim.clip_grad or math.inf, finite)
+    run.engine.reducer.gather_weights()
+    loss, grad_norm = read_values()
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
         raise TrainingDiverged(
             f"step {step}: loss {loss}, gradient norm {grad_norm}; the step was not applied and the last "
             "checkpoint is untouched. Resume from it with a lower --lr, a longer --lr-warmup-iters or "
             "--clip-grad 1.0; check the data around this step with the corpus blend command logged at start")
-    lr = run.schedule(step)
-    set_learning_rate(run.optimizer, lr)
-    clipped_step(run.optimizer, clip_factor(grad_norm, run.config.optim.clip_grad or math.inf))
-    run.engine.reducer.gather_weights()
     run.iteration = step
     return StepResult(loss, grad_norm, lr, time.perf_counter() - started)
 

@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -72,6 +72,25 @@ def pick_precision(config: TrainingConfig, device: torch.device) -> Precision:
     if device.type == "cuda":
         torch.set_float32_matmul_precision("high")  # fp32 matmuls on GPU use TF32 tensor cores
     return Precision(name, device)
+
+
+def fetch_later(values: torch.Tensor) -> Callable[[], list[float]]:
+    """Start copying ``values`` (on any device) to the host without waiting for the GPU's queued work, and
+    return the function that waits for that copy alone and gives the values: the GPU can be handed more
+    work (the optimizer step) before Python looks at them."""
+    if values.device.type != "cuda":
+        read = values.tolist()  # host values cost no wait
+        return lambda: read
+    host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+    host.copy_(values, non_blocking=True)
+    copied = torch.cuda.Event()
+    copied.record()
+
+    def wait() -> list[float]:
+        copied.synchronize()
+        return host.tolist()
+
+    return wait
 
 
 def seed_everything(seed: int) -> None:

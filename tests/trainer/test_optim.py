@@ -1,4 +1,5 @@
-"""Clipping inside the optimizer step: the fused AdamW's and ours equal scaling the gradients first."""
+"""Clipping inside the optimizer step: the fused AdamW's and ours equal scaling the gradients first; a
+non-finite step is skipped on the device."""
 
 from __future__ import annotations
 
@@ -34,19 +35,45 @@ def _scaled_first(params: list[torch.nn.Parameter], factor: float) -> list[torch
     return [param.detach().clone() for param in params]
 
 
-@pytest.mark.parametrize("build", [
+BUILDERS = pytest.mark.parametrize("build", [
     lambda params: torch.optim.AdamW(params, **HYPER, fused=True),
     lambda params: LowPrecisionAdamW(params, HYPER["lr"], (0.9, 0.999), HYPER["eps"], HYPER["weight_decay"],
                                      torch.float32, torch.float32),
     lambda params: torch.optim.AdamW(params, **HYPER, foreach=True),
 ], ids=["fused", "low-precision", "foreach"])
+
+FINITE = torch.tensor(True)
+
+
+@BUILDERS
 def test_clipped_step_equals_scaling_the_gradients_first(build):
     expected = _scaled_first(_params(), 0.3)
     params = _params()
     optimizer = build(params)
-    clipped_step(optimizer, 0.3)
-    assert not hasattr(optimizer, "grad_scale")  # a later unclipped step must not divide again
+    clipped_step(optimizer, torch.tensor(1 / 0.3 - 1e-6), 1.0, FINITE)  # clip_factor 0.3
+    assert not hasattr(optimizer, "grad_scale") and not hasattr(optimizer, "found_inf")  # not left for later steps
     unclipped = _scaled_first(_params(), 1.0)
     for got, want, wrong in zip(params, expected, unclipped):
         torch.testing.assert_close(got.detach(), want, rtol=1e-5, atol=1e-6)
         assert (want - wrong).abs().max() > 1e-3  # the case can tell a clipped step from an unclipped one
+
+
+@BUILDERS
+def test_a_norm_below_the_limit_or_no_limit_leaves_the_gradients_alone(build):
+    expected = _scaled_first(_params(), 1.0)
+    for norm, max_norm in ((0.5, 1.0), (50.0, float("inf"))):
+        params = _params()
+        clipped_step(build(params), torch.tensor(norm), max_norm, FINITE)
+        for got, want in zip(params, expected):
+            torch.testing.assert_close(got.detach(), want, rtol=1e-5, atol=1e-6)
+
+
+@BUILDERS
+def test_a_non_finite_step_changes_nothing(build):
+    params = _params()
+    before = [param.detach().clone() for param in params]
+    optimizer = build(params)
+    clipped_step(optimizer, torch.tensor(float("nan")), 1.0, torch.tensor(False))
+    for got, want in zip(params, before):
+        assert torch.equal(got.detach(), want)
+    assert all(not torch.count_nonzero(state["exp_avg"]) for state in optimizer.state.values())

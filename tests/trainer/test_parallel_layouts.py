@@ -18,7 +18,7 @@ from trainer import checkpoint
 from trainer.config import ModelConfig
 from trainer.config_loading import load_config, merge
 from trainer.loop import train, train_step
-from trainer.optim import clip_factor, clipped_step
+from trainer.optim import clipped_step
 from trainer.parallel.state_dict import named_parameters
 from trainer.run import build_run, model_vocab_size
 
@@ -47,7 +47,7 @@ def zero_probe(overrides: dict, out: str) -> None:
     engine._run(batches, engine.global_tokens(batches), backward=True)
     launched_in_backward = [bucket.launched for bucket in engine.reducer.buckets]
     engine.reducer.finish()
-    clipped_step(run.optimizer, clip_factor(engine.reducer.global_norm(), 1.0))
+    clipped_step(run.optimizer, engine.reducer.global_norm(), 1.0, torch.tensor(True))
     engine.reducer.gather_weights()
     engine.reducer.wait_weights()
     state = [name for name, _, param in named_parameters(engine.chunks) if run.optimizer.state.get(param)]

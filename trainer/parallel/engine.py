@@ -62,29 +62,30 @@ class StepEngine:
             if backward:
                 loss.backward()
 
-    def _sum(self, value: torch.Tensor, dimension: str | None = None) -> float:
-        """``value`` summed over the ranks of ``dimension`` (``dp``…; None: the whole world). A value that
-        stays on this rank is read where it is (a host tensor costs no wait for the GPU)."""
+    def _summed(self, value: torch.Tensor, dimension: str | None = None) -> torch.Tensor:
+        """``value`` summed over the ranks of ``dimension`` (``dp``…; None: the whole world), where it is when
+        it stays on this rank (on the device otherwise)."""
         if (self.parallel.world_size if dimension is None else getattr(self.parallel, f"{dimension}_size")) > 1:
             value = value.to(self.parallel.device)
             dist.all_reduce(value, group=None if dimension is None else self.parallel.group(dimension))
-        return float(value)
+        return value
 
-    def _global_loss_sum(self) -> float:
-        """Sum of the token losses of the global batch; last stage, TP rank 0 of each DP replica contribute."""
+    def _global_loss_sum(self) -> torch.Tensor:
+        """Sum of the token losses of the global batch (0-d, on the device); last stage, TP rank 0 of each DP
+        replica contribute."""
         local = torch.zeros((), dtype=torch.float32, device=self.parallel.device)
         if self.feed.loss_sums and self.parallel.tp_rank == 0:
             local = torch.stack(self.feed.loss_sums).sum()
-        return self._sum(local)
+        return self._summed(local)
 
     def global_tokens(self, batches: list[dict[str, torch.Tensor]]) -> float:
         """Unmasked tokens of the global batch (this rank's micro-batches summed over the DP group), at least 1."""
         local = sum(batch["loss_mask"].sum() for batch in batches).to(torch.float32)
-        return max(1.0, self._sum(local, "dp"))
+        return max(1.0, float(self._summed(local, "dp")))  # NOTE: host tensors on one rank: no wait for the GPU
 
-    def forward_backward(self, batches: list[dict[str, torch.Tensor]], tokens: float) -> float:
+    def forward_backward(self, batches: list[dict[str, torch.Tensor]], tokens: float) -> torch.Tensor:
         """Gradients of the step's ``batches`` (loss divided by ``tokens``), reduced over DP; returns the
-        global batch's loss sum."""
+        global batch's loss sum (0-d, on the device: reading it would wait for the backward pass)."""
         self.reducer.start_step()
         self._run(batches, tokens, backward=True)
         self.reducer.finish()
@@ -94,7 +95,7 @@ class StepEngine:
     def evaluate(self, batches: list[dict[str, torch.Tensor]]) -> float:
         """Loss sum of ``batches`` (one global batch) over every rank, forward passes only."""
         self._run(batches, 1.0, backward=False)
-        return self._global_loss_sum()
+        return float(self._global_loss_sum())
 
     def world_max(self, value: float) -> float:
         """The largest ``value`` over every rank (one process: ``value`` itself, with no wait for the GPU)."""

@@ -189,15 +189,16 @@ class GradReducer:
         holder = self.owned(bucket) if self.zero else self.parallel.dp_rank == 0
         return holder and (not bucket.tp_replicated or self.parallel.tp_rank == 0)
 
-    def global_norm(self) -> float:
-        """The global gradient norm over TP × PP × DP, each gradient counted once (clipping scales the
-        gradients inside the optimizer step: :func:`trainer.optim.clipped_step`)."""
+    def global_norm(self) -> torch.Tensor:
+        """The global gradient norm over TP × PP × DP, each gradient counted once, as a 0-d fp32 tensor on
+        the device (read without waiting: clipping happens inside the optimizer step,
+        :func:`trainer.optim.clipped_step`)."""
         counted = [grad for bucket in self.buckets if self._counted(bucket) for grad in self._grads(bucket)]
         norms = torch._foreach_norm(counted) if counted else [torch.zeros((), device=self.parallel.device)]
         square = torch.linalg.vector_norm(torch.stack(norms).float()).square()
         if self.parallel.world_size > 1:
             dist.all_reduce(square)
-        return float(square.sqrt())
+        return square.sqrt()
 
     def gather_weights(self) -> None:
         """ZeRO-1: broadcast every bucket's updated weights from its owner (asynchronously under
