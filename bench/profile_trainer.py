@@ -4,9 +4,9 @@ and sum the kernels of the traced steps by family (GEMM, attention, Triton, opti
     python3 bench/profile_trainer.py bf16,fp8:scaled_mm:tensorwise      # on the H200, data as train_h200's
     python3 bench/profile_trainer.py --trace some_trace.json            # summarise a Chrome trace
 
-Each run entry is a ``train_h200.py --speed-runs`` entry. Steps 7-8 are traced (after compilation);
-the summary gives the traced window, the GPU's busy time within it, per-family totals and the top
-kernels; ``$OUT`` gets each run's log and gzipped trace. Profiled steps run a little slower than
+Each run entry is a ``train_h200.py --speed-runs`` entry. Steps 7-8 are traced (after compilation;
+``--trace-steps 4-13`` for more); the summary gives the traced window, the GPU's busy time within it,
+per-family totals, the longest idle gaps with the kernels around them, and the top kernels; ``$OUT`` gets each run's log and gzipped trace. Profiled steps run a little slower than
 unprofiled ones: compare families and busy time between runs, take tokens/s from ``train_h200.py``.
 """
 
@@ -50,6 +50,20 @@ def busy_time(intervals: list[tuple[float, float]]) -> float:
     return total + (0.0 if current_end is None else current_end - current_start)
 
 
+def idle_gaps(gpu: list[dict], top: int) -> list[str]:
+    """The ``top`` longest stretches with no GPU work, each named by the kernels around it (what the GPU
+    waited for: Python, a host read, a launch), after the total idle time."""
+    gaps, end, last, origin = [], None, None, min(e["ts"] for e in gpu)
+    for event in sorted(gpu, key=lambda e: e["ts"]):
+        if end is not None and event["ts"] > end:
+            gaps.append((event["ts"] - end, end, last["name"][:60], event["name"][:60]))
+        if end is None or event["ts"] + event["dur"] > end:
+            end, last = event["ts"] + event["dur"], event
+    lines = [f"  idle {sum(g[0] for g in gaps) / 1e3:.1f} ms in {len(gaps)} gaps; longest:"]
+    return lines + [f"    {length / 1e3:6.2f} ms at +{(at - origin) / 1e3:7.1f} ms after {before!r} before {after!r}"
+                    for length, at, before, after in sorted(gaps, reverse=True)[:top]]
+
+
 def summarise(trace: Path, top: int = 25) -> str:
     """Busy time, per-family totals and the ``top`` kernels of a torch.profiler Chrome trace (ms)."""
     events = json.loads(trace.read_text())["traceEvents"]
@@ -65,22 +79,24 @@ def summarise(trace: Path, top: int = 25) -> str:
     lines = [f"{trace.name}: window {(end - start) / 1e3:.1f} ms, GPU busy {busy / 1e3:.1f} ms "
              f"({100 * busy / (end - start):.1f}%), {len(gpu)} kernels"]
     lines += [f"  {label:20} {total / 1e3:9.1f} ms" for label, total in families.most_common()]
+    lines += idle_gaps(gpu, top // 3)
     lines += [f"    {total / 1e3:8.2f} ms {count:5d}x {label:20} {name}"
               for (label, name), (count, total) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:top]]
     return "\n".join(lines)
 
 
-def profile(runs: str, out: Path) -> None:
-    """Train and trace each run entry (steps 7-8 of 9), print its summary, keep its trace in ``out``."""
+def profile(runs: str, out: Path, first: int, last: int) -> None:
+    """Train and trace each run entry (steps ``first``–``last`` of ``last + 1``), print its summary, keep its
+    trace in ``out``."""
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         write_blend(folder)
         for spec in runs.split(","):
             tag, flags = parse_run(spec)
             traces = folder / f"profile_{tag}"
-            common = [*SPEED_SHAPE, "--train-iters", "9", "--eval-iters", "0", "--lr", "1e-4", "--bf16", "--profile",
-                      "--use-pytorch-profiler", "--profile-step-start", "7", "--profile-step-end", "9",
-                      "--profile-dir", str(traces)]
+            common = [*SPEED_SHAPE, "--train-iters", str(last + 1), "--eval-iters", "0", "--lr", "1e-4", "--bf16",
+                      "--profile", "--use-pytorch-profiler", "--profile-step-start", str(first),
+                      "--profile-step-end", str(last + 1), "--profile-dir", str(traces)]
             result = train(tag, [*common, *flags], folder, 3, 300)
             print(tag, {key: value for key, value in result.items() if key != "evals"}, flush=True)
             for trace in sorted(traces.glob("*.json")):
@@ -93,13 +109,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="?", default="bf16,fp8:scaled_mm:tensorwise", help="train_h200 run entries")
     parser.add_argument("--trace", type=Path, help="only summarise this Chrome trace (.json)")
+    parser.add_argument("--trace-steps", default="7-8", help="first-last step traced (after compilation: from 3)")
     args = parser.parse_args()
+    first, _, last = args.trace_steps.partition("-")
+    if not (first.isdigit() and last.isdigit() and 3 <= int(first) <= int(last)):
+        parser.error(f"--trace-steps {args.trace_steps!r}: give FIRST-LAST with 3 <= FIRST <= LAST, e.g. 4-13")
     if args.trace:
         print(summarise(args.trace))
         return
     out = Path(os.environ.get("OUT", tempfile.gettempdir()))
     out.mkdir(parents=True, exist_ok=True)
-    profile(args.runs, out)
+    profile(args.runs, out, int(first), int(last))
 
 
 if __name__ == "__main__":

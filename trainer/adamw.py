@@ -64,7 +64,7 @@ def stochastic_round_to_bf16(x: torch.Tensor, noise: torch.Tensor) -> torch.Tens
 
 
 def update_slice(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
-                  hyper: torch.Tensor, grad_scale: torch.Tensor | None, key: int) -> None:
+                 hyper: torch.Tensor, grad_scale: torch.Tensor | None, key: int) -> None:
     """One AdamW update of matching flat slices (torch.optim.AdamW's arithmetic, in fp32) with the gradient
     divided by ``grad_scale`` when given; ``hyper`` = :func:`hyperparameters`, ``key`` = :func:`hash_key`
     (positions ``2 * i`` and ``2 * i + 1`` give element ``i`` 64 random bits, 16 for each bf16 store)."""

@@ -3,7 +3,8 @@
 Every parameter's weight, gradient and moments are read once and written once, in whichever of fp32 and
 bf16 they are held, the bf16 results stored with stochastic rounding from the same 32-bit hash as
 :func:`trainer.adamw.random_bits` (unsigned 32-bit arithmetic here, int64 masked to 32 bits there: the
-same bits, so the kernel and the tensor-code update agree exactly; a test holds them to it).
+same bits, so the kernel and the tensor-code update agree but where a compiler's fused multiply-add moves
+an fp32 result by an ulp; a test holds them to that).
 
 One launch for all parameters (a table of their addresses, as apex's multi-tensor apply), not one per
 parameter: on an H200 the per-parameter launches of a 1.3B model cost ~79 µs of Python each, 11.6 ms a
