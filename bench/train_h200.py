@@ -9,7 +9,8 @@ Phases (each trains through the CLI exactly as users launch it, on a blend of th
   ``--speed-runs`` entry (``bf16``, ``fp8:BACKEND:RECIPE``; ``+bf16-weights`` for bf16 weights and moments as
   the baselines keep them; ``@N`` for micro-batch N, reported apart),
   torch.compile per block where the backend allows and the fused loss on (the CUDA defaults);
-  steady-state tokens/s, MFU and peak memory over the steps after ``--warmup``;
+  steady-state tokens/s, MFU and peak memory over the steps after ``--warmup``, every step's rate, and the
+  GPU's SM clock and power meanwhile (``bench/gpu_clocks.py``: a throttled clock shows there);
 - ``baseline``: ``gpu_baseline.py`` (plain PyTorch: eager, compiled, compiled + torchao FP8) and, when
   Transformer Engine imports, ``te_baseline.py``, in the same job; ratios ours/best baseline per precision;
 - ``parity``: ``125m`` for ``--parity-steps`` steps in bf16 and FP8 on the same samples (no token seen
@@ -33,6 +34,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench import gpu_clocks  # noqa: E402
 from bench.step_records import steady_means  # noqa: E402
 
 DATA = REPO / "bench" / ".cache" / "h200"
@@ -77,7 +79,8 @@ def train(tag: str, flags: list[str], folder: Path, warmup: int, timeout: float,
                "--log-interval", "1", "--metrics-jsonl", str(metrics), *flags]
     print("$", " ".join(command), flush=True)
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    with open(out / f"{tag}.log", "w") as log:
+    clocks = folder / f"{tag}.gpu.csv"
+    with open(out / f"{tag}.log", "w") as log, gpu_clocks.sampled(clocks):
         done = subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": path}, stdout=log,
                               stderr=subprocess.STDOUT, timeout=timeout)
     records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
@@ -86,7 +89,7 @@ def train(tag: str, flags: list[str], folder: Path, warmup: int, timeout: float,
     if done.returncode or len(steps) <= warmup:
         return {"failed": f"exit {done.returncode}, {len(steps)} steps (see {tag}.log)", "evals": evals}
     return {**steady_means(steps, warmup), "first_loss": steps[0]["loss"], "last_loss": steps[-1]["loss"],
-            "evals": evals}
+            "step_rates": [round(r["tokens_per_s"]) for r in steps], "gpu": gpu_clocks.summary(clocks), "evals": evals}
 
 
 #: ``+bf16-weights``: the baselines' memory scheme (bf16 weights and Adam moments, no fp32 copy), ours with
@@ -137,7 +140,10 @@ def baselines(args: argparse.Namespace, folder: Path) -> dict:
     if args.te_baseline != "none" and subprocess.run([sys.executable, "-c", "import transformer_engine.pytorch"]).returncode == 0:
         scripts.append((args.te_baseline, "te_baseline.json"))
     for script, output in scripts:
-        subprocess.run([sys.executable, script], env={**os.environ, "OUT": str(folder)}, timeout=330)
+        clocks = folder / f"{output[:-5]}.gpu.csv"
+        with gpu_clocks.sampled(clocks):
+            subprocess.run([sys.executable, script], env={**os.environ, "OUT": str(folder)}, timeout=330)
+        results[f"{output[:-5]}_gpu"] = gpu_clocks.summary(clocks)  # every run of the script together
         if (folder / output).exists():
             loaded = json.loads((folder / output).read_text())
             results.update({key: value for key, value in loaded.items() if isinstance(value, dict)})
@@ -173,6 +179,13 @@ def eight_b(args: argparse.Namespace, folder: Path) -> dict:
 PHASES = {"speed": speed, "baseline": baselines, "parity": parity, "8b": eight_b}
 
 
+def clock_line(gpu: dict) -> str:
+    """One line of :func:`bench.gpu_clocks.summary`."""
+    return (f"SM clock {gpu['sm_clock_mean_mhz']:.0f} MHz mean, {gpu['sm_clock_min_mhz']:.0f} min, "
+            f"{100 * gpu['below_max_clock_share']:.0f}% of busy samples below max; power {gpu['power_mean_w']:.0f} W "
+            f"mean, {gpu['power_max_w']:.0f} max of {gpu['power_limit_w']:.0f}")
+
+
 def table(results: dict) -> None:
     """Tokens/s, MFU, memory and ours/best-baseline ratios, one row per run."""
     base = {"bf16": [v["tok_s"] for k, v in results.items() if k.endswith("bf16") and "tok_s" in v],
@@ -189,6 +202,10 @@ def table(results: dict) -> None:
             note += " (larger micro-batch: reported apart, not the target ratio)" if "_mb" in name else ""
             print(f"{name:24} {record['tokens_per_s']:>9,.0f} {100 * (record['mfu'] or 0):>6.1f}% "
                   f"{record['peak_memory_gib']:>8.1f}  {note}")
+            if record.get("gpu"):
+                print(f"{'':24} {clock_line(record['gpu'])}")
+        elif name.endswith("_gpu") and record:
+            print(f"{name[:-4] + ' (every run)':24} {clock_line(record)}")
         elif "failed" in record:
             print(f"{name:24} failed: {record['failed']}")
     gap = results.get("parity_gap", {}).get("max_abs_after_warmup")
