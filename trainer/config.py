@@ -243,7 +243,8 @@ class LoggingConfig:
     eval_interval: int = knob(1000, "Evaluate on the valid split every N steps.", "--eval-interval")
     eval_iters: int = knob(100, "Global batches per evaluation (0: no evaluation).", "--eval-iters")
     tensorboard_dir: str | None = knob(None, "Write TensorBoard event files here.", "--tensorboard-dir")
-    metrics_jsonl: str | None = knob(None, "Append one JSON object per logged step (and per evaluation) here.",
+    metrics_jsonl: str | None = knob(None, "Write one JSON object per logged step (and per evaluation) here; a resumed "
+                                     "run continues the file, a fresh one moves an existing file to FILE.1 (.2, …).",
                                      "--metrics-jsonl")
     log_throughput: bool = knob(True, "Show tokens/s per GPU, model TFLOP/s and MFU on console lines.",
                                 "--log-throughput")

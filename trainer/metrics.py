@@ -83,6 +83,18 @@ def trim_jsonl(path: Path, last_step: int) -> None:
     os.replace(partial, path)
 
 
+def set_aside(path: Path) -> Path | None:
+    """Move an earlier run's non-empty ``path`` to the first free ``<name>.1``, ``<name>.2``… (a rename) and
+    return where it went: a fresh run writes its own file, and the old records are kept, not mixed in."""
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    number = 1
+    while (aside := path.with_name(f"{path.name}.{number}")).exists():
+        number += 1
+    os.replace(path, aside)
+    return aside
+
+
 class MetricsSink:
     """Writes each record to the console, TensorBoard (``--tensorboard-dir``) and JSONL (``--metrics-jsonl``)."""
 
@@ -94,6 +106,8 @@ class MetricsSink:
             path.parent.mkdir(parents=True, exist_ok=True)
             if resumed_step:
                 trim_jsonl(path, resumed_step)
+            elif (aside := set_aside(path)) is not None:
+                log.info("--metrics-jsonl %s held an earlier run's records: moved to %s", path, aside)
             self.jsonl = path.open("a")
         self.tensorboard = self._tensorboard(config.tensorboard_dir, resumed_step)
 

@@ -57,3 +57,18 @@ def test_jsonl_is_trimmed_to_the_resumed_step_then_appended(tmp_path):
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3, 3] and records[-1]["eval_loss"] == 0.7
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+
+
+def test_a_fresh_run_moves_an_earlier_runs_jsonl_aside(tmp_path):
+    path = tmp_path / "m.jsonl"
+    earlier = [json.dumps({"step": s, "loss": 1.0}) + "\n" for s in (1, 2)]
+    for run in range(1, 3):  # two earlier runs: .1 then .2, neither overwritten
+        path.write_text("".join(earlier) + json.dumps({"run": run}) + "\n")
+        sink = MetricsSink(LoggingConfig(metrics_jsonl=str(path)), 0, 10)
+        sink.write({"step": 1, "loss": 0.5, "lr": 0.1, "grad_norm": 1.0, **throughput(100, 1.0, 1.0, 1, None)})
+        sink.close()
+        assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1]
+        assert json.loads((tmp_path / f"m.jsonl.{run}").read_text().splitlines()[-1]) == {"run": run}
+    path.write_text("")
+    MetricsSink(LoggingConfig(metrics_jsonl=str(path)), 0, 10).close()  # an empty file is simply reused
+    assert not (tmp_path / "m.jsonl.3").exists()
