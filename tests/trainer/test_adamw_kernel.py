@@ -1,0 +1,75 @@
+"""The one-launch AdamW update (trainer.adamw_kernel) against the tensor-code update: Triton's interpreter on
+the CPU, the real kernel on CUDA."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]  # NOTE: not tests.conftest's, so the GPU case runs with --noconftest
+
+KERNEL_CHECK = textwrap.dedent("""
+    import torch
+    from trainer.adamw import Work, hyperparameters, update_slice
+    from trainer.adamw_kernel import update
+    DEVICE = "{device}"
+    group = {{"lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}}
+    torch.manual_seed(0)
+    bf16, fp32 = torch.bfloat16, torch.float32
+    # one launch per (dtypes, alignment): bf16 weights with bf16 or fp32 moments, fp32 weights, and a view
+    # at an odd offset (not 16-byte aligned)
+    shapes = [(3000, bf16, bf16, bf16), (4099, bf16, bf16, bf16), (2048, bf16, fp32, fp32), (777, fp32, fp32, fp32),
+              (5000, fp32, bf16, fp32)]
+    tensors = []
+    for numel, dtype, first, second in shapes:
+        tensors.append([torch.randn(numel, device=DEVICE).to(dtype), torch.randn(numel, device=DEVICE).to(dtype),
+                        torch.randn(numel, device=DEVICE).to(first), torch.rand(numel, device=DEVICE).to(second)])
+    tensors.append([t[1:] for t in (torch.rand(1001, device=DEVICE).bfloat16() for _ in range(4))])
+    hyper = hyperparameters(group, 7)
+    for grad_scale in (None, torch.tensor(2.5, device=DEVICE)):
+        ours = [[t.clone() for t in ts] for ts in tensors]
+        reference = [[t.clone() for t in ts] for ts in tensors]
+        update([Work(*ts, hyper, 1000 * i + 12345) for i, ts in enumerate(ours)], grad_scale, None)
+        for i, ts in enumerate(reference):
+            update_slice(*ts, torch.tensor(hyper, device=DEVICE), grad_scale, 1000 * i + 12345)
+        for mine, theirs, before in zip(ours, reference, tensors):
+            assert torch.equal(mine[1], before[1])  # the gradient is read, not written
+            for got, expected in zip(mine, theirs):
+                assert got.dtype == expected.dtype
+                if got.dtype == fp32:  # the same arithmetic but for the compilers' fused multiply-adds
+                    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7)
+                    continue
+                # the same random bits: equal but where an fp32 ulp puts a value across a rounding boundary
+                differ = got != expected
+                assert differ.float().mean() < 0.01, differ.float().mean()
+                torch.testing.assert_close(got.float(), expected.float(), rtol=2 ** -7, atol=1e-30)
+    skipped = [[t.clone() for t in ts] for ts in tensors]
+    update([Work(*ts, hyper, 7) for ts in skipped], None, torch.tensor(1.0, device=DEVICE))
+    assert all(torch.equal(a, b) for ts, before in zip(skipped, tensors) for a, b in zip(ts, before))
+    print("ok")
+""")
+
+
+def _run_kernel_check(device: str, env: dict) -> None:
+    result = subprocess.run([sys.executable, "-c", KERNEL_CHECK.format(device=device)], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+def test_triton_update_matches_the_tensor_code_in_the_interpreter():
+    """What CUDA runs (one kernel per parameter), by Triton's interpreter on the CPU: the tensor-code update's
+    results and random bits, for every mix of fp32 and bf16 weights, gradients and moments."""
+    pytest.importorskip("triton")
+    _run_kernel_check("cpu", {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_triton_update_matches_the_tensor_code_on_cuda():
+    _run_kernel_check("cuda", {**os.environ, "PYTHONPATH": str(REPO)})
