@@ -1,4 +1,5 @@
-"""``--compile``: torch.compile each transformer block in place, and the fused loss's per-chunk step.
+"""``--compile``: torch.compile each transformer block in place, and the fused loss's per-chunk step;
+``--compile-cache``: their compiled artifacts carried from one run to the next.
 
 Per block rather than the whole model: one graph compiled once serves every layer (the layers share
 code and shapes), compile time stays that of one block, and the embedding, the output GEMMs and the
@@ -6,13 +7,21 @@ optimizer stay eager. Inside a block Inductor fuses RMSNorm, RoPE, SwiGLU, the r
 FP8 scaling/casts around the GEMMs. The fused loss's softmax step (``trainer.cross_entropy``) compiles
 into one reduction and one pass writing the gradient of the logits. ``nn.Module.compile`` keeps
 parameter names, so checkpoints of a compiled run load into an eager one and back.
+
+The cache file is PyTorch's portable "mega-cache" (``torch.compiler.save_cache_artifacts``): the FX
+graphs Inductor compiled, their Triton kernels and autotuning results, keyed by graph and software, so a
+file from another model, torch or GPU only misses — it never changes what runs. Loading it warms the
+caches of this process; the log says how many graphs then came from it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 
 import torch
+from torch._dynamo.utils import counters
 
 from trainer.cross_entropy import compile_chunk_loss
 from trainer.errors import ConfigError
@@ -41,3 +50,43 @@ def compile_model(model: GPT) -> None:
     for layer in model.layers:
         layer.compile(options=INDUCTOR_OPTIONS)
     model.chunk_loss = compile_chunk_loss()
+
+
+def cache_file(path: str, rank: int, world_size: int) -> Path:
+    """``--compile-cache``'s file for this process: ``path``, or ``path.rankN`` when several processes each
+    compile their own stage's and shard's graphs."""
+    return Path(path) if world_size == 1 else Path(f"{path}.rank{rank}")
+
+
+def load_compiled(path: Path) -> None:
+    """Warm this process's compile caches from ``path`` (missing: logged; unreadable or foreign: a warning,
+    and the run compiles as without it)."""
+    if not path.exists():
+        log.info("--compile-cache %s: not there yet; written after the first step", path)
+        return
+    try:
+        info = torch.compiler.load_cache_artifacts(path.read_bytes())  # None (and torch's warning) if damaged
+        problem = None if info is not None else "torch rejected its contents"
+    except Exception as error:  # NOTE: any failure here only costs the compilation the cache would have saved
+        info, problem = None, f"{type(error).__name__}: {str(error)[:200]}"
+    if info is None:
+        log.warning("--compile-cache %s could not be loaded (%s); compiling without it, and the file will be "
+                    "rewritten", path, problem)
+        return
+    kinds = ", ".join(f"{len(keys)} {kind}" for kind, keys in info.artifacts.items())
+    log.info("--compile-cache %s: loaded %s", path, kinds or "nothing")
+
+
+def save_compiled(path: Path) -> None:
+    """Write everything this process compiled or loaded to ``path`` (a temporary name, then a rename), and
+    log how many of its graphs the cache served."""
+    artifacts = torch.compiler.save_cache_artifacts()
+    if artifacts is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_bytes(artifacts[0])
+    os.replace(partial, path)
+    hits, misses = counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+    log.info("--compile-cache %s: written (%.1f MB); graphs so far: %d from a cache, %d compiled", path,
+             len(artifacts[0]) / 1e6, hits, misses)

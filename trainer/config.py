@@ -58,6 +58,11 @@ class ModelConfig:
     compile: Literal["auto", "blocks", "off"] = knob(
         "auto", "torch.compile each transformer block (fuses RMSNorm, RoPE, SwiGLU and the FP8 casts); auto: blocks "
         "on CUDA, off on CPU.", "--compile")
+    compile_cache: str | None = knob(
+        None, "Load torch.compile's artifacts (Inductor's generated code, Triton kernels, autotuning results) from "
+        "FILE before compiling, and write them there after the first step and at the end: a later run of the same "
+        "blocks on the same software, on a fresh machine, skips that part of the compilation. One file per rank "
+        "(FILE.rankN) in a multi-process run.", "--compile-cache")
     recompute_granularity: Literal["full"] | None = knob(
         None, "Activation checkpointing: 'full' recomputes every transformer block in the backward pass (memory for "
         "compute).", "--recompute-granularity")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from trainer.compile import save_compiled
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError, OutOfMemory, TrainingDiverged
 from trainer.metrics import MetricsSink, perplexity, throughput
@@ -147,13 +148,16 @@ def _evaluate_and_log(run: Run, sink: MetricsSink, split: str = "valid") -> None
 def _loop(run: Run, sink: MetricsSink, profiler: StepProfiler, stop,
           collection: GarbageCollection) -> tuple[str, float | None]:
     """Steps until ``--train-iters`` or a stop request; returns (why it stopped, last loss)."""
-    config, window, last = run.config, _Window(), None
+    config, window, last, steps = run.config, _Window(), None, 0
     while run.iteration < config.training.train_iters:
         profiler.before_step(run.iteration + 1)
         try:
             last = train_step(run)
         except torch.OutOfMemoryError:
             raise OutOfMemory(f"out of memory at step {run.iteration + 1}: {OOM_HINT}") from None
+        steps += 1
+        if steps == 1 and run.compile_cache:
+            save_compiled(run.compile_cache)  # the training graphs, kept even if this run is killed later
         profiler.after_step(run.iteration)
         collection.after_step(run.iteration)
         window.add(last)
@@ -190,6 +194,8 @@ def train(config: TrainConfig) -> TrainResult:
                 if config.logging.eval_iters and run.iteration % config.logging.eval_interval:
                     _evaluate_and_log(run, sink)
                 _evaluate_and_log(run, sink, "test")
+            if run.compile_cache:
+                save_compiled(run.compile_cache)  # now with the evaluation graphs
             if config.checkpoint.save and run.checkpoint_iteration != run.iteration:
                 save(run)
     finally:

@@ -12,7 +12,7 @@ import torch
 
 from trainer import checkpoint
 from trainer.attention import AttentionBackend, AttentionShape, select_backend
-from trainer.compile import compile_model, should_compile
+from trainer.compile import cache_file, compile_model, load_compiled, should_compile
 from trainer.config import ModelConfig, TrainConfig, padded_vocab_size
 from trainer.data import TrainData, build_data
 from trainer.errors import CheckpointError, ConfigError
@@ -53,6 +53,7 @@ class Run:
     iterators: dict = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     fp8: FP8Engine = field(default_factory=lambda: FP8Engine("plain"))  # bf16/fp32 unless --fp8-format
+    compile_cache: Path | None = None  # --compile-cache's file for this rank, when the blocks are compiled
 
     def batches(self, split: str):
         """The (persistent) micro-batch iterator of ``split``."""
@@ -155,6 +156,11 @@ def build_run(config: TrainConfig) -> Run:
              optim.exp_avg_sq_dtype)
     log.info("%s; %.3g GFLOP/token; peak: %s", FLOP_CONVENTION, run.flops_per_token / 1e9,
              f"{peak:g} TFLOP/s ({peak_note})" if peak else peak_note)
+    if config.model.compile_cache and not compiled:
+        log.info("--compile-cache %s ignored: the blocks run eager", config.model.compile_cache)
+    elif config.model.compile_cache:
+        run.compile_cache = cache_file(config.model.compile_cache, parallel.rank, parallel.world_size)
+        load_compiled(run.compile_cache)
     if config.checkpoint.load:
         resume(run, config.checkpoint.load)
     return run

@@ -1,12 +1,16 @@
-"""--compile blocks: compiled blocks train like eager ones, keep their state-dict keys, and the choice rule."""
+"""--compile blocks: compiled blocks train like eager ones, keep their state-dict keys, and the choice rule;
+--compile-cache: a fresh process on an empty Inductor cache gets every graph from the file."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
 
+from tests.conftest import run_cli
 from tests.trainer.conftest import read_metrics, tiny_config
-from trainer.compile import should_compile
+from trainer.compile import cache_file, should_compile
 from trainer.errors import ConfigError
 from trainer.loop import train
 
@@ -32,3 +36,25 @@ def test_compiled_blocks_train_like_eager_and_checkpoints_load_into_eager_runs(t
     resumed = train(tiny_config(tmp_path / "resumed", model={"compile": "off"}, training={"train_iters": 6},
                                 checkpoint={"load": save}))
     assert resumed.iteration == 6
+
+
+def test_a_compile_cache_file_serves_a_fresh_process_every_graph(tmp_path):
+    cache = tmp_path / "blocks.compiled"
+    flags = ["run", "--mock-data", "--vocab-size", "256", "--seq-length", "64", "--preset", "tiny", "--train-iters", "2",
+             "--micro-batch-size", "2", "--eval-iters", "0", "--compile", "blocks", "--compile-cache", str(cache)]
+    logs = []
+    for run in ("first", "second"):  # each with an empty Inductor cache of its own
+        result = run_cli("trainer", *flags, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"inductor_{run}")})
+        logs.append(result.stdout + result.stderr)
+        assert cache.stat().st_size > 0 and not list(tmp_path.glob("*.partial"))
+    graphs = [[tuple(map(int, found)) for found in re.findall(r"graphs so far: (\d+) from a cache, (\d+) compiled", log)]
+              for log in logs]  # (from the cache, compiled) after the first step, then at the end
+    assert "not there yet" in logs[0] and graphs[0][-1][0] == 0 and graphs[0][-1][1] > 0
+    assert "loaded" in logs[1] and graphs[1][-1] == (graphs[0][-1][1], 0)
+    cache.write_bytes(b"not a cache")  # a damaged file costs the compilation it would have saved, nothing more
+    result = run_cli("trainer", *flags, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor_third")})
+    assert "could not be loaded" in result.stdout + result.stderr
+
+
+def test_each_process_of_a_parallel_run_has_its_own_cache_file():
+    assert str(cache_file("c.bin", 0, 1)) == "c.bin" and str(cache_file("c.bin", 3, 8)) == "c.bin.rank3"
