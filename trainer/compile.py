@@ -21,7 +21,6 @@ import os
 from pathlib import Path
 
 import torch
-from torch._dynamo.utils import counters
 
 from trainer.cross_entropy import compile_chunk_loss
 from trainer.errors import ConfigError
@@ -87,6 +86,8 @@ def save_compiled(path: Path) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.write_bytes(artifacts[0])
     os.replace(partial, path)
+    from torch._dynamo.utils import counters  # NOTE: here, so a run that never compiles never imports Dynamo
+
     hits, misses = counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
     log.info("--compile-cache %s: written (%.1f MB); graphs so far: %d from a cache, %d compiled", path,
              len(artifacts[0]) / 1e6, hits, misses)
