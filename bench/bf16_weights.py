@@ -64,7 +64,8 @@ def train(name: str, blend: Path, folder: Path, args: argparse.Namespace) -> dic
     flags = ["run", "--blend", str(blend), "--preset", "tiny", "--bf16", "--train-iters", str(args.steps),
              "--micro-batch-size", "8", "--global-batch-size", "8", "--lr", str(args.lr), "--min-lr", "0",
              "--lr-warmup-iters", str(args.steps // 10), "--lr-decay-style", "linear", "--eval-interval",
-             str(args.steps // 5), "--eval-iters", "8", "--log-interval", "50", "--metrics-jsonl", str(metrics),
+             str(args.steps // 5), "--eval-iters", "8", "--log-interval", "50", "--seed", str(args.seed),
+             "--metrics-jsonl", str(metrics),
              *RUNS[name]]
     launcher = ["-c", NEAREST] if name == "bf16 nearest" else ["-m", "cli.trainer"]
     print(f"$ {name}: trainer", " ".join(flags), flush=True)
@@ -78,6 +79,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--seed", type=int, default=1234, help="weights' init and samples' order, all three runs")
     args = parser.parse_args()
     out = Path(os.environ.get("OUT", tempfile.gettempdir()))
     with tempfile.TemporaryDirectory() as scratch:
