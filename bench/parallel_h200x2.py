@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.step_records import add_shape_arguments  # noqa: E402
 from bench.torchrun_runs import NO_MULTICAST, environment, loss_parity, torchrun_trainer  # noqa: E402
 
 
@@ -106,11 +107,7 @@ def report(results: dict[str, dict], micro_batch: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="1.3b")
-    parser.add_argument("--seq-length", type=int, default=4096)
-    parser.add_argument("--micro-batch-size", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=5, help="first steps left out of the means")
+    add_shape_arguments(parser, steps=20)
     parser.add_argument("--budget", type=float, default=450.0, help="seconds all runs together may take")
     parser.add_argument("--extra", default="", help="trainer flags added to every run, e.g. "
                         "'--fp8-format hybrid --fp8-recipe tensorwise --fp8-backend scaled_mm'")

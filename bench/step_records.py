@@ -1,8 +1,9 @@
 """Steady-state numbers of a trainer run from its ``--metrics-jsonl`` step records (every bench that
-launches the trainer reports the same way)."""
+launches the trainer reports the same way), and the shape arguments those benches share."""
 
 from __future__ import annotations
 
+import argparse
 import statistics
 
 
@@ -18,3 +19,13 @@ def steady_means(steps: list[dict], warmup: int) -> dict:
             "mfu": mean("mfu"), "tflops_per_gpu": mean("tflops_per_gpu"),
             "peak_memory_gib": max(record.get("peak_memory_gib", 0.0) for record in steps),
             "steps_measured": len(steady)}
+
+
+def add_shape_arguments(parser: argparse.ArgumentParser, steps: int) -> None:
+    """``--preset``, ``--seq-length``, ``--micro-batch-size`` (DESIGN §7's shape by default), ``--steps`` and
+    ``--warmup``: what every one-shape speed bench lets its user change."""
+    parser.add_argument("--preset", default="1.3b")
+    parser.add_argument("--seq-length", type=int, default=4096)
+    parser.add_argument("--micro-batch-size", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--warmup", type=int, default=5, help="first steps left out of the means")

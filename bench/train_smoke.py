@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from bench.step_records import add_shape_arguments, steady_means  # noqa: E402
 
 
 def run_ours(args: argparse.Namespace, workdir: Path) -> dict:
@@ -34,11 +35,8 @@ def run_ours(args: argparse.Namespace, workdir: Path) -> dict:
                "--metrics-jsonl", str(metrics)]
     print("$", " ".join(command), flush=True)
     subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
-    steady = [json.loads(line) for line in metrics.read_text().splitlines()][args.warmup:]
-    mean = lambda key: statistics.fmean(r[key] for r in steady) if key in steady[0] else None
-    return {"tokens_per_s": mean("tokens_per_s"), "tflops_per_gpu": mean("tflops_per_gpu"), "mfu": mean("mfu"),
-            "peak_memory_gib": max(r.get("peak_memory_gib", 0.0) for r in steady), "final_loss": steady[-1]["loss"],
-            "first_loss": json.loads(metrics.read_text().splitlines()[0])["loss"], "steps_measured": len(steady)}
+    steps = [json.loads(line) for line in metrics.read_text().splitlines()]
+    return {**steady_means(steps, args.warmup), "first_loss": steps[0]["loss"], "final_loss": steps[-1]["loss"]}
 
 
 def run_baseline(script: str, workdir: Path) -> dict:
@@ -50,14 +48,11 @@ def run_baseline(script: str, workdir: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="1.3b")
-    parser.add_argument("--seq-length", type=int, default=4096)
-    parser.add_argument("--micro-batch-size", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=5, help="first steps left out of the means")
+    add_shape_arguments(parser, steps=30)
     parser.add_argument("--baseline", help="path of shared/bench/gpu_baseline.py to run in the same job")
     args = parser.parse_args()
     out = Path(os.environ.get("OUT", tempfile.gettempdir()))
+    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
         ours = run_ours(args, Path(scratch))
         baselines = run_baseline(args.baseline, Path(scratch)) if args.baseline else {}
