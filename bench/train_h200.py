@@ -14,8 +14,9 @@ Phases (each trains through the CLI exactly as users launch it, on a blend of th
 - ``baseline``: ``gpu_baseline.py`` (plain PyTorch: eager, compiled, compiled + torchao FP8) and, when
   Transformer Engine imports, ``te_baseline.py``, in the same job; ratios ours/best baseline per precision;
 - ``parity``: ``125m`` for ``--parity-steps`` steps in bf16 and FP8 on the same samples (no token seen
-  twice), validation loss every ``--parity-eval-interval`` steps over fixed ``--eval-iters``; the largest
-  relative gap after warm-up (target: within 2%); both curves are written to ``$OUT``;
+  twice; ``--parity-weights bf16``: both with bf16 weights and moments), validation loss every
+  ``--parity-eval-interval`` steps over fixed ``--eval-iters``; the largest relative gap after warm-up
+  (target: within 2%); both curves are written to ``$OUT``;
 - ``8b``: the Llama-3-8B shape (vocab 128256) on one GPU with bf16 Adam moments, full activation
   recompute and the fused chunked loss; tokens/s and peak memory.
 A short table comes last; ``$OUT/train_h200.json`` holds every number.
@@ -156,7 +157,8 @@ def parity(args: argparse.Namespace, folder: Path) -> dict:
     common = ["--preset", "125m", "--seq-length", "1024", "--micro-batch-size", "24", "--global-batch-size", "24",
               "--train-iters", str(args.parity_steps), "--lr", "6e-4", "--min-lr", "6e-5", "--lr-decay-style", "cosine",
               "--lr-warmup-iters", str(args.parity_steps // 10), "--eval-interval", str(args.parity_eval_interval),
-              "--eval-iters", str(args.eval_iters), "--bf16", "--compile", args.aux_compile]
+              "--eval-iters", str(args.eval_iters), "--bf16", "--compile", args.aux_compile,
+              *(BF16_WEIGHTS if args.parity_weights == "bf16" else [])]
     runs = {"parity_bf16": train("parity_bf16", common, folder, args.warmup, 160, keep_metrics=True),
             "parity_fp8": train("parity_fp8", [*common, *fp8_flags("tensorwise", args.fp8_backend)], folder,
                                 args.warmup, 160, keep_metrics=True)}
@@ -228,6 +230,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=5, help="first steps left out of the means (compilation)")
     parser.add_argument("--parity-steps", type=int, default=300)
+    parser.add_argument("--parity-weights", choices=("fp32", "bf16"), default="fp32",
+                        help="both parity runs with fp32 master weights, or bf16 weights and moments (+bf16-weights)")
     parser.add_argument("--parity-eval-interval", type=int, default=25)
     parser.add_argument("--eval-iters", type=int, default=8)
     parser.add_argument("--eight-b-steps", type=int, default=8)
