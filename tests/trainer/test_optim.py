@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from trainer.adamw import LowPrecisionAdamW
-from trainer.optim import clip_factor, clipped_step
+from trainer.optim import clip_divisor, clipped_step
 
 
-def test_clip_factor_is_clip_grad_norms_rule():
-    assert clip_factor(0.5, 1.0) == 1.0 and clip_factor(3.0, float("inf")) == 1.0
-    assert clip_factor(4.0, 1.0) == pytest.approx(0.25)
+def test_clip_divisor_is_clip_grad_norms_rule():
+    assert clip_divisor(torch.tensor(0.5), 1.0) == 1.0 and clip_divisor(torch.tensor(3.0), float("inf")) is None
+    assert float(clip_divisor(torch.tensor(4.0), 1.0)) == pytest.approx(4.0)
 
 
 def _params(seed: int = 0) -> list[torch.nn.Parameter]:
@@ -50,7 +50,7 @@ def test_clipped_step_equals_scaling_the_gradients_first(build):
     expected = _scaled_first(_params(), 0.3)
     params = _params()
     optimizer = build(params)
-    clipped_step(optimizer, torch.tensor(1 / 0.3 - 1e-6), 1.0, FINITE)  # clip_factor 0.3
+    clipped_step(optimizer, torch.tensor(1 / 0.3 - 1e-6), 1.0, FINITE)  # clip_divisor 1 / 0.3
     assert not hasattr(optimizer, "grad_scale") and not hasattr(optimizer, "found_inf")  # not left for later steps
     unclipped = _scaled_first(_params(), 1.0)
     for got, want, wrong in zip(params, expected, unclipped):
