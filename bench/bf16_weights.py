@@ -27,17 +27,15 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from bench.train_h200 import BF16_WEIGHTS  # noqa: E402
 
 #: The rounding to nearest of the third run: every 16-bit noise field of the hash's output is 0x8000.
 NEAREST = ("import sys, torch, trainer.adamw as adamw; "
            "adamw.random_bits = lambda numel, offset, device: torch.full((numel,), 0x80008000, dtype=torch.int64, "
            "device=device); from cli.trainer import main; sys.argv[0] = 'trainer'; main()")
 
-RUNS = {
-    "fp32 master": [],
-    "bf16 SR": ["--main-params-dtype", "bf16", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"],
-    "bf16 nearest": ["--main-params-dtype", "bf16", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"],
-}
+RUNS = {"fp32 master": [], "bf16 SR": BF16_WEIGHTS, "bf16 nearest": BF16_WEIGHTS}
 
 
 def tokenize_sample(root: Path) -> Path:
