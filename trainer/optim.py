@@ -16,7 +16,7 @@ def build_optimizer(parameters: Iterable[nn.Parameter], config: OptimConfig, dev
     """AdamW with two parameter groups (decayed matrices and embeddings; undecayed 1-D norm weights) over
     ``parameters`` (the whole model, or this rank's share under ZeRO-1; either group may be empty); torch's
     fused AdamW unless ``--main-params-dtype``/``--exp-avg-dtype``/``--exp-avg-sq-dtype`` ask for bf16 (then
-    ours, with stochastic rounding, one Triton kernel per parameter on CUDA).
+    ours, with stochastic rounding, one Triton launch for every parameter on CUDA).
 
     The learning rate is set before every step from :class:`trainer.schedule.LRSchedule`.
     """

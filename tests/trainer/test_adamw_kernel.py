@@ -3,16 +3,12 @@ the CPU, the real kernel on CUDA."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[2]  # NOTE: not tests.conftest's, so the GPU case runs with --noconftest
+from tests.trainer.triton_support import run_kernel_check
 
 KERNEL_CHECK = textwrap.dedent("""
     import torch
@@ -56,20 +52,14 @@ KERNEL_CHECK = textwrap.dedent("""
 """)
 
 
-def _run_kernel_check(device: str, env: dict) -> None:
-    result = subprocess.run([sys.executable, "-c", KERNEL_CHECK.format(device=device)], env=env,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
-
-
 def test_triton_update_matches_the_tensor_code_in_the_interpreter():
-    """What CUDA runs (one kernel per parameter), by Triton's interpreter on the CPU: the tensor-code update's
-    results and random bits, for every mix of fp32 and bf16 weights, gradients and moments."""
+    """What CUDA runs (one launch for every parameter), by Triton's interpreter on the CPU: the tensor-code
+    update's results and random bits, for every mix of fp32 and bf16 weights, gradients and moments."""
     pytest.importorskip("triton")
-    _run_kernel_check("cpu", {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)})
+    run_kernel_check(KERNEL_CHECK.format(device="cpu"), interpret=True)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_triton_update_matches_the_tensor_code_on_cuda():
-    _run_kernel_check("cuda", {**os.environ, "PYTHONPATH": str(REPO)})
+    run_kernel_check(KERNEL_CHECK.format(device="cuda"), interpret=False)

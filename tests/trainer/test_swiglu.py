@@ -3,19 +3,14 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.trainer.triton_support import run_kernel_check
 from trainer.swiglu import swiglu
-
-REPO = Path(__file__).resolve().parents[2]  # NOTE: not tests.conftest's, so the GPU case runs with --noconftest
 
 
 def _autograd_reference(fused: torch.Tensor) -> torch.Tensor:
@@ -64,10 +59,7 @@ KERNEL_CHECK = textwrap.dedent("""
 
 def test_triton_kernel_matches_the_formula_in_the_interpreter():
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, "-c", KERNEL_CHECK], env=env, capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+    run_kernel_check(KERNEL_CHECK, interpret=True)
 
 
 @pytest.mark.gpu

@@ -1,0 +1,18 @@
+"""Running a check of a hand-written Triton kernel in a fresh process: on the CPU under Triton's interpreter
+(``TRITON_INTERPRET`` must be set before Triton is first imported), or on CUDA as compiled."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]  # NOTE: not tests.conftest's, so the GPU cases run with --noconftest
+
+
+def run_kernel_check(code: str, interpret: bool) -> None:
+    """Run ``code`` (which prints ``ok`` when every check passed) in a fresh interpreter of this repository."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), **({"TRITON_INTERPRET": "1"} if interpret else {})}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
