@@ -6,8 +6,9 @@ and sum the kernels of the traced steps by family (GEMM, attention, Triton, opti
 
 Each run entry is a ``train_h200.py --speed-runs`` entry. Steps 7-8 are traced (after compilation;
 ``--trace-steps 4-13`` for more); the summary gives the traced window, the GPU's busy time within it,
-per-family totals, the longest idle gaps with the kernels around them, and the top kernels; ``$OUT`` gets each run's log and gzipped trace. Profiled steps run a little slower than
-unprofiled ones: compare families and busy time between runs, take tokens/s from ``train_h200.py``.
+per-family totals, the longest idle gaps with the kernels around them, and the top kernels; ``$OUT``
+gets each run's log and gzipped trace. Profiled steps run a little slower than unprofiled ones: compare
+families and busy time between runs, take tokens/s from ``train_h200.py``.
 """
 
 from __future__ import annotations

@@ -118,7 +118,8 @@ def build_run(config: TrainConfig) -> Run:
     precision = pick_precision(config.training, device)
     if config.optim.main_params_dtype == "bf16" and precision.name != "bf16":
         raise ConfigError(f"--main-params-dtype bf16 keeps the weights in bf16, but this run computes in "
-                          f"{precision.name} (--precision auto is fp32 on CPU): add --bf16, or drop --main-params-dtype")
+                          f"{precision.name} (--precision auto is fp32 on CPU): add --bf16, or drop "
+                          "--main-params-dtype")
     seed_everything(config.training.seed)
     global_batch, accumulation = _batch_sizes(config, parallel)
     data = build_data(config, parallel, global_batch)

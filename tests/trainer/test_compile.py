@@ -40,14 +40,16 @@ def test_compiled_blocks_train_like_eager_and_checkpoints_load_into_eager_runs(t
 
 def test_a_compile_cache_file_serves_a_fresh_process_every_graph(tmp_path):
     cache = tmp_path / "blocks.compiled"
-    flags = ["run", "--mock-data", "--vocab-size", "256", "--seq-length", "64", "--preset", "tiny", "--train-iters", "2",
-             "--micro-batch-size", "2", "--eval-iters", "0", "--compile", "blocks", "--compile-cache", str(cache)]
+    flags = ["run", "--mock-data", "--vocab-size", "256", "--seq-length", "64", "--preset", "tiny",
+             "--train-iters", "2", "--micro-batch-size", "2", "--eval-iters", "0", "--compile", "blocks",
+             "--compile-cache", str(cache)]
     logs = []
     for run in ("first", "second"):  # each with an empty Inductor cache of its own
         result = run_cli("trainer", *flags, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"inductor_{run}")})
         logs.append(result.stdout + result.stderr)
         assert cache.stat().st_size > 0 and not list(tmp_path.glob("*.partial"))
-    graphs = [[tuple(map(int, found)) for found in re.findall(r"graphs so far: (\d+) from a cache, (\d+) compiled", log)]
+    counts = r"graphs so far: (\d+) from a cache, (\d+) compiled"
+    graphs = [[tuple(map(int, found)) for found in re.findall(counts, log)]
               for log in logs]  # (from the cache, compiled) after the first step, then at the end
     assert "not there yet" in logs[0] and graphs[0][-1][0] == 0 and graphs[0][-1][1] > 0
     assert "loaded" in logs[1] and graphs[1][-1] == (graphs[0][-1][1], 0)
