@@ -23,8 +23,11 @@ import triton.language as tl
 
 from trainer.adamw import Work
 
-#: Elements per program (memory-bound: large enough to keep loads wide, small enough for many programs).
+#: Elements per loop iteration, iterations per program, warps per program: ``bench/adamw_kernel.py`` sweeps
+#: them on the GPU (an iteration's block sits in registers: larger ones lower the occupancy).
 BLOCK = 2048
+BLOCKS_PER_PROGRAM = 8
+NUM_WARPS = 8
 
 #: Byte alignment every address of an aligned launch has (lets Triton load 16 bytes at a time).
 ALIGNMENT = 16
@@ -41,12 +44,15 @@ def _hash32(x):
 
 
 @triton.jit
-def _pointer(row, column, DTYPE: tl.constexpr, ALIGNED: tl.constexpr):
-    """The ``column`` address of a table row as a pointer to ``DTYPE``."""
-    address = tl.load(row + column)
+def _at(base, start, ALIGNED: tl.constexpr):
+    """``base + start`` with the 16-byte alignment hint of an aligned launch.
+
+    NOTE: the hint goes on the pointer itself, after the offset: hinted on the integer address, or with the
+    offset added per lane, Triton 3.5 loses it and loads 2 bytes at a time (SASS: ``LDG.E.U16``)."""
+    pointer = base + start
     if ALIGNED:
-        address = tl.multiple_of(address, 16)
-    return address.to(tl.pointer_type(DTYPE))
+        pointer = tl.multiple_of(pointer, 16)
+    return pointer
 
 
 @triton.jit
@@ -58,73 +64,88 @@ def _store(pointer, offsets, mask, value, noise):
 
 
 @triton.jit
-def adamw_update_kernel(table_ptr, blocks_ptr, hyper_ptr, grad_scale_ptr, found_inf_ptr,
+def adamw_update_kernel(table_ptr, chunks_ptr, hyper_ptr, grad_scale_ptr, found_inf_ptr,
                         HAS_GRAD_SCALE: tl.constexpr, HAS_FOUND_INF: tl.constexpr, PARAM_DTYPE: tl.constexpr,
                         EXP_AVG_DTYPE: tl.constexpr, EXP_AVG_SQ_DTYPE: tl.constexpr, ALIGNED: tl.constexpr,
-                        BLOCK: tl.constexpr):
-    """One ``BLOCK`` of one tensor per program: ``blocks`` holds (tensor, block) pairs, the table one row per
-    tensor (param, grad, exp_avg, exp_avg_sq addresses, element count, hash key), ``hyper`` 7 floats per
-    tensor."""
+                        BLOCK: tl.constexpr, BLOCKS_PER_PROGRAM: tl.constexpr):
+    """``BLOCKS_PER_PROGRAM`` consecutive ``BLOCK``s of one tensor per program: ``chunks`` holds (tensor, chunk)
+    pairs, the table one row per tensor (param, grad, exp_avg, exp_avg_sq addresses, element count, hash key),
+    ``hyper`` 7 floats per tensor.
+
+    NOTE: a program reads its table row and hyperparameters once, then loops: with one block per program
+    those dependent reads came before every block's data, and the kernel moved 1.6-2.2 TB/s, not ~4."""
     if HAS_FOUND_INF:
         if tl.load(found_inf_ptr) != 0:
             return
-    tensor = tl.load(blocks_ptr + 2 * tl.program_id(0)).to(tl.int64)
-    block = tl.load(blocks_ptr + 2 * tl.program_id(0) + 1).to(tl.int64)
+    tensor = tl.load(chunks_ptr + 2 * tl.program_id(0)).to(tl.int64)
+    chunk = tl.load(chunks_ptr + 2 * tl.program_id(0) + 1).to(tl.int64)
     row = table_ptr + tensor * 6
-    param_ptr = _pointer(row, 0, PARAM_DTYPE, ALIGNED)
-    grad_ptr = _pointer(row, 1, PARAM_DTYPE, ALIGNED)
-    exp_avg_ptr = _pointer(row, 2, EXP_AVG_DTYPE, ALIGNED)
-    exp_avg_sq_ptr = _pointer(row, 3, EXP_AVG_SQ_DTYPE, ALIGNED)
-    offsets = block * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < tl.load(row + 4)
+    count, key = tl.load(row + 4), tl.load(row + 5).to(tl.uint32)
+    param_base = tl.load(row).to(tl.pointer_type(PARAM_DTYPE))
+    grad_base = tl.load(row + 1).to(tl.pointer_type(PARAM_DTYPE))
+    exp_avg_base = tl.load(row + 2).to(tl.pointer_type(EXP_AVG_DTYPE))
+    exp_avg_sq_base = tl.load(row + 3).to(tl.pointer_type(EXP_AVG_SQ_DTYPE))
     hyper = hyper_ptr + tensor * 7
     lr, beta1, beta2, eps = tl.load(hyper), tl.load(hyper + 1), tl.load(hyper + 2), tl.load(hyper + 3)
     weight_decay, correction1, correction2_sqrt = tl.load(hyper + 4), tl.load(hyper + 5), tl.load(hyper + 6)
-    grad = tl.load(grad_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    if HAS_GRAD_SCALE:
-        grad = grad * tl.div_rn(1.0, tl.load(grad_scale_ptr))
-    first = tl.load(exp_avg_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    second = tl.load(exp_avg_sq_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    weight = tl.load(param_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    first = first + (1.0 - beta1) * (grad - first)  # torch's lerp for weights below 0.5
-    second = second * beta2 + grad * grad * (1.0 - beta2)
-    weight = weight * (1.0 - lr * weight_decay)
-    denominator = tl.sqrt_rn(second) * tl.div_rn(1.0, correction2_sqrt) + eps
-    weight = weight - tl.div_rn(first, denominator) * tl.div_rn(lr, correction1)
-    position = (offsets * 2).to(tl.uint32) + tl.load(row + 5).to(tl.uint32)
-    bits, more_bits = _hash32(position), _hash32(position + 1)
-    _store(param_ptr, offsets, mask, weight, bits & 0xFFFF)
-    _store(exp_avg_ptr, offsets, mask, first, bits >> 16)
-    _store(exp_avg_sq_ptr, offsets, mask, second, more_bits & 0xFFFF)
+    grad_factor = tl.div_rn(1.0, tl.load(grad_scale_ptr)) if HAS_GRAD_SCALE else 1.0
+    offsets = tl.arange(0, BLOCK)
+    for index in range(BLOCKS_PER_PROGRAM):
+        start = (chunk * BLOCKS_PER_PROGRAM + index) * BLOCK
+        param_ptr, grad_ptr = _at(param_base, start, ALIGNED), _at(grad_base, start, ALIGNED)
+        exp_avg_ptr, exp_avg_sq_ptr = _at(exp_avg_base, start, ALIGNED), _at(exp_avg_sq_base, start, ALIGNED)
+        remaining = count - start
+        if ALIGNED:  # a multiple of 16 elements: the mask is constant over each 16-byte vector
+            remaining = tl.multiple_of(remaining, 16)
+        mask = offsets < remaining
+        grad = tl.load(grad_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        if HAS_GRAD_SCALE:
+            grad = grad * grad_factor
+        first = tl.load(exp_avg_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        second = tl.load(exp_avg_sq_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        weight = tl.load(param_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        first = first + (1.0 - beta1) * (grad - first)  # torch's lerp for weights below 0.5
+        second = second * beta2 + grad * grad * (1.0 - beta2)
+        weight = weight * (1.0 - lr * weight_decay)
+        denominator = tl.sqrt_rn(second) * tl.div_rn(1.0, correction2_sqrt) + eps
+        weight = weight - tl.div_rn(first, denominator) * tl.div_rn(lr, correction1)
+        position = ((start + offsets) * 2).to(tl.uint32) + key
+        bits, more_bits = _hash32(position), _hash32(position + 1)
+        _store(param_ptr, offsets, mask, weight, bits & 0xFFFF)
+        _store(exp_avg_ptr, offsets, mask, first, bits >> 16)
+        _store(exp_avg_sq_ptr, offsets, mask, second, more_bits & 0xFFFF)
 
 
 def _signature(work: Work) -> tuple:
-    """What one launch needs alike: the dtypes, and whether every address is 16-byte aligned."""
+    """What one launch needs alike: the dtypes, and whether every address is 16-byte aligned and the element
+    count a multiple of 16 (then loads and stores move 16 bytes at a time)."""
     tensors = (work.param, work.grad, work.exp_avg, work.exp_avg_sq)
-    aligned = all(t.data_ptr() % ALIGNMENT == 0 for t in tensors)
+    aligned = all(t.data_ptr() % ALIGNMENT == 0 for t in tensors) and work.param.numel() % ALIGNMENT == 0
     return work.param.dtype, work.exp_avg.dtype, work.exp_avg_sq.dtype, aligned
 
 
 _TRITON_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16}
 
-#: Block tables by (device, element counts): the parameters' sizes do not change between steps.
-_BLOCKS: dict[tuple, torch.Tensor] = {}
+#: Chunk tables by (device, element counts, chunk size): the parameters' sizes do not change between steps.
+_CHUNKS: dict[tuple, torch.Tensor] = {}
 
 
-def _blocks(numels: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """``[tensor index, block index]`` of every program (int32, flattened), built once per set of sizes."""
-    if (device, numels) not in _BLOCKS:
-        counts = torch.tensor([triton.cdiv(n, BLOCK) for n in numels], device=device)
+def _chunks(numels: tuple[int, ...], device: torch.device, size: int) -> torch.Tensor:
+    """``[tensor index, chunk index]`` of every program (int32, flattened), built once per set of sizes."""
+    if (device, numels, size) not in _CHUNKS:
+        counts = torch.tensor([triton.cdiv(n, size) for n in numels], device=device)
         tensor = torch.repeat_interleave(torch.arange(len(numels), device=device), counts)
-        first_block = torch.cumsum(counts, 0) - counts
-        block = torch.arange(tensor.numel(), device=device) - first_block[tensor]
-        _BLOCKS[(device, numels)] = torch.stack([tensor, block], dim=1).to(torch.int32).reshape(-1)
-    return _BLOCKS[(device, numels)]
+        first_chunk = torch.cumsum(counts, 0) - counts
+        index = torch.arange(tensor.numel(), device=device) - first_chunk[tensor]
+        _CHUNKS[(device, numels, size)] = torch.stack([tensor, index], dim=1).to(torch.int32).reshape(-1)
+    return _CHUNKS[(device, numels, size)]
 
 
-def update(works: list[Work], grad_scale: torch.Tensor | None, found_inf: torch.Tensor | None) -> None:
+def update(works: list[Work], grad_scale: torch.Tensor | None, found_inf: torch.Tensor | None, *,
+           block: int = BLOCK, blocks_per_program: int = BLOCKS_PER_PROGRAM, num_warps: int = NUM_WARPS) -> None:
     """:func:`trainer.adamw.update_slice` of every ``Work``, one launch per :func:`_signature` (gradients
-    divided by ``grad_scale`` when given; nothing written when ``found_inf`` is nonzero)."""
+    divided by ``grad_scale`` when given; nothing written when ``found_inf`` is nonzero); ``block``,
+    ``blocks_per_program`` and ``num_warps`` set the launch shape (the defaults are the fastest measured)."""
     launches: dict[tuple, list[Work]] = {}
     for work in works:
         if work.grad.dtype != work.param.dtype:
@@ -137,10 +158,10 @@ def update(works: list[Work], grad_scale: torch.Tensor | None, found_inf: torch.
         hyper = torch.tensor([w.hyper for w in group], dtype=torch.float32)
         # NOTE: non-blocking from pageable memory is staged at once and waits for no queued GPU work
         table, hyper = table.to(device, non_blocking=True), hyper.to(device, non_blocking=True)
-        blocks = _blocks(tuple(w.param.numel() for w in group), device)
-        adamw_update_kernel[(blocks.numel() // 2,)](
-            table, blocks, hyper, hyper if grad_scale is None else grad_scale,
+        chunks = _chunks(tuple(w.param.numel() for w in group), device, block * blocks_per_program)
+        adamw_update_kernel[(chunks.numel() // 2,)](
+            table, chunks, hyper, hyper if grad_scale is None else grad_scale,
             hyper if found_inf is None else found_inf, HAS_GRAD_SCALE=grad_scale is not None,
             HAS_FOUND_INF=found_inf is not None, PARAM_DTYPE=_TRITON_DTYPES[param_dtype],
             EXP_AVG_DTYPE=_TRITON_DTYPES[exp_avg_dtype], EXP_AVG_SQ_DTYPE=_TRITON_DTYPES[exp_avg_sq_dtype],
-            ALIGNED=aligned, BLOCK=BLOCK, num_warps=8)
+            ALIGNED=aligned, BLOCK=block, BLOCKS_PER_PROGRAM=blocks_per_program, num_warps=num_warps)

@@ -11,6 +11,7 @@ import torch
 from tests.trainer.triton_support import run_kernel_check
 
 KERNEL_CHECK = textwrap.dedent("""
+    import itertools
     import torch
     from trainer.adamw import Work, hyperparameters, update_slice
     from trainer.adamw_kernel import update
@@ -18,20 +19,23 @@ KERNEL_CHECK = textwrap.dedent("""
     group = {{"lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}}
     torch.manual_seed(0)
     bf16, fp32 = torch.bfloat16, torch.float32
-    # one launch per (dtypes, alignment): bf16 weights with bf16 or fp32 moments, fp32 weights, and a view
-    # at an odd offset (not 16-byte aligned)
-    shapes = [(3000, bf16, bf16, bf16), (4099, bf16, bf16, bf16), (2048, bf16, fp32, fp32), (777, fp32, fp32, fp32),
-              (5000, fp32, bf16, fp32)]
+    # one launch per (dtypes, alignment): bf16 weights with bf16 or fp32 moments, fp32 weights, a view at an
+    # odd offset (not 16-byte aligned); counts that are multiples of 16 (16-byte loads, a partial last block)
+    # and counts that are not
+    shapes = [(3000, bf16, bf16, bf16), (4099, bf16, bf16, bf16), (6160, bf16, bf16, bf16), (2048, bf16, fp32, fp32),
+              (777, fp32, fp32, fp32), (5000, fp32, bf16, fp32), (4112, fp32, fp32, fp32)]
     tensors = []
     for numel, dtype, first, second in shapes:
         tensors.append([torch.randn(numel, device=DEVICE).to(dtype), torch.randn(numel, device=DEVICE).to(dtype),
                         torch.randn(numel, device=DEVICE).to(first), torch.rand(numel, device=DEVICE).to(second)])
     tensors.append([t[1:] for t in (torch.rand(1001, device=DEVICE).bfloat16() for _ in range(4))])
     hyper = hyperparameters(group, 7)
-    for grad_scale in (None, torch.tensor(2.5, device=DEVICE)):
+    # the default launch shape, and one where every tensor spans several programs and loop iterations
+    launch_shapes = [{{}}, {{"block": 256, "blocks_per_program": 3, "num_warps": 4}}]
+    for grad_scale, launch_shape in itertools.product((None, torch.tensor(2.5, device=DEVICE)), launch_shapes):
         ours = [[t.clone() for t in ts] for ts in tensors]
         reference = [[t.clone() for t in ts] for ts in tensors]
-        update([Work(*ts, hyper, 1000 * i + 12345) for i, ts in enumerate(ours)], grad_scale, None)
+        update([Work(*ts, hyper, 1000 * i + 12345) for i, ts in enumerate(ours)], grad_scale, None, **launch_shape)
         for i, ts in enumerate(reference):
             update_slice(*ts, torch.tensor(hyper, device=DEVICE), grad_scale, 1000 * i + 12345)
         for mine, theirs, before in zip(ours, reference, tensors):

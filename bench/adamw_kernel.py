@@ -1,0 +1,121 @@
+"""The one-launch AdamW kernel (``trainer/adamw_kernel.py``) beside torch's fused AdamW and a device copy of
+the same bytes, at the ``1.3b`` preset's parameter shapes with bf16 weights, gradients and moments (train_h200's
+``+bf16-weights`` runs).
+
+    python3 bench/adamw_kernel.py                  # one H200: the default launch shape and a sweep
+    python3 bench/adamw_kernel.py --preset 8b --sweep ""
+
+All three move 14 bytes a parameter (read weight, gradient and both moments; write weight and moments):
+torch's fused AdamW rounds to nearest, ours rounds stochastically; the copy (one ``copy_`` of 7 bytes a
+parameter, read and written) is the bandwidth this traffic can reach. Printed: milliseconds per update
+(median of CUDA-event timings), effective TB/s, and ours against each of the other two, measured side by side
+in this one run. ``$OUT/adamw_kernel.json`` (when ``$OUT`` is set) gets every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from trainer import adamw_kernel  # noqa: E402
+from trainer.adamw import LowPrecisionAdamW  # noqa: E402
+from trainer.presets import PRESETS  # noqa: E402
+
+BYTES_PER_PARAMETER = 14
+
+
+def parameter_shapes(preset: str, vocab: int) -> list[tuple[int, ...]]:
+    """Every parameter's shape of ``preset`` at one TP rank (embedding, per layer norms/QKV/proj/fc1/fc2,
+    final norm, output), as ``trainer.model.GPT`` lays them out."""
+    shape = PRESETS[preset]
+    head_dim = shape.hidden_size // shape.num_attention_heads
+    qkv = (shape.num_attention_heads + 2 * shape.num_query_groups) * head_dim
+    hidden, ffn = shape.hidden_size, shape.ffn_hidden_size
+    layer = [(hidden,), (qkv, hidden), (hidden, hidden), (hidden,), (2 * ffn, hidden), (hidden, ffn)]
+    return [(vocab, hidden), *layer * shape.num_layers, (hidden,), (vocab, hidden)]
+
+
+def median_ms(action: Callable[[], None], repeats: int) -> float:
+    """Median milliseconds of ``action`` over ``repeats`` CUDA-event-timed calls, after three warm-ups."""
+    for _ in range(3):
+        action()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        action()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def bf16_parameters(shapes: list[tuple[int, ...]]) -> list[torch.nn.Parameter]:
+    """bf16 parameters of ``shapes`` on the GPU with random bf16 gradients."""
+    params = []
+    for shape in shapes:
+        param = torch.nn.Parameter(torch.randn(shape, device="cuda", dtype=torch.bfloat16) * 0.02)
+        param.grad = torch.randn_like(param) * 1e-3
+        params.append(param)
+    return params
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="1.3b", choices=sorted(PRESETS))
+    parser.add_argument("--vocab-size", type=int, default=32768)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--sweep", default="2048x1x8,1024x8x4,2048x4x4,2048x16x8,4096x8x8,1024x32x4",
+                        help="launch shapes BLOCKxBLOCKS_PER_PROGRAMxWARPS to time besides the default ('' for none)")
+    args = parser.parse_args()
+    shapes = parameter_shapes(args.preset, args.vocab_size)
+    count = sum(torch.Size(shape).numel() for shape in shapes)
+    moved = BYTES_PER_PARAMETER * count
+    results: dict[str, float] = {}
+
+    params = bf16_parameters(shapes)
+    ours = LowPrecisionAdamW(params, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                             exp_avg_dtype=torch.bfloat16, exp_avg_sq_dtype=torch.bfloat16, fused=True)
+    ours.grad_scale = torch.ones((), device="cuda")
+    ours.found_inf = torch.zeros((), device="cuda")
+    default = (adamw_kernel.BLOCK, adamw_kernel.BLOCKS_PER_PROGRAM, adamw_kernel.NUM_WARPS)
+    launches = {"ours {}x{}x{} (default)".format(*default): default}
+    launches.update({f"ours {entry}": tuple(int(n) for n in entry.split("x")) for entry in args.sweep.split(",") if entry})
+    for label, (block, per_program, warps) in launches.items():
+        ours.kernel = functools.partial(adamw_kernel.update, block=block, blocks_per_program=per_program,
+                                        num_warps=warps)
+        results[label] = median_ms(ours.step, args.repeats)
+    del ours, params
+
+    params = bf16_parameters(shapes)
+    reference = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
+    results["torch fused AdamW (round to nearest)"] = median_ms(reference.step, args.repeats)
+    del reference, params
+
+    source = torch.empty(moved // 2, device="cuda", dtype=torch.uint8)
+    target = torch.empty_like(source)
+    results["device copy of the same bytes"] = median_ms(lambda: target.copy_(source), args.repeats)
+
+    default_label = next(iter(results))
+    best = min((label for label in results if label.startswith("ours")), key=results.get)
+    print(f"{args.preset}: {count / 1e9:.3f}B parameters, {moved / 1e9:.1f} GB moved per update")
+    for label, ms in results.items():
+        print(f"  {label:40s} {ms:7.2f} ms  {moved / ms / 1e9:5.2f} TB/s")
+    torch_ms, copy_ms = results["torch fused AdamW (round to nearest)"], results["device copy of the same bytes"]
+    print(f"ours default / torch fused: {torch_ms / results[default_label]:.2f}x faster; best launch {best!r}: "
+          f"{torch_ms / results[best]:.2f}x; default at {copy_ms / results[default_label]:.0%} of the copy's bandwidth")
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "adamw_kernel.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
