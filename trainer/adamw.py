@@ -99,6 +99,12 @@ def hyperparameters(group: dict, step: int) -> list[float]:
             math.sqrt(1 - beta2**step)]
 
 
+def gradient_of(param: torch.Tensor) -> torch.Tensor | None:
+    """The gradient ``param`` is stepped with: its fp32 ``main_grad`` where the gradient reducer keeps one
+    (``--accumulate-allreduce-grads-in-fp32``, Megatron's attribute), else its ``.grad``."""
+    return getattr(param, "main_grad", param.grad)
+
+
 @dataclass(frozen=True)
 class Work:
     """One parameter's update in a step: flat tensors, its :func:`hyperparameters` and :func:`hash_key`."""
@@ -170,12 +176,13 @@ class LowPrecisionAdamW(torch.optim.Optimizer):
             return loss
         works = []
         for ordinal, (group, param) in enumerate(((g, p) for g in self.param_groups for p in g["params"]), 1):
-            if param.grad is None:
+            grad = gradient_of(param)
+            if grad is None:
                 continue
             state = self._state(param)
             state["step"] += 1
             step = int(state["step"])
-            works.append(Work(param.view(-1), param.grad.reshape(-1), state["exp_avg"].view(-1),
+            works.append(Work(param.view(-1), grad.reshape(-1), state["exp_avg"].view(-1),
                               state["exp_avg_sq"].view(-1), hyperparameters(group, step), hash_key(step, ordinal)))
         if self.kernel is not None:
             self.kernel(works, grad_scale, found_inf)

@@ -1,10 +1,11 @@
 """One Triton kernel launch per optimizer step for :class:`trainer.adamw.LowPrecisionAdamW` on CUDA.
 
-Every parameter's weight, gradient and moments are read once and written once, in whichever of fp32 and
-bf16 they are held, the bf16 results stored with stochastic rounding from the same 32-bit hash as
-:func:`trainer.adamw.random_bits` (unsigned 32-bit arithmetic here, int64 masked to 32 bits there: the
-same bits, so the kernel and the tensor-code update agree but where a compiler's fused multiply-add moves
-an fp32 result by an ulp; a test holds them to that).
+Every parameter's weight, gradient and moments are read once and written once (the gradient only read),
+in whichever of fp32 and bf16 each is held (an fp32 ``main_grad`` beside bf16 weights too), the bf16
+results stored with stochastic rounding from the same 32-bit hash as :func:`trainer.adamw.random_bits`
+(unsigned 32-bit arithmetic here, int64 masked to 32 bits there: the same bits, so the kernel and the
+tensor-code update agree but where a compiler's fused multiply-add moves an fp32 result by an ulp; a test
+holds them to that).
 
 One launch for all parameters (a table of their addresses, as apex's multi-tensor apply), not one per
 parameter: on an H200 the per-parameter launches of a 1.3B model cost ~79 µs of Python each, 11.6 ms a
@@ -66,7 +67,8 @@ def _store(pointer, offsets, mask, value, noise):
 @triton.jit
 def adamw_update_kernel(table_ptr, chunks_ptr, hyper_ptr, grad_scale_ptr, found_inf_ptr,
                         HAS_GRAD_SCALE: tl.constexpr, HAS_FOUND_INF: tl.constexpr, PARAM_DTYPE: tl.constexpr,
-                        EXP_AVG_DTYPE: tl.constexpr, EXP_AVG_SQ_DTYPE: tl.constexpr, ALIGNED: tl.constexpr,
+                        GRAD_DTYPE: tl.constexpr, EXP_AVG_DTYPE: tl.constexpr, EXP_AVG_SQ_DTYPE: tl.constexpr,
+                        ALIGNED: tl.constexpr,
                         BLOCK: tl.constexpr, BLOCKS_PER_PROGRAM: tl.constexpr):
     """``BLOCKS_PER_PROGRAM`` consecutive ``BLOCK``s of one tensor per program: ``chunks`` holds (tensor, chunk)
     pairs, the table one row per tensor (param, grad, exp_avg, exp_avg_sq addresses, element count, hash key),
@@ -82,7 +84,7 @@ def adamw_update_kernel(table_ptr, chunks_ptr, hyper_ptr, grad_scale_ptr, found_
     row = table_ptr + tensor * 6
     count, key = tl.load(row + 4), tl.load(row + 5).to(tl.uint32)
     param_base = tl.load(row).to(tl.pointer_type(PARAM_DTYPE))
-    grad_base = tl.load(row + 1).to(tl.pointer_type(PARAM_DTYPE))
+    grad_base = tl.load(row + 1).to(tl.pointer_type(GRAD_DTYPE))
     exp_avg_base = tl.load(row + 2).to(tl.pointer_type(EXP_AVG_DTYPE))
     exp_avg_sq_base = tl.load(row + 3).to(tl.pointer_type(EXP_AVG_SQ_DTYPE))
     hyper = hyper_ptr + tensor * 7
@@ -121,7 +123,7 @@ def _signature(work: Work) -> tuple:
     count a multiple of 16 (then loads and stores move 16 bytes at a time)."""
     tensors = (work.param, work.grad, work.exp_avg, work.exp_avg_sq)
     aligned = all(t.data_ptr() % ALIGNMENT == 0 for t in tensors) and work.param.numel() % ALIGNMENT == 0
-    return work.param.dtype, work.exp_avg.dtype, work.exp_avg_sq.dtype, aligned
+    return (*(t.dtype for t in tensors), aligned)
 
 
 _TRITON_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16}
@@ -148,10 +150,8 @@ def update(works: list[Work], grad_scale: torch.Tensor | None, found_inf: torch.
     ``blocks_per_program`` and ``num_warps`` set the launch shape (the defaults are the fastest measured)."""
     launches: dict[tuple, list[Work]] = {}
     for work in works:
-        if work.grad.dtype != work.param.dtype:
-            raise ValueError(f"gradient dtype {work.grad.dtype} differs from its parameter's ({work.param.dtype})")
         launches.setdefault(_signature(work), []).append(work)
-    for (param_dtype, exp_avg_dtype, exp_avg_sq_dtype, aligned), group in launches.items():
+    for (param_dtype, grad_dtype, exp_avg_dtype, exp_avg_sq_dtype, aligned), group in launches.items():
         device = group[0].param.device
         table = torch.tensor([[w.param.data_ptr(), w.grad.data_ptr(), w.exp_avg.data_ptr(), w.exp_avg_sq.data_ptr(),
                                w.param.numel(), w.key] for w in group], dtype=torch.int64)
@@ -163,5 +163,6 @@ def update(works: list[Work], grad_scale: torch.Tensor | None, found_inf: torch.
             table, chunks, hyper, hyper if grad_scale is None else grad_scale,
             hyper if found_inf is None else found_inf, HAS_GRAD_SCALE=grad_scale is not None,
             HAS_FOUND_INF=found_inf is not None, PARAM_DTYPE=_TRITON_DTYPES[param_dtype],
+            GRAD_DTYPE=_TRITON_DTYPES[grad_dtype],
             EXP_AVG_DTYPE=_TRITON_DTYPES[exp_avg_dtype], EXP_AVG_SQ_DTYPE=_TRITON_DTYPES[exp_avg_sq_dtype],
             ALIGNED=aligned, BLOCK=block, BLOCKS_PER_PROGRAM=blocks_per_program, num_warps=num_warps)

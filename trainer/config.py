@@ -305,6 +305,11 @@ class ParallelConfig:
                                      "--overlap-grad-reduce")
     overlap_param_gather: bool = knob(False, "With --use-distributed-optimizer: gather updated weights during the "
                                       "next forward pass.", "--overlap-param-gather")
+    accumulate_allreduce_grads_in_fp32: bool = knob(
+        False, "With --main-params-dtype bf16: accumulate gradients over micro-batches and reduce them over DP in "
+        "fp32 (a flat fp32 buffer, each micro-batch's bf16 gradient added into it; costs a pass per micro-batch "
+        "and twice the DP traffic). Without it they accumulate and reduce in bf16, as the baselines do.",
+        "--accumulate-allreduce-grads-in-fp32")
     ddp_bucket_size: int | None = knob(None, "Parameters per gradient bucket (default: max(40M, 1M × DP) with "
                                        "--overlap-grad-reduce, else one bucket).", "--ddp-bucket-size")
     distributed_backend: Literal["auto", "nccl", "gloo"] = knob(

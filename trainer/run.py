@@ -152,9 +152,11 @@ def build_run(config: TrainConfig) -> Run:
               "the 1.3b FP8 blocks on an H200)" if compiled else "eager")
     loss = "fused chunked cross-entropy" if run.model.fused_loss else "logits + cross-entropy"
     optim = config.optim
-    log.info("execution: blocks %s, activation recompute %s, loss %s, weights %s, Adam moments %s/%s", blocks,
-             model_config.recompute_granularity or "off", loss, optim.main_params_dtype, optim.exp_avg_dtype,
-             optim.exp_avg_sq_dtype)
+    fp32_grads = optim.main_params_dtype == "fp32" or config.parallel.accumulate_allreduce_grads_in_fp32
+    grads = "fp32" if fp32_grads else "bf16"
+    log.info("execution: blocks %s, activation recompute %s, loss %s, weights %s, gradients accumulated and "
+             "reduced in %s, Adam moments %s/%s", blocks, model_config.recompute_granularity or "off", loss,
+             optim.main_params_dtype, grads, optim.exp_avg_dtype, optim.exp_avg_sq_dtype)
     log.info("%s; %.3g GFLOP/token; peak: %s", FLOP_CONVENTION, run.flops_per_token / 1e9,
              f"{peak:g} TFLOP/s ({peak_note})" if peak else peak_note)
     if config.model.compile_cache and not compiled:

@@ -19,14 +19,15 @@ KERNEL_CHECK = textwrap.dedent("""
     group = {{"lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}}
     torch.manual_seed(0)
     bf16, fp32 = torch.bfloat16, torch.float32
-    # one launch per (dtypes, alignment): bf16 weights with bf16 or fp32 moments, fp32 weights, a view at an
-    # odd offset (not 16-byte aligned); counts that are multiples of 16 (16-byte loads, a partial last block)
-    # and counts that are not
-    shapes = [(3000, bf16, bf16, bf16), (4099, bf16, bf16, bf16), (6160, bf16, bf16, bf16), (2048, bf16, fp32, fp32),
-              (777, fp32, fp32, fp32), (5000, fp32, bf16, fp32), (4112, fp32, fp32, fp32)]
+    # one launch per (dtypes, alignment): bf16 weights with bf16 or fp32 moments and bf16 or fp32 gradients
+    # (main_grad), fp32 weights, a view at an odd offset (not 16-byte aligned); counts that are multiples of
+    # 16 (16-byte loads, a partial last block) and counts that are not
+    shapes = [(3000, bf16, bf16, bf16, bf16), (4099, bf16, bf16, bf16, bf16), (6160, bf16, bf16, bf16, bf16),
+              (2048, bf16, bf16, fp32, fp32), (6160, bf16, fp32, bf16, bf16), (3001, bf16, fp32, bf16, bf16),
+              (777, fp32, fp32, fp32, fp32), (5000, fp32, fp32, bf16, fp32), (4112, fp32, fp32, fp32, fp32)]
     tensors = []
-    for numel, dtype, first, second in shapes:
-        tensors.append([torch.randn(numel, device=DEVICE).to(dtype), torch.randn(numel, device=DEVICE).to(dtype),
+    for numel, dtype, grad, first, second in shapes:
+        tensors.append([torch.randn(numel, device=DEVICE).to(dtype), torch.randn(numel, device=DEVICE).to(grad),
                         torch.randn(numel, device=DEVICE).to(first), torch.rand(numel, device=DEVICE).to(second)])
     tensors.append([t[1:] for t in (torch.rand(1001, device=DEVICE).bfloat16() for _ in range(4))])
     hyper = hyperparameters(group, 7)

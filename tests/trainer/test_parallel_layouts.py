@@ -36,6 +36,8 @@ CL100K = {"model": {"vocab_size": 100_277, "make_vocab_size_divisible_by": 128}}
 #: bf16 weights and moments (no fp32 copy): gradients accumulate and reduce in bf16, rounding is stochastic.
 BF16_WEIGHTS = {"optim": {"main_params_dtype": "bf16", "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"},
                 "training": {"precision": "bf16"}}
+#: ... with gradients accumulated over micro-batches and reduced over DP in fp32 buffers (``main_grad``).
+FP32_GRADS = merge(BF16_WEIGHTS, {"parallel": {"accumulate_allreduce_grads_in_fp32": True}})
 #: The single-GPU levers on the last pipeline stage and in every chunk: the fused chunked loss and full recompute.
 FUSED_RECOMPUTE = {"model": {"cross_entropy_loss_fusion": True, "recompute_granularity": "full"}}
 #: How far two bf16 runs of the same model may drift apart over these 20 steps (seen: 0.7% at most).
@@ -83,6 +85,7 @@ def two_rank_runs(tmp_path_factory) -> Path:
         train(load_config(None, layout_overrides(root / "one_process")))
         train(load_config(None, merge(layout_overrides(root / "one_process_cl100k", steps=3), CL100K)))
         train(load_config(None, merge(layout_overrides(root / "one_process_bf16_weights"), BF16_WEIGHTS)))
+        train(load_config(None, merge(layout_overrides(root / "one_process_fp32_grads"), FP32_GRADS)))
     finally:
         torch.set_num_threads(threads)
     (root / "zero_probe").mkdir()
@@ -92,6 +95,7 @@ def two_rank_runs(tmp_path_factory) -> Path:
                       FUSED_RECOMPUTE))
     jobs.append(merge(layout_overrides(root / "dp2_zero1_bf16_weights", **LAYOUTS["dp2_zero1_overlapped"]),
                       BF16_WEIGHTS))
+    jobs.append(merge(layout_overrides(root / "dp2_zero1_fp32_grads", **LAYOUTS["dp2_zero1_overlapped"]), FP32_GRADS))
     jobs.append((zero_probe, {"overrides": layout_overrides(root / "probe", **LAYOUTS["dp2_zero1_overlapped"]),
                               "out": str(root / "zero_probe")}))
     (root / "stop_probe").mkdir()
@@ -117,6 +121,16 @@ def test_bf16_weights_under_zero1_train_like_one_process(two_rank_runs):
     reference = curve(two_rank_runs / "one_process_bf16_weights" / "metrics.jsonl")
     assert len(reference) == 20 + 3
     assert_same_curve(curve(two_rank_runs / "dp2_zero1_bf16_weights" / "metrics.jsonl"), reference, rel=BF16_NOISE)
+
+
+def test_fp32_gradient_accumulation_trains_like_bf16_and_alike_under_zero1(two_rank_runs):
+    """``--accumulate-allreduce-grads-in-fp32`` with bf16 weights: one process (8 micro-batches summed into fp32
+    buffers) trains like bf16 accumulation within bf16 noise, and DP 2 + ZeRO-1 (fp32 buckets reduced over
+    gloo, bf16 weights broadcast) like that one process."""
+    fp32_grads = curve(two_rank_runs / "one_process_fp32_grads" / "metrics.jsonl")
+    assert len(fp32_grads) == 20 + 3
+    assert_same_curve(fp32_grads, curve(two_rank_runs / "one_process_bf16_weights" / "metrics.jsonl"), rel=BF16_NOISE)
+    assert_same_curve(curve(two_rank_runs / "dp2_zero1_fp32_grads" / "metrics.jsonl"), fp32_grads, rel=BF16_NOISE)
 
 
 def test_fused_loss_and_recompute_under_interleaved_pipeline_match_one_process(two_rank_runs):

@@ -19,6 +19,12 @@ waited for by each module's forward pre-hook). The traffic equals one all-reduce
 reduce-scatter + all-gather, and optimizer state stays whole per parameter, so checkpoints reshard
 to any DP size.
 
+``--accumulate-allreduce-grads-in-fp32`` with bf16 weights: the buckets are fp32 (also at one DP replica),
+each parameter's ``main_grad`` (Megatron's name) is a view into one, and a post-accumulate-grad hook adds
+every micro-batch's bf16 ``.grad`` into it and drops the ``.grad``: the sum over micro-batches and the DP
+reduction round once, in fp32. The optimizer reads ``main_grad`` where a parameter has one
+(:func:`trainer.adamw.gradient_of`).
+
 Parameters replicated over the TP group (the norm weights) sit in their own buckets: under sequence
 parallelism each TP rank saw only its slice of the sequence, so their gradients are first summed over
 the TP group; and the gradient norm counts them once.
@@ -83,7 +89,8 @@ class GradReducer:
                  micro_batches: int) -> None:
         """``params``: (parameter, replicated over the TP group) in forward order."""
         self.parallel, self.micro_batches = parallel, micro_batches
-        self.flat = parallel.dp_size > 1
+        self.main_grads = config.accumulate_allreduce_grads_in_fp32 and params[0][0].dtype != torch.float32
+        self.flat = parallel.dp_size > 1 or self.main_grads
         self.zero = config.use_distributed_optimizer and self.flat
         self.overlap_grad = config.overlap_grad_reduce and parallel.dp_size > 1
         self.overlap_param = config.overlap_param_gather and self.zero
@@ -98,9 +105,9 @@ class GradReducer:
                 bucket.owner = owner
         self._bucket_of = {id(p): bucket for bucket in self.buckets for p in bucket.params}
         self._next = 0
-        if self.overlap_grad:
+        if self.overlap_grad or self.main_grads:
             for param, _ in params:
-                param.register_post_accumulate_grad_hook(self._arrived)
+                param.register_post_accumulate_grad_hook(self._accumulated)
         self.start_step()
 
     def _bucket_size(self, config: ParallelConfig, total: int) -> int:
@@ -114,8 +121,8 @@ class GradReducer:
         if not self.flat:
             return Bucket(params, None, [], None, tp_replicated)
         numel, reference = sum(p.numel() for p in params), params[0]
-        grad = torch.zeros(numel, dtype=reference.dtype, device=reference.device)
-        data = torch.empty_like(grad) if self.zero else None
+        grad = torch.zeros(numel, dtype=torch.float32 if self.main_grads else reference.dtype, device=reference.device)
+        data = torch.empty(numel, dtype=reference.dtype, device=reference.device) if self.zero else None
         offset, views = 0, []
         for param in params:
             size = param.numel()
@@ -144,10 +151,22 @@ class GradReducer:
             else:
                 bucket.grad.zero_()
                 for param, view in zip(bucket.params, bucket.views):
-                    param.grad = view  # NOTE: robust to a zero_grad(set_to_none=True) elsewhere
+                    if self.main_grads:
+                        param.main_grad, param.grad = view, None
+                    else:
+                        param.grad = view  # NOTE: robust to a zero_grad(set_to_none=True) elsewhere
             bucket.pending = len(bucket.params) * self.micro_batches
             bucket.launched, bucket.work = False, None
         self._next = 0
+
+    def _accumulated(self, param: nn.Parameter) -> None:
+        """A micro-batch's gradient of ``param`` is in: add it to the fp32 ``main_grad`` (and drop it) under
+        ``--accumulate-allreduce-grads-in-fp32``; count its arrival under ``--overlap-grad-reduce``."""
+        if self.main_grads:
+            param.main_grad.add_(param.grad)
+            param.grad = None
+        if self.overlap_grad:
+            self._arrived(param)
 
     def _arrived(self, param: nn.Parameter) -> None:
         bucket = self._bucket_of[id(param)]
