@@ -68,8 +68,7 @@ def _store(pointer, offsets, mask, value, noise):
 def adamw_update_kernel(table_ptr, chunks_ptr, hyper_ptr, grad_scale_ptr, found_inf_ptr,
                         HAS_GRAD_SCALE: tl.constexpr, HAS_FOUND_INF: tl.constexpr, PARAM_DTYPE: tl.constexpr,
                         GRAD_DTYPE: tl.constexpr, EXP_AVG_DTYPE: tl.constexpr, EXP_AVG_SQ_DTYPE: tl.constexpr,
-                        ALIGNED: tl.constexpr,
-                        BLOCK: tl.constexpr, BLOCKS_PER_PROGRAM: tl.constexpr):
+                        ALIGNED: tl.constexpr, BLOCK: tl.constexpr, BLOCKS_PER_PROGRAM: tl.constexpr):
     """``BLOCKS_PER_PROGRAM`` consecutive ``BLOCK``s of one tensor per program: ``chunks`` holds (tensor, chunk)
     pairs, the table one row per tensor (param, grad, exp_avg, exp_avg_sq addresses, element count, hash key),
     ``hyper`` 7 floats per tensor.

@@ -89,7 +89,8 @@ class GradReducer:
                  micro_batches: int) -> None:
         """``params``: (parameter, replicated over the TP group) in forward order."""
         self.parallel, self.micro_batches = parallel, micro_batches
-        self.main_grads = config.accumulate_allreduce_grads_in_fp32 and params[0][0].dtype != torch.float32
+        low_precision = any(param.dtype != torch.float32 for param, _ in params)
+        self.main_grads = config.accumulate_allreduce_grads_in_fp32 and low_precision
         self.flat = parallel.dp_size > 1 or self.main_grads
         self.zero = config.use_distributed_optimizer and self.flat
         self.overlap_grad = config.overlap_grad_reduce and parallel.dp_size > 1
