@@ -7,7 +7,8 @@
 Phases (each trains through the CLI exactly as users launch it, on a blend of the tokenized prose):
 - ``speed``: DESIGN §7's shape (``1.3b``, seq 4096, micro-batch 4, vocab 32768), one run per
   ``--speed-runs`` entry (``bf16``, ``fp8:BACKEND:RECIPE``; ``+bf16-weights`` for bf16 weights and moments as
-  the baselines keep them; ``@N`` for micro-batch N, reported apart),
+  the baselines keep them, ``+fp32-grads`` after it for their gradients summed in fp32; ``@N`` for
+  micro-batch N, reported apart),
   torch.compile per block where the backend allows and the fused loss on (the CUDA defaults);
   steady-state tokens/s, MFU and peak memory over the steps after ``--warmup``, every step's rate, and the
   GPU's SM clock and power meanwhile (``bench/gpu_clocks.py``: a throttled clock shows there);
@@ -98,19 +99,28 @@ def train(tag: str, flags: list[str], folder: Path, warmup: int, timeout: float,
 BF16_WEIGHTS = ["--main-params-dtype", "bf16", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
 
 
+#: ``--speed-runs`` suffixes: ``+NAME`` → (tag suffix, trainer flags). ``fp32-grads`` goes with ``bf16-weights``.
+RUN_SUFFIXES = {"bf16-weights": ("_bf16w", BF16_WEIGHTS),
+                "fp32-grads": ("_fp32g", ["--accumulate-allreduce-grads-in-fp32"])}
+
+
 def parse_run(spec: str) -> tuple[str, list[str]]:
-    """One ``--speed-runs`` entry, ``bf16`` or ``fp8:BACKEND:RECIPE``, optionally ``+bf16-weights`` then
-    ``@MICRO_BATCH`` (e.g. ``fp8:te:delayed``, ``bf16+bf16-weights@8``): its tag and its trainer flags beyond
-    the common ones."""
+    """One ``--speed-runs`` entry, ``bf16`` or ``fp8:BACKEND:RECIPE``, optionally ``+SUFFIX``es of
+    :data:`RUN_SUFFIXES`, then ``@MICRO_BATCH`` (e.g. ``fp8:te:delayed``, ``bf16+bf16-weights@8``,
+    ``bf16+bf16-weights+fp32-grads``): its tag and its trainer flags beyond the common ones."""
     run, _, micro_batch = spec.partition("@")
-    precision, _, weights = run.partition("+")
+    precision, *suffixes = run.split("+")
     tag = "ours_" + precision.replace(":", "_")
     flags: list[str] = []
-    if weights:
-        if weights != "bf16-weights":
-            raise SystemExit(f"--speed-runs {spec!r}: unknown suffix +{weights}; the one known is +bf16-weights")
-        tag += "_bf16w"
-        flags += BF16_WEIGHTS
+    for suffix in suffixes:
+        if suffix not in RUN_SUFFIXES:
+            raise SystemExit(f"--speed-runs {spec!r}: unknown suffix +{suffix}; known: "
+                             f"{', '.join('+' + name for name in RUN_SUFFIXES)}")
+        tag += RUN_SUFFIXES[suffix][0]
+        flags += RUN_SUFFIXES[suffix][1]
+    if "fp32-grads" in suffixes and "bf16-weights" not in suffixes:
+        raise SystemExit(f"--speed-runs {spec!r}: +fp32-grads only changes runs with +bf16-weights (fp32 weights "
+                         "have fp32 gradients already)")
     if precision.startswith("fp8"):
         _, backend, recipe = precision.split(":")
         flags += fp8_flags(recipe, backend)
