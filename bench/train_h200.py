@@ -235,8 +235,8 @@ def main() -> None:
                         help="te_baseline.py (run when TE imports), or none")
     parser.add_argument("--fp8-backend", default="auto", help="backend of the parity runs")
     parser.add_argument("--speed-runs", default="bf16,fp8:auto:tensorwise",
-                        help="comma list of bf16 | fp8:BACKEND:RECIPE, each optionally +bf16-weights, then "
-                        "@MICRO_BATCH (reported apart)")
+                        help="comma list of bf16 | fp8:BACKEND:RECIPE, each optionally followed by "
+                        f"{' '.join('+' + name for name in RUN_SUFFIXES)}, then @MICRO_BATCH (reported apart)")
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=5, help="first steps left out of the means (compilation)")
     parser.add_argument("--parity-steps", type=int, default=300)
