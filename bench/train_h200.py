@@ -43,9 +43,14 @@ DATA = REPO / "bench" / ".cache" / "h200"
 SPEED_SHAPE = ["--preset", "1.3b", "--seq-length", "4096", "--micro-batch-size", "4", "--global-batch-size", "4"]
 
 
+#: Delayed scaling as the TE baseline runs it (``DelayedScaling()``'s defaults; Megatron's LLaMA-3 8B FP8 example).
+DELAYED = ["--fp8-amax-history-len", "1024", "--fp8-amax-compute-algo", "max"]
+
+
 def fp8_flags(recipe: str, backend: str) -> list[str]:
     """The trainer flags of an FP8 run (hybrid format: e4m3 forward, e5m2 gradients)."""
-    return ["--fp8-format", "hybrid", "--fp8-recipe", recipe, "--fp8-backend", backend]
+    return ["--fp8-format", "hybrid", "--fp8-recipe", recipe, "--fp8-backend", backend,
+            *(DELAYED if recipe == "delayed" else [])]
 
 
 def prepare() -> None:
@@ -170,7 +175,7 @@ def parity(args: argparse.Namespace, folder: Path) -> dict:
               "--eval-iters", str(args.eval_iters), "--bf16", "--compile", args.aux_compile,
               *(BF16_WEIGHTS if args.parity_weights == "bf16" else [])]
     runs = {"parity_bf16": train("parity_bf16", common, folder, args.warmup, 160, keep_metrics=True),
-            "parity_fp8": train("parity_fp8", [*common, *fp8_flags("tensorwise", args.fp8_backend)], folder,
+            "parity_fp8": train("parity_fp8", [*common, *fp8_flags(args.parity_recipe, args.fp8_backend)], folder,
                                 args.warmup, 160, keep_metrics=True)}
     bf16, fp8 = (dict(runs[name]["evals"]) for name in ("parity_bf16", "parity_fp8"))
     gaps = {step: fp8[step] / bf16[step] - 1 for step in bf16 if step in fp8}
@@ -234,6 +239,8 @@ def main() -> None:
     parser.add_argument("--te-baseline", default=str(REPO.parents[1] / "shared" / "bench" / "te_baseline.py"),
                         help="te_baseline.py (run when TE imports), or none")
     parser.add_argument("--fp8-backend", default="auto", help="backend of the parity runs")
+    parser.add_argument("--parity-recipe", default="tensorwise", choices=("delayed", "tensorwise"),
+                        help="--fp8-recipe of the parity run")
     parser.add_argument("--speed-runs", default="bf16,fp8:auto:tensorwise",
                         help="comma list of bf16 | fp8:BACKEND:RECIPE, each optionally followed by "
                         f"{' '.join('+' + name for name in RUN_SUFFIXES)}, then @MICRO_BATCH (reported apart)")

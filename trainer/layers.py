@@ -24,8 +24,10 @@ from trainer.errors import ConfigError
 from trainer.parallel.collectives import TensorParallel
 from trainer.parallel_state import ParallelState
 
-#: A local GEMM computes ``x @ weight.T`` for one shard (``torch.nn.functional.linear``'s contract).
-LocalGemm = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: A local GEMM computes ``x @ weight.T`` for one shard (``torch.nn.functional.linear``'s contract). A GEMM
+#: with per-linear state (delayed FP8 scaling) has a ``new_scales()`` method; each linear then owns what it
+#: returns (a module, as ``fp8_scales``) and passes it as a third argument.
+LocalGemm = Callable[..., torch.Tensor]
 
 GEMMS: dict[str, LocalGemm] = {
     "plain": F.linear,
@@ -94,6 +96,13 @@ class _ShardedLinear(ShardedWeight):
                  gemm: LocalGemm, stacked: int = 1) -> None:
         super().__init__(out_features, in_features, init_std, parallel, stacked)
         self.gemm = gemm
+        self.fp8_scales = gemm.new_scales() if hasattr(gemm, "new_scales") else None
+
+    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """This shard's ``x @ weight.T`` through the local GEMM (with its scales, when it keeps any)."""
+        if self.fp8_scales is None:
+            return self.gemm(x, self.weight)
+        return self.gemm(x, self.weight, self.fp8_scales)
 
 
 class ColumnParallelLinear(_ShardedLinear):
@@ -104,7 +113,7 @@ class ColumnParallelLinear(_ShardedLinear):
     partition_dim, split_what = 0, "output features"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.gemm(self.tp.column_input(x), self.weight)
+        return self._matmul(self.tp.column_input(x))
 
 
 class RowParallelLinear(_ShardedLinear):
@@ -117,7 +126,7 @@ class RowParallelLinear(_ShardedLinear):
         super().__init__(in_features, out_features, parallel, init_std, gemm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.tp.row_output(self.gemm(x, self.weight))
+        return self.tp.row_output(self._matmul(x))
 
 
 class VocabParallelEmbedding(ShardedWeight):

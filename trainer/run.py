@@ -98,8 +98,9 @@ def _build_engine(config: TrainConfig, parallel: ParallelState, precision: Preci
     chunks, stage_indices = build_chunks(replace(config.model, gemm_backend=fp8.gemm_name), vocab, seq_length,
                                          parallel, attention, config.training.seed)
     if config.optim.main_params_dtype == "bf16":
-        for chunk in chunks:
-            chunk.to(torch.bfloat16)  # the init drew fp32 weights: these are them rounded to nearest
+        for param in (param for chunk in chunks for param in chunk.parameters()):
+            # the init drew fp32 weights: these are them rounded to nearest; buffers (FP8 scales) keep fp32
+            param.data = param.data.to(torch.bfloat16)
     why_eager = None if fp8.compilable else "the te FP8 backend cannot be traced"
     compiled = should_compile(config.model.compile, parallel.device, why_eager)
     if compiled:

@@ -13,6 +13,7 @@ from trainer.run import build_run
 def test_bf16_main_params_are_the_models_own_weights(tmp_path):
     run = build_run(tiny_config(tmp_path, optim={"main_params_dtype": "bf16"}, training={"precision": "bf16"}))
     assert {p.dtype for p in run.model.parameters()} == {torch.bfloat16}
+    assert {b.dtype for b in run.model.buffers()} == {torch.float32}  # tables (and FP8 scales) stay precise
     reference = build_run(tiny_config(tmp_path, training={"precision": "bf16"}))
     for ours, fp32 in zip(run.model.parameters(), reference.model.parameters()):
         assert fp32.dtype == torch.float32 and torch.equal(ours, fp32.bfloat16())  # the same init, rounded

@@ -6,10 +6,10 @@
 |---|---|---|
 | ``te`` | Transformer Engine ``te.Linear`` per weight | delayed, tensorwise (current scaling), blockwise |
 | ``torchao`` | ``torchao.float8`` | tensorwise, blockwise (as torchao's row-wise recipe) |
-| ``scaled_mm`` | our ``torch._scaled_mm`` autograd function | tensorwise, blockwise (as row-wise scales) |
+| ``scaled_mm`` | our ``torch._scaled_mm`` autograd functions | delayed, tensorwise, blockwise (as row-wise scales) |
 
 ``auto`` takes the first of te, torchao, scaled_mm that imports; ``torch`` the first of torchao,
-scaled_mm. A torch-native backend asked for ``delayed`` scaling (Megatron's default recipe) runs
+scaled_mm. torchao asked for ``delayed`` scaling (Megatron's default recipe; torchao dropped it) runs
 tensorwise (current) scaling and says so at start-up. Every backend keeps the embedding and the
 output layer in bf16 and applies :class:`~trainer.fp8.scaling.Eligibility` to the rest.
 """
@@ -26,7 +26,8 @@ import torch
 
 from trainer.config import FP8Config
 from trainer.errors import ConfigError
-from trainer.fp8.scaled_mm import ScaledMMRecipe, make_scaled_mm_gemm
+from trainer.fp8.delayed import DelayedScalingUpdate
+from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe, make_scaled_mm_gemm
 from trainer.fp8.scaling import FORMATS, Eligibility
 from trainer.layers import GEMMS, LocalGemm
 
@@ -34,6 +35,10 @@ log = logging.getLogger(__name__)
 
 #: FP8 tensor cores: Ada (8.9), Hopper (9.0) and later.
 MIN_CAPABILITY = (8, 9)
+
+
+def _no_update(chunks: list[torch.nn.Module]) -> None:
+    """Nothing to do after a backward pass (the backend keeps its own state, or has none)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,8 @@ class FP8Engine:
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     compilable: bool = True
     description: str = "bf16"
+    #: Called with the model chunks after each step's backward pass (delayed scaling's scale update).
+    after_backward: Callable[[list[torch.nn.Module]], None] = _no_update
 
 
 @dataclass(frozen=True)
@@ -54,30 +61,35 @@ class FP8Backend:
     name: str
     needs_module: str | None
     recipes: tuple[str, ...]
-    build: Callable[[FP8Config, str, Eligibility], tuple[LocalGemm, Callable]]
+    build: Callable[[FP8Config, str, Eligibility], tuple[LocalGemm, Callable, Callable]]
     compilable: bool
     summary: str = field(default="")
 
 
-def _build_te(config: FP8Config, recipe: str, eligible: Eligibility) -> tuple[LocalGemm, Callable]:
+def _build_te(config: FP8Config, recipe: str, eligible: Eligibility) -> tuple[LocalGemm, Callable, Callable]:
     from trainer.fp8.te_gemm import TEGemm, te_recipe
 
     gemm = TEGemm(te_recipe(recipe, config.fp8_format, config.fp8_amax_history_len, config.fp8_amax_compute_algo),
                   eligible)
-    return gemm, gemm.autocast
+    return gemm, gemm.autocast, _no_update
 
 
-def _build_torchao(config: FP8Config, recipe: str, eligible: Eligibility) -> tuple[LocalGemm, Callable]:
+def _build_torchao(config: FP8Config, recipe: str, eligible: Eligibility) -> tuple[LocalGemm, Callable, Callable]:
     from trainer.fp8.torchao_gemm import make_torchao_gemm
 
     forward_dtype, grad_dtype = FORMATS[config.fp8_format]
-    return make_torchao_gemm(forward_dtype, grad_dtype, recipe == "blockwise", eligible), contextlib.nullcontext
+    return (make_torchao_gemm(forward_dtype, grad_dtype, recipe == "blockwise", eligible), contextlib.nullcontext,
+            _no_update)
 
 
-def _build_scaled_mm(config: FP8Config, recipe: str, eligible: Eligibility) -> tuple[LocalGemm, Callable]:
+def _build_scaled_mm(config: FP8Config, recipe: str, eligible: Eligibility) -> tuple[LocalGemm, Callable, Callable]:
     forward_dtype, grad_dtype = FORMATS[config.fp8_format]
     recipe_spec = ScaledMMRecipe(forward_dtype, grad_dtype, rowwise=recipe == "blockwise")
-    return make_scaled_mm_gemm(recipe_spec, eligible), contextlib.nullcontext
+    if recipe == "delayed":
+        update = DelayedScalingUpdate(config.fp8_amax_history_len, config.fp8_amax_compute_algo, forward_dtype,
+                                      grad_dtype)
+        return DelayedScaledGemm(recipe_spec, eligible), contextlib.nullcontext, update
+    return make_scaled_mm_gemm(recipe_spec, eligible), contextlib.nullcontext, _no_update
 
 
 BACKENDS: dict[str, FP8Backend] = {
@@ -85,7 +97,7 @@ BACKENDS: dict[str, FP8Backend] = {
                      "Transformer Engine te.Linear"),
     "torchao": FP8Backend("torchao", "torchao.float8", ("tensorwise", "blockwise"), _build_torchao, True,
                           "torchao.float8"),
-    "scaled_mm": FP8Backend("scaled_mm", None, ("tensorwise", "blockwise"), _build_scaled_mm, True,
+    "scaled_mm": FP8Backend("scaled_mm", None, ("delayed", "tensorwise", "blockwise"), _build_scaled_mm, True,
                             "own torch._scaled_mm linear"),
 }
 
@@ -145,11 +157,12 @@ def select_fp8(config: FP8Config, device: torch.device, plain_gemm: str) -> FP8E
     backend, notes = resolve_backend(config.fp8_backend)
     recipe = config.fp8_recipe
     if recipe not in backend.recipes:
-        log.warning("--fp8-recipe %s needs Transformer Engine; the %s backend runs tensorwise (current) scaling "
-                    "instead and ignores --fp8-amax-history-len/--fp8-amax-compute-algo", recipe, backend.name)
+        log.warning("--fp8-recipe %s needs Transformer Engine or --fp8-backend scaled_mm; the %s backend runs "
+                    "tensorwise (current) scaling instead and ignores --fp8-amax-history-len/--fp8-amax-compute-algo",
+                    recipe, backend.name)
         recipe = "tensorwise"
     eligible = Eligibility(config.fp8_min_dim)
-    gemm, autocast = backend.build(config, recipe, eligible)
+    gemm, autocast, after_backward = backend.build(config, recipe, eligible)
     name = f"fp8_{backend.name}"
     GEMMS[name] = gemm
     forward_dtype, grad_dtype = FORMATS[config.fp8_format]
@@ -161,4 +174,4 @@ def select_fp8(config: FP8Config, device: torch.device, plain_gemm: str) -> FP8E
                    f"{'; skipped: ' + '; '.join(notes) if notes else ''}); GEMMs with widths >= {config.fp8_min_dim} "
                    "and every dimension a multiple of 16, embedding and output layer in bf16")
     log.info("precision: %s", description)
-    return FP8Engine(name, autocast, backend.compilable, description)
+    return FP8Engine(name, autocast, backend.compilable, description, after_backward)

@@ -1,5 +1,6 @@
-"""Our own FP8 linear on ``torch._scaled_mm``: dynamic scaling, per tensor or per row, as a custom
-autograd function (the ``scaled_mm`` backend, used when neither Transformer Engine nor torchao is there).
+"""Our own FP8 linear on ``torch._scaled_mm``: dynamic scaling, per tensor or per row, or delayed per-tensor
+scaling (:mod:`trainer.fp8.delayed`), as custom autograd functions (the ``scaled_mm`` backend, used when
+neither Transformer Engine nor torchao is there, or when asked for).
 
 Forward ``y = x · Wᵀ`` and the two backward GEMMs ``dx = dy · W`` and ``dW = dyᵀ · x`` all run in FP8
 with fp32 accumulation. Weights and activations use the format's forward dtype (e4m3), output gradients
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from trainer.fp8.delayed import GRAD, INPUT, WEIGHT, DelayedScales, cast_with_scale, record_amax
 from trainer.fp8.scaling import ALIGNMENT, E4M3, Eligibility, quantize
 
 
@@ -89,20 +91,52 @@ class _ScaledLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         recipe = ctx.recipe
-        grad_dtype = E4M3 if recipe.rowwise else recipe.grad_dtype
-        g_q, g_inverse = _left(grad, grad_dtype, recipe.rowwise)
-        gt_q, gt_inverse = _left(grad.t(), grad_dtype, recipe.rowwise) if recipe.rowwise else (g_q.t().contiguous(),
-                                                                                                 g_inverse)
         if recipe.rowwise:
             x, weight = ctx.saved_tensors
+            g_q, g_inverse = _left(grad, E4M3, True)
+            gt_q, gt_inverse = _left(grad.t(), E4M3, True)
             w_cols, w_inverse = _right(weight.t(), recipe.forward_dtype, True)
             x_cols, x_inverse = _right(x.t(), recipe.forward_dtype, True)
-        else:
-            x_q, w_q, x_inverse, w_inverse = ctx.saved_tensors
-            w_cols, x_cols = _column_major(w_q.t()), _column_major(x_q)
-        grad_x = fp8_matmul(g_q, w_cols, g_inverse, w_inverse, ctx.x_dtype)
-        grad_weight = fp8_matmul(gt_q, x_cols, gt_inverse, x_inverse, ctx.weight_dtype)
-        return grad_x, grad_weight, None, None
+            grad_x = fp8_matmul(g_q, w_cols, g_inverse, w_inverse, ctx.x_dtype)
+            grad_weight = fp8_matmul(gt_q, x_cols, gt_inverse, x_inverse, ctx.weight_dtype)
+            return grad_x, grad_weight, None, None
+        g_q, g_inverse = _left(grad, recipe.grad_dtype, False)
+        return (*_tensorwise_gradients(ctx, g_q, g_inverse, ctx.saved_tensors), None, None)
+
+
+def _tensorwise_gradients(ctx, g_q: torch.Tensor, g_inverse: torch.Tensor,
+                          saved: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``dx = dy · W`` and ``dW = dyᵀ · x`` from the FP8 output gradient (row-major) and the FP8 copies of
+    ``x`` and ``W`` the forward pass saved with their inverse scales (``saved``'s first four)."""
+    x_q, w_cols, x_inverse, w_inverse = saved[:4]  # w_cols: Wᵀ [K, N], column-major
+    grad_x = fp8_matmul(g_q, _column_major(w_cols.t()), g_inverse, w_inverse, ctx.x_dtype)
+    grad_weight = fp8_matmul(g_q.t().contiguous(), _column_major(x_q), g_inverse, x_inverse, ctx.weight_dtype)
+    return grad_x, grad_weight
+
+
+class _DelayedScaledLinear(torch.autograd.Function):
+    """``x [M, K] @ weight [N, K]ᵀ`` in FP8 with delayed (per-tensor) scaling: the operands are cast with the
+    given ``scales`` (input, weight, gradient; ``inverses`` undo them). Returns the product and ``x``'s amax;
+    the backward pass keeps the gradient's amax in ``amax_grad``."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, recipe: ScaledMMRecipe, out_dtype: torch.dtype,
+                scales: torch.Tensor, x_inverse: torch.Tensor, w_inverse: torch.Tensor, g_inverse: torch.Tensor,
+                amax_grad: torch.Tensor):
+        ctx.x_dtype, ctx.weight_dtype, ctx.grad_dtype = x.dtype, weight.dtype, recipe.grad_dtype
+        x_q, x_amax = cast_with_scale(x.contiguous(), scales[INPUT], recipe.forward_dtype)
+        w_cols = cast_with_scale(weight.contiguous(), scales[WEIGHT], recipe.forward_dtype, amax=False)[0].t()
+        ctx.save_for_backward(x_q, w_cols, x_inverse, w_inverse, scales, g_inverse, amax_grad)
+        ctx.mark_non_differentiable(x_amax)
+        return fp8_matmul(x_q, w_cols, x_inverse, w_inverse, out_dtype, fast_accum=True), x_amax
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor, _amax_grad: torch.Tensor | None):
+        saved = ctx.saved_tensors  # NOTE: read once: the amax update below bumps amax_grad's version
+        scales, g_inverse, amax_grad = saved[4:]
+        g_q, g_amax = cast_with_scale(grad, scales[GRAD], ctx.grad_dtype)
+        record_amax(amax_grad, g_amax)
+        return (*_tensorwise_gradients(ctx, g_q.contiguous(), g_inverse, saved), *[None] * 7)
 
 
 def _output_dtype(x: torch.Tensor) -> torch.dtype:
@@ -111,18 +145,48 @@ def _output_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
 
 
+def _fp8_rows(x: torch.Tensor, weight: torch.Tensor, eligible: Eligibility) -> torch.Tensor | None:
+    """``x`` as the [tokens, in] matrix an FP8 GEMM takes, or None when the shape is not eligible."""
+    out_features, in_features = weight.shape
+    tokens = x.numel() // in_features
+    return x.reshape(tokens, in_features) if eligible(tokens, in_features, out_features) else None
+
+
 def scaled_mm_linear(x: torch.Tensor, weight: torch.Tensor, *, recipe: ScaledMMRecipe,
                      eligible: Eligibility) -> torch.Tensor:
     """``x @ weight.T`` (the local-GEMM contract of ``trainer.layers.GEMMS``) in FP8 where the shape is
     eligible, else the plain ``F.linear``."""
-    out_features, in_features = weight.shape
-    tokens = x.numel() // in_features
-    if not eligible(tokens, in_features, out_features):
+    rows = _fp8_rows(x, weight, eligible)
+    if rows is None:
         return F.linear(x, weight)
-    out = _ScaledLinear.apply(x.reshape(tokens, in_features), weight, recipe, _output_dtype(x))
-    return out.view(*x.shape[:-1], out_features)
+    out = _ScaledLinear.apply(rows, weight, recipe, _output_dtype(x))
+    return out.view(*x.shape[:-1], weight.shape[0])
 
 
 def make_scaled_mm_gemm(recipe: ScaledMMRecipe, eligible: Eligibility):
     """The local GEMM for ``recipe`` (a plain function, so torch.compile traces straight through it)."""
     return functools.partial(scaled_mm_linear, recipe=recipe, eligible=eligible)
+
+
+@dataclass(frozen=True)
+class DelayedScaledGemm:
+    """The local GEMM of ``--fp8-recipe delayed``: ``x @ weight.T`` in FP8 cast with the scales of the
+    linear's own :class:`~trainer.fp8.delayed.DelayedScales` (its third argument; every linear makes one
+    with :meth:`new_scales`), whose amaxes it updates. Ineligible shapes run the plain ``F.linear``."""
+
+    recipe: ScaledMMRecipe
+    eligible: Eligibility
+
+    @staticmethod
+    def new_scales() -> DelayedScales:
+        """The per-linear state this GEMM needs (a submodule of the linear)."""
+        return DelayedScales()
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, scales: DelayedScales) -> torch.Tensor:
+        rows = _fp8_rows(x, weight, self.eligible)
+        if rows is None:
+            return F.linear(x, weight)
+        out, x_amax = _DelayedScaledLinear.apply(rows, weight, self.recipe, _output_dtype(x), scales.scale,
+                                                 *scales.inverses(), scales.amax_grad)
+        record_amax(scales.amax_input, x_amax)
+        return out.view(*x.shape[:-1], weight.shape[0])

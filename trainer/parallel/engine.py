@@ -34,7 +34,7 @@ class StepEngine:
 
     def __init__(self, chunks: list[GPT], stage_indices: list[int], parallel: ParallelState, precision: Precision,
                  fp8: FP8Engine, config: ParallelConfig, micro_batches: int, micro_batch_size: int) -> None:
-        self.chunks, self.parallel = chunks, parallel
+        self.chunks, self.parallel, self.fp8 = chunks, parallel, fp8
         self.feed = MicroBatches()
         self.modules = [ChunkModule(chunk, self.feed, precision, fp8) for chunk in chunks]
         self.reducer = GradReducer(_parameters(chunks, parallel), parallel, config, micro_batches)
@@ -88,6 +88,7 @@ class StepEngine:
         global batch's loss sum (0-d, on the device: reading it would wait for the backward pass)."""
         self.reducer.start_step()
         self._run(batches, tokens, backward=True)
+        self.fp8.after_backward(self.chunks)
         self.reducer.finish()
         return self._global_loss_sum()
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
+from dataclasses import replace
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tests.conftest import run_cli
 from tests.trainer.conftest import read_metrics, tiny_config
@@ -14,6 +17,7 @@ from trainer.config import FP8Config
 from trainer.errors import ConfigError
 from trainer.fp8 import backends
 from trainer.fp8.backends import check_hardware, resolve_backend, select_fp8
+from trainer.fp8.delayed import DelayedScalingUpdate
 from trainer.layers import GEMMS
 from trainer.loop import train
 
@@ -63,12 +67,23 @@ def fp8_capable(monkeypatch):
     monkeypatch.setattr(backends, "check_hardware", lambda device: None)
 
 
-def test_delayed_scaling_on_a_torch_backend_runs_tensorwise_and_says_so(fp8_capable, caplog):
+def test_delayed_scaling_on_scaled_mm_is_delayed(fp8_capable, caplog):
     with caplog.at_level(logging.INFO, logger="trainer.fp8.backends"):
-        engine = select_fp8(FP8Config(fp8_format="hybrid", fp8_backend="scaled_mm"), torch.device("cpu"), "plain")
+        engine = select_fp8(FP8Config(fp8_format="hybrid", fp8_backend="scaled_mm", fp8_amax_history_len=1024,
+                                      fp8_amax_compute_algo="max"), torch.device("cpu"), "plain")
     assert engine.gemm_name == "fp8_scaled_mm" and engine.gemm_name in GEMMS and engine.compilable
-    assert "runs tensorwise (current) scaling instead" in caplog.text
-    assert "recipe tensorwise" in engine.description and "e5m2 gradients" in engine.description
+    assert "recipe delayed: delayed scaling (amax history 1024 steps, max)" in engine.description
+    assert "e5m2 gradients" in engine.description and "instead" not in caplog.text
+    assert isinstance(engine.after_backward, DelayedScalingUpdate) and hasattr(GEMMS["fp8_scaled_mm"], "new_scales")
+
+
+def test_delayed_scaling_on_torchao_runs_tensorwise_and_says_so(fp8_capable, caplog, monkeypatch):
+    stand_in = replace(backends.BACKENDS["torchao"], needs_module=None,
+                       build=lambda config, recipe, eligible: (F.linear, contextlib.nullcontext, backends._no_update))
+    monkeypatch.setitem(backends.BACKENDS, "torchao", stand_in)
+    with caplog.at_level(logging.INFO, logger="trainer.fp8.backends"):
+        engine = select_fp8(FP8Config(fp8_format="hybrid", fp8_backend="torchao"), torch.device("cpu"), "plain")
+    assert "runs tensorwise (current) scaling instead" in caplog.text and "recipe tensorwise" in engine.description
 
 
 def test_rowwise_takes_e4m3_gradients(fp8_capable):

@@ -1,0 +1,172 @@
+"""Delayed FP8 scaling on CPU (torch._scaled_mm runs here): the linear casts with the scales it is given and
+records the amaxes it sees (forward and backward, eager and compiled), the once-a-step update turns the
+history into scales as Transformer Engine's recipe does, and a run trains with it through train()."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.trainer.conftest import read_metrics, tiny_config
+from tests.trainer.fp8.test_backends import fp8_capable  # noqa: F401 (fixture)
+from trainer.fp8.delayed import DelayedScales, DelayedScalingUpdate
+from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe
+from trainer.fp8.scaling import E4M3, E5M2, Eligibility, fp8_max
+from trainer.layers import ColumnParallelLinear
+from trainer.loop import train
+from trainer.parallel_state import ParallelState
+
+RECIPE = ScaledMMRecipe(E4M3, E5M2, rowwise=False)
+GEMM = DelayedScaledGemm(RECIPE, Eligibility(16))
+
+
+def cast_round_trip(t: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` cast to ``dtype`` with a fixed ``scale`` (saturating) and back, in float64."""
+    limit = fp8_max(dtype)
+    return (t.detach().double() * scale).clamp(-limit, limit).to(dtype).double() / scale
+
+
+def scales(x: float, w: float, g: float) -> DelayedScales:
+    """A linear's state with these scales (and their inverses), as the update leaves it."""
+    state = DelayedScales()
+    state.scale.copy_(torch.tensor([x, w, g]))
+    for inverse, value in zip(state.inverses(), (x, w, g)):
+        inverse.fill_(1 / value)
+    return state
+
+
+def test_the_gemm_casts_with_the_given_scales_and_records_the_amaxes():
+    x = torch.randn(2, 32, 64, requires_grad=True)
+    w = (torch.randn(48, 64) * 0.05).requires_grad_()
+    grad = torch.randn(2, 32, 48) * 1e-3
+    state = scales(16.0, 2048.0, 2.0 ** 20)
+    y = GEMM(x, w, state)
+    y.backward(grad)
+    xq, wq = cast_round_trip(x.reshape(-1, 64), 16.0, E4M3), cast_round_trip(w, 2048.0, E4M3)
+    gq = cast_round_trip(grad.reshape(-1, 48), 2.0 ** 20, E5M2)
+    for got, want in ((y.reshape(-1, 48), xq @ wq.T), (x.grad.reshape(-1, 64), gq @ wq), (w.grad, gq.T @ xq)):
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    torch.testing.assert_close(state.amax_input, x.abs().max().reshape(1).detach())
+    torch.testing.assert_close(state.amax_grad, grad.abs().max().reshape(1))
+    assert torch.equal(state.scale, torch.tensor([16.0, 2048.0, 2.0 ** 20]))  # only the update changes scales
+
+
+def test_a_scale_too_large_saturates_instead_of_overflowing():
+    x, w = torch.randn(32, 64) * 100, torch.randn(48, 64)
+    y = GEMM(x, w, scales(1e6, 1.0, 1.0))
+    assert torch.isfinite(y).all()
+    torch.testing.assert_close(y.double(), torch.sign(x.double()) * 448 / 1e6 @ cast_round_trip(w, 1.0, E4M3).T)
+
+
+def test_amaxes_keep_the_largest_over_micro_batches():
+    state, w = scales(1.0, 1.0, 1.0), torch.randn(48, 64, requires_grad=True)
+    for magnitude in (3.0, 5.0, 2.0):
+        x = torch.full((32, 64), magnitude)
+        GEMM(x, w, state).backward(torch.full((32, 48), magnitude / 100))
+    assert state.amax_input[0] == 5.0 and state.amax_grad[0] == pytest.approx(0.05)
+
+
+def test_ineligible_shapes_run_the_plain_linear_and_record_nothing():
+    state, x, w = scales(1.0, 1.0, 1.0), torch.randn(32, 40), torch.randn(48, 40)
+    assert torch.equal(GEMM(x, w, state), F.linear(x, w)) and not state.amax_input.any()
+
+
+def test_compiled_blocks_record_the_same_amaxes_and_gradients_as_eager_ones():
+    """The gradient's amax is written inside the backward graph (a buffer mutation AOTAutograd must keep)."""
+    torch.manual_seed(0)
+    parallel = ParallelState(torch.device("cpu"))
+    layers = [torch.nn.ModuleList([ColumnParallelLinear(64, 64, parallel, 0.05, GEMM) for _ in range(2)])
+              for _ in range(3)]
+    with torch.no_grad():
+        for linear in (linear for layer in layers for linear in layer):
+            linear.reset_parameters()
+            linear.fp8_scales = scales(64.0, 2048.0, 2.0 ** 16)
+
+    def block(layer, h):
+        return layer[1](torch.relu(layer[0](h)))
+
+    compiled = copy.deepcopy(layers)
+    x = torch.randn(32, 64)
+    for stack, run in ((layers, block), (compiled, torch.compile(block))):
+        h = x
+        for layer in stack:
+            h = run(layer, h)
+        h.square().sum().backward()
+    for eager_layer, compiled_layer in zip(layers, compiled):
+        for eager, other in zip(eager_layer, compiled_layer):
+            assert eager.fp8_scales.amax_grad > 0 and eager.fp8_scales.amax_input > 0
+            torch.testing.assert_close(other.fp8_scales.amax_input, eager.fp8_scales.amax_input)
+            torch.testing.assert_close(other.fp8_scales.amax_grad, eager.fp8_scales.amax_grad)
+            torch.testing.assert_close(other.weight.grad, eager.weight.grad, rtol=1e-4, atol=1e-6)
+
+
+def fp8_linears(count: int) -> torch.nn.ModuleList:
+    """``count`` delayed-scaling linears (64 → 64), initialised."""
+    linears = torch.nn.ModuleList(ColumnParallelLinear(64, 64, ParallelState(torch.device("cpu")), 0.05, GEMM)
+                                  for _ in range(count))
+    with torch.no_grad():
+        for linear in linears:
+            linear.reset_parameters()
+            linear.fp8_scales.reset_parameters()
+    return linears
+
+
+def _seen(linears: torch.nn.ModuleList, amax: float) -> None:
+    """As if a step saw inputs of amax ``amax``, weights of ``amax / 10`` and gradients of ``amax / 1000``."""
+    with torch.no_grad():
+        for linear in linears:
+            linear.fp8_scales.amax_input.fill_(amax)
+            linear.fp8_scales.amax_grad.fill_(amax / 1000)
+            linear.weight.fill_(-amax / 10)
+
+
+@pytest.mark.parametrize("algo", ["max", "most_recent"])
+def test_the_update_sets_scales_from_the_history_window(algo):
+    linears = fp8_linears(3)
+    update = DelayedScalingUpdate(history_len=2, compute_algo=algo, forward_dtype=E4M3, grad_dtype=E5M2)
+    for amax, window in ((4.0, 4.0), (2.0, 4.0), (1.0, 2.0)):  # the max over the last two steps
+        _seen(linears, amax)
+        update([linears])
+        expected = window if algo == "max" else amax
+        want = torch.tensor([448 / expected, 448 / (expected / 10), 57344 / (expected / 1000)])
+        for state in (linear.fp8_scales for linear in linears):
+            torch.testing.assert_close(state.scale, want)
+            torch.testing.assert_close(torch.stack(state.inverses()), 1 / want)
+            assert not state.amax_input.any() and not state.amax_grad.any()  # cleared for the next step
+
+
+def test_an_operand_not_seen_keeps_its_scale():
+    linears = fp8_linears(1)
+    state = linears[0].fp8_scales = scales(3.0, 5.0, 7.0)
+    with torch.no_grad():
+        linears[0].weight.zero_()
+    state.amax_input[0] = 2.0
+    DelayedScalingUpdate(4, "max", E4M3, E5M2)([linears])
+    assert state.scale.tolist() == [224.0, 5.0, 7.0] and state.inverse_input == 1 / 224 and state.inverse_grad == 1 / 7
+
+
+def test_a_run_with_delayed_scaling_trains_and_updates_its_scales(fp8_capable, tmp_path, monkeypatch):  # noqa: F811
+    """The tiny model trains through train() with delayed scaling and bf16 weights (the configuration of the
+    H200 speed runs): close to the plain run, not equal to it, the scales updated once a step, kept in fp32,
+    and every FP8 linear's scales moved away from their starting 1."""
+    updates = []
+    update = DelayedScalingUpdate.__call__
+    monkeypatch.setattr(DelayedScalingUpdate, "__call__", lambda self, chunks: (update(self, chunks), updates.append(self)))
+    model = {"hidden_size": 64, "ffn_hidden_size": 128, "num_attention_heads": 4}
+    common = {"model": model, "data": {"mock_data": True, "seq_length": 32}, "training": {"precision": "bf16"},
+              "optim": {"main_params_dtype": "bf16", "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}}
+    plain = train(tiny_config(tmp_path / "plain", **common))
+    fp8 = train(tiny_config(tmp_path / "fp8", **common,
+                            fp8={"fp8_format": "hybrid", "fp8_recipe": "delayed", "fp8_min_dim": 16,
+                                 "fp8_amax_history_len": 4, "fp8_amax_compute_algo": "max"}))
+    losses = [[r["loss"] for r in read_metrics(path / "metrics.jsonl") if "loss" in r] for path in
+              (tmp_path / "plain", tmp_path / "fp8")]
+    assert plain.iteration == fp8.iteration == 8
+    assert losses[0] != losses[1] and max(abs(a - b) / a for a, b in zip(*losses)) < 0.02
+    linears = updates[-1]._linears
+    assert len(updates) == 8 and len(linears) == 2 * 4  # two layers: qkv, proj, fc1, fc2
+    assert all(linear.weight.dtype == torch.bfloat16 and linear.fp8_scales.scale.dtype == torch.float32
+               and (linear.fp8_scales.scale != 1).all() for linear in linears)

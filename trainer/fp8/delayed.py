@@ -1,0 +1,122 @@
+"""Delayed FP8 scaling for our ``torch._scaled_mm`` linear (``--fp8-recipe delayed``, Megatron's default).
+
+Current (tensorwise) scaling must know a tensor's amax before it can cast it, so every FP8 operand costs an
+amax pass and then a cast pass. Delayed scaling casts with a scale chosen from the amaxes of *earlier*
+steps, so the amax of the tensor being cast is computed in the same pass as the cast, and under
+torch.compile both fuse into the kernel that produces the tensor (the RMSNorm, SwiGLU or gradient kernel
+before each GEMM). Transformer Engine's ``DelayedScaling`` recipe, done with torch ops:
+
+- every FP8 linear owns a :class:`DelayedScales`: the scales its operands are cast with (input, weight,
+  output gradient) and the largest amax seen since the last update, kept by the forward pass (input,
+  weight) and the backward pass (gradient; AOTAutograd keeps that buffer mutation inside the compiled
+  backward graph);
+- after each step's backward pass :class:`DelayedScalingUpdate` appends every linear's amaxes to a
+  history of ``--fp8-amax-history-len`` steps (one tensor for all linears, a handful of kernels) and sets
+  ``scale = fp8_max / amax`` from the history's max (``--fp8-amax-compute-algo max``) or the latest amax
+  (``most_recent``); an amax of 0 (a tensor not seen yet) keeps the old scale.
+
+As in Transformer Engine, scales start at 1, so the first step after a start casts unscaled; the history
+is not part of a checkpoint (neither is TE's in our ``te`` backend) and a resumed run rebuilds it. Scales
+are per rank: each rank dequantizes its own GEMMs, so ranks need not agree (TE reduces amaxes over the
+group; here nothing waits on a collective).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from trainer.fp8.scaling import fp8_max
+
+#: Index of each operand's scale and amax in the per-linear tensors.
+INPUT, WEIGHT, GRAD = 0, 1, 2
+
+
+class DelayedScales(nn.Module):
+    """One FP8 linear's delayed-scaling state, as non-persistent buffers (checkpoints do not change):
+
+    - ``scale`` [3]: the multipliers the input, weight and output gradient are cast with, and
+      ``inverse_input``, ``inverse_weight``, ``inverse_grad`` (0-d): their inverses, which ``_scaled_mm``
+      takes — set by the update, so the compiled passes launch no kernel to compute them;
+    - ``amax_input`` [1] (kept by the forward pass) and ``amax_grad`` [1] (by the backward pass): the largest
+      amaxes since the last update — two tensors because a compiled backward may only mutate a buffer its
+      forward pass left alone. The weight's amax is taken by the update, for every weight at once.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.ones(3), persistent=False)
+        for name in ("inverse_input", "inverse_weight", "inverse_grad"):
+            self.register_buffer(name, torch.ones(()), persistent=False)
+        self.register_buffer("amax_input", torch.zeros(1), persistent=False)
+        self.register_buffer("amax_grad", torch.zeros(1), persistent=False)
+
+    def reset_parameters(self) -> None:
+        """Scales 1, nothing seen (also after the model is materialised from ``meta``)."""
+        for tensor in (self.scale, self.inverse_input, self.inverse_weight, self.inverse_grad):
+            tensor.fill_(1.0)
+        self.amax_input.zero_()
+        self.amax_grad.zero_()
+
+    def inverses(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The inverse scales of input, weight and gradient (``_scaled_mm``'s ``scale_a``/``scale_b``)."""
+        return self.inverse_input, self.inverse_weight, self.inverse_grad
+
+
+def cast_with_scale(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype,
+                    amax: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(q, amax)``: ``x · scale`` saturated into ``dtype``, and ``x``'s fp32 amax (0-d; None unless
+    ``amax``) — one read of ``x`` once compiled, since neither waits for the other."""
+    limit = fp8_max(dtype)
+    q = (x.float() * scale).clamp(-limit, limit).to(dtype)
+    # NOTE: per row first: a row reduction runs over the same loop as the cast, so Inductor puts both in one
+    # kernel (a whole-tensor amax is split differently and got a kernel and a read of its own on the H200)
+    return q, x.abs().amax(dim=-1).amax().float() if amax else None
+
+
+def record_amax(running: torch.Tensor, amax: torch.Tensor) -> None:
+    """Keep the largest amax since the last update (several micro-batches, recomputed forward passes)."""
+    running.copy_(torch.maximum(running, amax.reshape(running.shape)))
+
+
+class DelayedScalingUpdate:
+    """The once-a-step update of every FP8 linear of the given model chunks (modules with a
+    :class:`DelayedScales` as ``fp8_scales``): amaxes into the history, then scales and their inverses.
+    ``forward_dtype``/``grad_dtype`` give each operand's FP8 maximum. Runs after the backward pass and
+    before the optimizer, so the weight amax is that of the weights this step's passes cast."""
+
+    def __init__(self, history_len: int, compute_algo: str, forward_dtype: torch.dtype,
+                 grad_dtype: torch.dtype) -> None:
+        self.history_len, self.compute_algo = history_len, compute_algo
+        self.maxima = (fp8_max(forward_dtype), fp8_max(forward_dtype), fp8_max(grad_dtype))
+        self._linears: list[nn.Module] | None = None
+        self._history: torch.Tensor | None = None  # [history_len, linears, 3]
+        self._maxima: torch.Tensor | None = None  # on the device: no host copy, so no wait, in the update
+        self._steps = 0
+
+    def __call__(self, chunks: list[nn.Module]) -> None:
+        """Fold the amaxes seen since the last call into the history and set every linear's next scales."""
+        if self._linears is None:
+            self._linears = [module for chunk in chunks for module in chunk.modules()
+                             if isinstance(getattr(module, "fp8_scales", None), DelayedScales)]
+        if not self._linears:
+            return
+        states: list[DelayedScales] = [linear.fp8_scales for linear in self._linears]
+        with torch.no_grad():
+            weight_amax = torch._foreach_norm([linear.weight for linear in self._linears], float("inf"))
+            amax = torch.stack([torch.cat([state.amax_input for state in states]),
+                                torch.stack(weight_amax).float(),
+                                torch.cat([state.amax_grad for state in states])], dim=1)
+            if self._history is None:
+                self._history = amax.new_zeros(self.history_len, *amax.shape)
+                self._maxima = amax.new_tensor(self.maxima)
+            self._history[self._steps % self.history_len] = amax
+            self._steps += 1
+            window = self._history.amax(0) if self.compute_algo == "max" else amax
+            old = torch.stack([state.scale for state in states])
+            new = torch.where(window > 0, self._maxima / window.clamp(min=1e-30), old)
+            torch._foreach_copy_([state.scale for state in states], list(new.unbind(0)))
+            inverse = new.reciprocal()
+            for operand in (INPUT, WEIGHT, GRAD):
+                torch._foreach_copy_([state.inverses()[operand] for state in states], list(inverse[:, operand].unbind(0)))
+            torch._foreach_zero_([t for state in states for t in (state.amax_input, state.amax_grad)])
