@@ -3,6 +3,7 @@ the CPU, no GPU time: the split of forward and backward is AOTAutograd's (Induct
 the same on every device.
 
     python -m bench.fp8_block_graphs                 # scaled_mm tensorwise, bf16 weights, a small block
+    python -m bench.fp8_block_graphs --recipe delayed   # the same with delayed scaling (past its first step)
 
 Prints the tensors saved between the passes (dtype, shape), and per op family how often each pass runs it:
 an RMSNorm, SiLU or FP8 cast that appears in the backward is recomputed there from saved bf16 tensors
@@ -26,7 +27,8 @@ from torch._dynamo.backends.common import aot_autograd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from trainer.attention import BACKENDS  # noqa: E402
 from trainer.config import ModelConfig  # noqa: E402
-from trainer.fp8.scaled_mm import ScaledMMRecipe, make_scaled_mm_gemm  # noqa: E402
+from trainer.fp8.delayed import Calibration  # noqa: E402
+from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe, make_scaled_mm_gemm  # noqa: E402
 from trainer.fp8.scaling import E4M3, E5M2, Eligibility  # noqa: E402
 from trainer.layers import RotaryEmbedding  # noqa: E402
 from trainer.model import TransformerLayer  # noqa: E402
@@ -71,16 +73,20 @@ def main() -> None:
     parser.add_argument("--hidden-size", type=int, default=256)
     parser.add_argument("--ffn-hidden-size", type=int, default=768)
     parser.add_argument("--seq-length", type=int, default=128)
+    parser.add_argument("--recipe", choices=("tensorwise", "delayed"), default="tensorwise")
     args = parser.parse_args()
     config = ModelConfig(preset="tiny", num_layers=1, hidden_size=args.hidden_size, num_attention_heads=4,
                          num_query_groups=4, ffn_hidden_size=args.ffn_hidden_size)
-    gemm = make_scaled_mm_gemm(ScaledMMRecipe(E4M3, E5M2, rowwise=False), Eligibility(min_dim=16))
+    recipe, eligible = ScaledMMRecipe(E4M3, E5M2, rowwise=False), Eligibility(min_dim=16)
+    gemm = (DelayedScaledGemm(recipe, eligible, Calibration(active=False)) if args.recipe == "delayed"
+            else make_scaled_mm_gemm(recipe, eligible))
     layer = TransformerLayer(config, ParallelState(torch.device("cpu")), BACKENDS["math"], gemm)
     with torch.no_grad():
         for module in layer.modules():
             if module is not layer and hasattr(module, "reset_parameters"):
                 module.reset_parameters()
-    layer.to(torch.bfloat16)
+        for param in layer.parameters():
+            param.data = param.data.to(torch.bfloat16)  # as --main-params-dtype bf16: buffers (scales) stay fp32
 
     graphs: dict[str, torch.fx.GraphModule] = {}
 
@@ -99,7 +105,7 @@ def main() -> None:
         out = torch.compile(layer, backend=backend)(x, rotary, None)
     out.float().square().mean().backward()
 
-    print(f"block d={args.hidden_size} ffn={args.ffn_hidden_size} seq={args.seq_length}, scaled_mm tensorwise, "
+    print(f"block d={args.hidden_size} ffn={args.ffn_hidden_size} seq={args.seq_length}, scaled_mm {args.recipe}, "
           "bf16 weights")
     print("saved for the backward pass:")
     for line in saved_tensors(graphs["forward"].graph, user_outputs=1):

@@ -17,7 +17,8 @@ Phases (each trains through the CLI exactly as users launch it, on a blend of th
 - ``parity``: ``125m`` for ``--parity-steps`` steps in bf16 and FP8 on the same samples (no token seen
   twice; ``--parity-weights bf16``: both with bf16 weights and moments), validation loss every
   ``--parity-eval-interval`` steps over fixed ``--eval-iters``; the largest relative gap after warm-up
-  (target: within 2%); both curves are written to ``$OUT``;
+  (target: within 2%); both curves are written to ``$OUT``; ``--parity-recipe`` picks the FP8 run's recipe
+  (delayed: amax history 1024, max, as the TE baseline's ``DelayedScaling()``);
 - ``8b``: the Llama-3-8B shape (vocab 128256) on one GPU with bf16 Adam moments, full activation
   recompute and the fused chunked loss; tokens/s and peak memory.
 A short table comes last; ``$OUT/train_h200.json`` holds every number.

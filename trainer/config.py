@@ -169,8 +169,9 @@ class FP8Config:
         None, "Train the transformer GEMMs in FP8: hybrid = e4m3 forward, e5m2 gradients; e4m3 = e4m3 everywhere. "
         "Needs a GPU of compute capability 8.9+. Embedding and output layer stay bf16.", "--fp8-format")
     fp8_recipe: Literal["delayed", "tensorwise", "blockwise"] = knob(
-        "delayed", "Scaling: delayed (amax history; Transformer Engine only, the torch backend runs tensorwise "
-        "instead), tensorwise (current per-tensor scaling), blockwise (TE's 128-blocks; torch: row-wise scales).",
+        "delayed", "Scaling: delayed (scales from an amax history; te and scaled_mm backends, torchao runs "
+        "tensorwise instead), tensorwise (current per-tensor scaling), blockwise (TE's 128-blocks; torch: row-wise "
+        "scales).",
         "--fp8-recipe")
     fp8_amax_history_len: int = knob(1, "Delayed scaling: steps of amax history.", "--fp8-amax-history-len")
     fp8_amax_compute_algo: Literal["max", "most_recent"] = knob(

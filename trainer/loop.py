@@ -156,7 +156,7 @@ def _loop(run: Run, sink: MetricsSink, profiler: StepProfiler, stop,
         except torch.OutOfMemoryError:
             raise OutOfMemory(f"out of memory at step {run.iteration + 1}: {OOM_HINT}") from None
         steps += 1
-        if steps == 1 and run.compile_cache:
+        if steps == 1 + run.fp8.parts.eager_steps and run.compile_cache:
             save_compiled(run.compile_cache)  # the training graphs, kept even if this run is killed later
         profiler.after_step(run.iteration)
         collection.after_step(run.iteration)

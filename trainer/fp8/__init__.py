@@ -4,7 +4,8 @@ the local-GEMM registry of :mod:`trainer.layers`, chosen once at start-up by :fu
 | module | job |
 |---|---|
 | `scaling.py` | FP8 formats, dynamic per-tensor/per-row scaling (quantize, dequantize), the GEMM eligibility rule |
-| `scaled_mm.py` | our FP8 linear: a custom autograd function on `torch._scaled_mm` (the `scaled_mm` backend) |
+| `scaled_mm.py` | our FP8 linear: custom autograd functions on `torch._scaled_mm` (the `scaled_mm` backend) |
+| `delayed.py` | delayed scaling for it: per-linear scales and amaxes, the once-a-step history update, calibration |
 | `torchao_gemm.py` | the `torchao` backend: torchao.float8's autograd function behind our GEMM contract |
 | `te_gemm.py` | the `te` backend: one `te.Linear` per weight sharing it, `te.autocast` around the forward pass |
 | `backends.py` | `BACKENDS` registry, `auto`/`torch` resolution, hardware check, `select_fp8` (logged) |

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
 from trainer.config import FP8Config
 from trainer.errors import ConfigError
-from trainer.fp8.delayed import DelayedScalingUpdate
+from trainer.fp8.delayed import Calibration, DelayedScalingUpdate
 from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe, make_scaled_mm_gemm
 from trainer.fp8.scaling import FORMATS, Eligibility
 from trainer.layers import GEMMS, LocalGemm
@@ -42,54 +43,66 @@ def _no_update(chunks: list[torch.nn.Module]) -> None:
 
 
 @dataclass(frozen=True)
+class BackendParts:
+    """What a backend builds for a run: its local GEMM, the context the forward pass runs in, what runs after
+    each step's backward pass (delayed scaling's scale update), the context a training step runs in, and
+    how many leading steps of a run that context keeps eager (delayed scaling's calibration)."""
+
+    gemm: LocalGemm
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    after_backward: Callable[[list[torch.nn.Module]], None] = _no_update
+    step_context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    eager_steps: int = 0
+
+
+@dataclass(frozen=True)
 class FP8Engine:
-    """What a run uses: the local GEMM (registered in ``GEMMS`` as ``gemm_name``), the context the
-    forward pass runs in, and whether torch.compile can trace it."""
+    """What a run uses: the local GEMM (registered in ``GEMMS`` as ``gemm_name``), whether torch.compile
+    can trace it, the one-line description logged at start, and the backend's other parts."""
 
     gemm_name: str
-    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     compilable: bool = True
     description: str = "bf16"
-    #: Called with the model chunks after each step's backward pass (delayed scaling's scale update).
-    after_backward: Callable[[list[torch.nn.Module]], None] = _no_update
+    parts: BackendParts = BackendParts(F.linear)
 
 
 @dataclass(frozen=True)
 class FP8Backend:
-    """One registered implementation: the module it needs, the recipes it runs, how to build its GEMM."""
+    """One registered implementation: the module it needs, the recipes it runs, how to build its parts."""
 
     name: str
     needs_module: str | None
     recipes: tuple[str, ...]
-    build: Callable[[FP8Config, str, Eligibility], tuple[LocalGemm, Callable, Callable]]
+    build: Callable[[FP8Config, str, Eligibility], BackendParts]
     compilable: bool
     summary: str = field(default="")
 
 
-def _build_te(config: FP8Config, recipe: str, eligible: Eligibility) -> tuple[LocalGemm, Callable, Callable]:
+def _build_te(config: FP8Config, recipe: str, eligible: Eligibility) -> BackendParts:
     from trainer.fp8.te_gemm import TEGemm, te_recipe
 
     gemm = TEGemm(te_recipe(recipe, config.fp8_format, config.fp8_amax_history_len, config.fp8_amax_compute_algo),
                   eligible)
-    return gemm, gemm.autocast, _no_update
+    return BackendParts(gemm, gemm.autocast)
 
 
-def _build_torchao(config: FP8Config, recipe: str, eligible: Eligibility) -> tuple[LocalGemm, Callable, Callable]:
+def _build_torchao(config: FP8Config, recipe: str, eligible: Eligibility) -> BackendParts:
     from trainer.fp8.torchao_gemm import make_torchao_gemm
 
     forward_dtype, grad_dtype = FORMATS[config.fp8_format]
-    return (make_torchao_gemm(forward_dtype, grad_dtype, recipe == "blockwise", eligible), contextlib.nullcontext,
-            _no_update)
+    return BackendParts(make_torchao_gemm(forward_dtype, grad_dtype, recipe == "blockwise", eligible))
 
 
-def _build_scaled_mm(config: FP8Config, recipe: str, eligible: Eligibility) -> tuple[LocalGemm, Callable, Callable]:
+def _build_scaled_mm(config: FP8Config, recipe: str, eligible: Eligibility) -> BackendParts:
     forward_dtype, grad_dtype = FORMATS[config.fp8_format]
     recipe_spec = ScaledMMRecipe(forward_dtype, grad_dtype, rowwise=recipe == "blockwise")
-    if recipe == "delayed":
-        update = DelayedScalingUpdate(config.fp8_amax_history_len, config.fp8_amax_compute_algo, forward_dtype,
-                                      grad_dtype)
-        return DelayedScaledGemm(recipe_spec, eligible), contextlib.nullcontext, update
-    return make_scaled_mm_gemm(recipe_spec, eligible), contextlib.nullcontext, _no_update
+    if recipe != "delayed":
+        return BackendParts(make_scaled_mm_gemm(recipe_spec, eligible))
+    calibration = Calibration()
+    update = DelayedScalingUpdate(config.fp8_amax_history_len, config.fp8_amax_compute_algo, forward_dtype,
+                                  grad_dtype, calibration)
+    return BackendParts(DelayedScaledGemm(recipe_spec, eligible, calibration), after_backward=update,
+                        step_context=calibration.step_context, eager_steps=1)
 
 
 BACKENDS: dict[str, FP8Backend] = {
@@ -162,9 +175,9 @@ def select_fp8(config: FP8Config, device: torch.device, plain_gemm: str) -> FP8E
                     recipe, backend.name)
         recipe = "tensorwise"
     eligible = Eligibility(config.fp8_min_dim)
-    gemm, autocast, after_backward = backend.build(config, recipe, eligible)
+    parts = backend.build(config, recipe, eligible)
     name = f"fp8_{backend.name}"
-    GEMMS[name] = gemm
+    GEMMS[name] = parts.gemm
     forward_dtype, grad_dtype = FORMATS[config.fp8_format]
     if recipe == "blockwise" and backend.name != "te":
         grad_dtype = forward_dtype  # row-wise FP8 kernels take e4m3 operands only
@@ -174,4 +187,4 @@ def select_fp8(config: FP8Config, device: torch.device, plain_gemm: str) -> FP8E
                    f"{'; skipped: ' + '; '.join(notes) if notes else ''}); GEMMs with widths >= {config.fp8_min_dim} "
                    "and every dimension a multiple of 16, embedding and output layer in bf16")
     log.info("precision: %s", description)
-    return FP8Engine(name, autocast, backend.compilable, description, after_backward)
+    return FP8Engine(name, backend.compilable, description, parts)

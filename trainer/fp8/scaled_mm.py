@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from trainer.fp8.delayed import GRAD, INPUT, WEIGHT, DelayedScales, cast_with_scale, record_amax
+from trainer.fp8.delayed import GRAD, INPUT, WEIGHT, Calibration, DelayedScales, cast_with_scale, record_amax
 from trainer.fp8.scaling import ALIGNMENT, E4M3, Eligibility, quantize
 
 
@@ -172,10 +172,13 @@ def make_scaled_mm_gemm(recipe: ScaledMMRecipe, eligible: Eligibility):
 class DelayedScaledGemm:
     """The local GEMM of ``--fp8-recipe delayed``: ``x @ weight.T`` in FP8 cast with the scales of the
     linear's own :class:`~trainer.fp8.delayed.DelayedScales` (its third argument; every linear makes one
-    with :meth:`new_scales`), whose amaxes it updates. Ineligible shapes run the plain ``F.linear``."""
+    with :meth:`new_scales`), whose amaxes it updates. While ``calibration`` is active it runs current
+    scaling and records the amaxes (eagerly: a gradient hook). Ineligible shapes run the plain
+    ``F.linear``."""
 
     recipe: ScaledMMRecipe
     eligible: Eligibility
+    calibration: Calibration
 
     @staticmethod
     def new_scales() -> DelayedScales:
@@ -186,7 +189,19 @@ class DelayedScaledGemm:
         rows = _fp8_rows(x, weight, self.eligible)
         if rows is None:
             return F.linear(x, weight)
-        out, x_amax = _DelayedScaledLinear.apply(rows, weight, self.recipe, _output_dtype(x), scales.scale,
-                                                 *scales.inverses(), scales.amax_grad)
-        record_amax(scales.amax_input, x_amax)
+        if self.calibration.active:
+            out = self._calibrating(rows, weight, scales, _output_dtype(x))
+        else:
+            out, x_amax = _DelayedScaledLinear.apply(rows, weight, self.recipe, _output_dtype(x), scales.scale,
+                                                     *scales.inverses(), scales.amax_grad)
+            record_amax(scales.amax_input, x_amax)
         return out.view(*x.shape[:-1], weight.shape[0])
+
+    def _calibrating(self, rows: torch.Tensor, weight: torch.Tensor, scales: DelayedScales,
+                     out_dtype: torch.dtype) -> torch.Tensor:
+        """Current scaling, recording the input's amax now and the output gradient's when it arrives."""
+        record_amax(scales.amax_input, rows.detach().abs().amax().float())
+        out = _ScaledLinear.apply(rows, weight, self.recipe, out_dtype)
+        if out.requires_grad:
+            out.register_hook(lambda grad: record_amax(scales.amax_grad, grad.abs().amax().float()))
+        return out

@@ -58,7 +58,7 @@ class ChunkModule(nn.Module):
     def forward(self, inputs: torch.Tensor | None, micro: torch.Tensor | int) -> torch.Tensor:
         batch = self.feed.batches[int(micro)]
         tokens = batch["tokens"] if self.chunk.stage.first else inputs
-        with self.precision.autocast(), self.fp8.autocast():
+        with self.precision.autocast(), self.fp8.parts.autocast():
             if self.chunk.stage.last:  # NOTE: shape [1]: the schedules concatenate the last stage's outputs
                 return self.chunk.loss_sum(batch, tokens).reshape(1)
             return self.chunk(tokens, batch["position_ids"], batch.get("cu_seqlens"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import logging
 from dataclasses import replace
@@ -74,12 +73,12 @@ def test_delayed_scaling_on_scaled_mm_is_delayed(fp8_capable, caplog):
     assert engine.gemm_name == "fp8_scaled_mm" and engine.gemm_name in GEMMS and engine.compilable
     assert "recipe delayed: delayed scaling (amax history 1024 steps, max)" in engine.description
     assert "e5m2 gradients" in engine.description and "instead" not in caplog.text
-    assert isinstance(engine.after_backward, DelayedScalingUpdate) and hasattr(GEMMS["fp8_scaled_mm"], "new_scales")
+    assert isinstance(engine.parts.after_backward, DelayedScalingUpdate) and hasattr(GEMMS["fp8_scaled_mm"], "new_scales")
 
 
 def test_delayed_scaling_on_torchao_runs_tensorwise_and_says_so(fp8_capable, caplog, monkeypatch):
     stand_in = replace(backends.BACKENDS["torchao"], needs_module=None,
-                       build=lambda config, recipe, eligible: (F.linear, contextlib.nullcontext, backends._no_update))
+                       build=lambda config, recipe, eligible: backends.BackendParts(F.linear))
     monkeypatch.setitem(backends.BACKENDS, "torchao", stand_in)
     with caplog.at_level(logging.INFO, logger="trainer.fp8.backends"):
         engine = select_fp8(FP8Config(fp8_format="hybrid", fp8_backend="torchao"), torch.device("cpu"), "plain")
@@ -110,7 +109,7 @@ def test_te_backend_matches_bf16_within_fp8_error():
     engine = select_fp8(FP8Config(fp8_format="hybrid", fp8_backend="te"), torch.device("cuda"), "plain")
     x = torch.randn(4096, 1024, device="cuda", requires_grad=True)
     w = torch.nn.Parameter(torch.randn(2048, 1024, device="cuda") * 0.02)
-    with torch.autocast("cuda", dtype=torch.bfloat16), engine.autocast():
+    with torch.autocast("cuda", dtype=torch.bfloat16), engine.parts.autocast():
         y = GEMMS[engine.gemm_name](x, w)
     y.float().sum().backward()
     exact = torch.nn.functional.linear(x.detach(), w.detach())

@@ -12,15 +12,16 @@ import torch.nn.functional as F
 
 from tests.trainer.conftest import read_metrics, tiny_config
 from tests.trainer.fp8.test_backends import fp8_capable  # noqa: F401 (fixture)
-from trainer.fp8.delayed import DelayedScales, DelayedScalingUpdate
-from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe
+from trainer.fp8.delayed import Calibration, DelayedScales, DelayedScalingUpdate
+from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe, make_scaled_mm_gemm
 from trainer.fp8.scaling import E4M3, E5M2, Eligibility, fp8_max
 from trainer.layers import ColumnParallelLinear
+from trainer import loop
 from trainer.loop import train
 from trainer.parallel_state import ParallelState
 
 RECIPE = ScaledMMRecipe(E4M3, E5M2, rowwise=False)
-GEMM = DelayedScaledGemm(RECIPE, Eligibility(16))
+GEMM = DelayedScaledGemm(RECIPE, Eligibility(16), Calibration(active=False))  # past its first step
 
 
 def cast_round_trip(t: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
@@ -103,6 +104,36 @@ def test_compiled_blocks_record_the_same_amaxes_and_gradients_as_eager_ones():
             torch.testing.assert_close(other.weight.grad, eager.weight.grad, rtol=1e-4, atol=1e-6)
 
 
+def test_a_calibrating_step_runs_current_scaling_and_measures_the_amaxes():
+    calibrating = DelayedScaledGemm(RECIPE, Eligibility(16), Calibration())
+    current = make_scaled_mm_gemm(RECIPE, Eligibility(16))
+    x = torch.randn(32, 64, requires_grad=True)
+    w = (torch.randn(48, 64) * 0.05).requires_grad_()
+    grad = torch.randn(32, 48) * 1e-3
+    state = DelayedScales()
+    y = calibrating(x, w, state)  # scales of 1 would flush these gradients to zero in e5m2
+    y.backward(grad)
+    got = (y.detach(), x.grad.clone(), w.grad.clone())
+    x.grad = w.grad = None
+    current(x, w).backward(grad)
+    assert torch.equal(got[0], current(x, w).detach()) and torch.equal(got[1], x.grad) and torch.equal(got[2], w.grad)
+    torch.testing.assert_close(state.amax_input, x.abs().max().reshape(1).detach())
+    torch.testing.assert_close(state.amax_grad, grad.abs().max().reshape(1))
+
+
+def test_calibration_runs_compiled_code_eagerly_and_ends_with_the_first_update():
+    calibration = Calibration()
+    calls = []
+    compiled = torch.compile(lambda t: calls.append(torch.compiler.is_compiling()) or t + 1, backend="eager")
+    with calibration.step_context():
+        compiled(torch.ones(2))
+    linears = fp8_linears(1)
+    DelayedScalingUpdate(4, "max", E4M3, E5M2, calibration)([linears])
+    with calibration.step_context():
+        compiled(torch.ones(2))
+    assert calls == [False, True] and not calibration.active
+
+
 def fp8_linears(count: int) -> torch.nn.ModuleList:
     """``count`` delayed-scaling linears (64 → 64), initialised."""
     linears = torch.nn.ModuleList(ColumnParallelLinear(64, 64, ParallelState(torch.device("cpu")), 0.05, GEMM)
@@ -126,7 +157,8 @@ def _seen(linears: torch.nn.ModuleList, amax: float) -> None:
 @pytest.mark.parametrize("algo", ["max", "most_recent"])
 def test_the_update_sets_scales_from_the_history_window(algo):
     linears = fp8_linears(3)
-    update = DelayedScalingUpdate(history_len=2, compute_algo=algo, forward_dtype=E4M3, grad_dtype=E5M2)
+    update = DelayedScalingUpdate(history_len=2, compute_algo=algo, forward_dtype=E4M3, grad_dtype=E5M2,
+                                  calibration=Calibration())
     for amax, window in ((4.0, 4.0), (2.0, 4.0), (1.0, 2.0)):  # the max over the last two steps
         _seen(linears, amax)
         update([linears])
@@ -144,29 +176,36 @@ def test_an_operand_not_seen_keeps_its_scale():
     with torch.no_grad():
         linears[0].weight.zero_()
     state.amax_input[0] = 2.0
-    DelayedScalingUpdate(4, "max", E4M3, E5M2)([linears])
+    DelayedScalingUpdate(4, "max", E4M3, E5M2, Calibration())([linears])
     assert state.scale.tolist() == [224.0, 5.0, 7.0] and state.inverse_input == 1 / 224 and state.inverse_grad == 1 / 7
 
 
 def test_a_run_with_delayed_scaling_trains_and_updates_its_scales(fp8_capable, tmp_path, monkeypatch):  # noqa: F811
     """The tiny model trains through train() with delayed scaling and bf16 weights (the configuration of the
-    H200 speed runs): close to the plain run, not equal to it, the scales updated once a step, kept in fp32,
-    and every FP8 linear's scales moved away from their starting 1."""
-    updates = []
+    H200 speed runs), its blocks compiled: the first step calibrates (the same loss as current scaling, and
+    the compile cache waits for the second), the
+    losses stay close to the plain run's without equalling them, the scales are updated once a step, kept in
+    fp32, and every FP8 linear's moved away from its starting 1."""
+    updates, cache_saves = [], []
     update = DelayedScalingUpdate.__call__
     monkeypatch.setattr(DelayedScalingUpdate, "__call__", lambda self, chunks: (update(self, chunks), updates.append(self)))
+    monkeypatch.setattr(loop, "save_compiled", lambda path: cache_saves.append(len(updates)))
     model = {"hidden_size": 64, "ffn_hidden_size": 128, "num_attention_heads": 4}
-    common = {"model": model, "data": {"mock_data": True, "seq_length": 32}, "training": {"precision": "bf16"},
+    common = {"data": {"mock_data": True, "seq_length": 32}, "training": {"precision": "bf16"},
               "optim": {"main_params_dtype": "bf16", "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}}
-    plain = train(tiny_config(tmp_path / "plain", **common))
-    fp8 = train(tiny_config(tmp_path / "fp8", **common,
-                            fp8={"fp8_format": "hybrid", "fp8_recipe": "delayed", "fp8_min_dim": 16,
-                                 "fp8_amax_history_len": 4, "fp8_amax_compute_algo": "max"}))
-    losses = [[r["loss"] for r in read_metrics(path / "metrics.jsonl") if "loss" in r] for path in
-              (tmp_path / "plain", tmp_path / "fp8")]
-    assert plain.iteration == fp8.iteration == 8
-    assert losses[0] != losses[1] and max(abs(a - b) / a for a, b in zip(*losses)) < 0.02
+    fp8 = {"fp8_format": "hybrid", "fp8_min_dim": 16}
+    runs = {"plain": {"model": model},
+            "tensorwise": {"model": model, "fp8": {**fp8, "fp8_recipe": "tensorwise"}},
+            "delayed": {"model": {**model, "compile": "blocks", "compile_cache": str(tmp_path / "compiled.bin")},
+                        "fp8": {**fp8, "fp8_recipe": "delayed", "fp8_amax_history_len": 4, "fp8_amax_compute_algo": "max"}}}
+    for name, sections in runs.items():
+        assert train(tiny_config(tmp_path / name, **common, **sections)).iteration == 8
+    plain, tensorwise, delayed = ([r["loss"] for r in read_metrics(tmp_path / name / "metrics.jsonl") if "loss" in r]
+                                  for name in runs)
+    assert delayed[0] == tensorwise[0] and delayed != tensorwise
+    assert delayed != plain and max(abs(a - b) / a for a, b in zip(plain, delayed)) < 0.02
     linears = updates[-1]._linears
     assert len(updates) == 8 and len(linears) == 2 * 4  # two layers: qkv, proj, fc1, fc2
+    assert cache_saves == [2, 8]  # after the first compiled step (the first one calibrates eagerly), at the end
     assert all(linear.weight.dtype == torch.bfloat16 and linear.fp8_scales.scale.dtype == torch.float32
                and (linear.fp8_scales.scale != 1).all() for linear in linears)
