@@ -95,7 +95,8 @@ def _build_torchao(config: FP8Config, recipe: str, eligible: Eligibility) -> Bac
 
 def _build_scaled_mm(config: FP8Config, recipe: str, eligible: Eligibility) -> BackendParts:
     forward_dtype, grad_dtype = FORMATS[config.fp8_format]
-    recipe_spec = ScaledMMRecipe(forward_dtype, grad_dtype, rowwise=recipe == "blockwise")
+    recipe_spec = ScaledMMRecipe(forward_dtype, grad_dtype, rowwise=recipe == "blockwise",
+                                 transpose_kernel=config.fp8_transpose == "kernel")
     if recipe != "delayed":
         return BackendParts(make_scaled_mm_gemm(recipe_spec, eligible))
     calibration = Calibration()

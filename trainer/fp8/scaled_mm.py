@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from trainer.fp8.delayed import GRAD, INPUT, WEIGHT, Calibration, DelayedScales, cast_with_scale, record_amax
 from trainer.fp8.scaling import ALIGNMENT, E4M3, Eligibility, quantize
+from trainer.fp8.transpose import fp8_transpose
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class ScaledMMRecipe:
     forward_dtype: torch.dtype
     grad_dtype: torch.dtype
     rowwise: bool
+    transpose_kernel: bool = False  # the backward's transposed copies by trainer.fp8.transpose's own kernel
 
 
 def fp8_matmul(a: torch.Tensor, b: torch.Tensor, a_inverse: torch.Tensor, b_inverse: torch.Tensor,
@@ -69,9 +71,9 @@ def _right(rows: torch.Tensor, dtype: torch.dtype, rowwise: bool) -> tuple[torch
     return q.contiguous().t(), inverse.reshape(1, -1) if rowwise else inverse
 
 
-def _column_major(t: torch.Tensor) -> torch.Tensor:
-    """The same matrix laid out column-major (one transposing copy)."""
-    return t.t().contiguous().t()
+def _transposed(t: torch.Tensor) -> torch.Tensor:
+    """``t.t()`` laid out row-major (one transposing copy, which Inductor fuses into ``t``'s producer)."""
+    return t.t().contiguous()
 
 
 class _ScaledLinear(torch.autograd.Function):
@@ -79,7 +81,8 @@ class _ScaledLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, recipe: ScaledMMRecipe, out_dtype: torch.dtype):
-        ctx.recipe, ctx.x_dtype, ctx.weight_dtype = recipe, x.dtype, weight.dtype
+        ctx.recipe, ctx.x_dtype, ctx.weight_dtype, ctx.transpose_kernel = recipe, x.dtype, weight.dtype, \
+            recipe.transpose_kernel
         x_q, x_inverse = _left(x, recipe.forward_dtype, recipe.rowwise)
         w_q, w_inverse = _right(weight, recipe.forward_dtype, recipe.rowwise)
         if recipe.rowwise:
@@ -109,8 +112,9 @@ def _tensorwise_gradients(ctx, g_q: torch.Tensor, g_inverse: torch.Tensor,
     """``dx = dy · W`` and ``dW = dyᵀ · x`` from the FP8 output gradient (row-major) and the FP8 copies of
     ``x`` and ``W`` the forward pass saved with their inverse scales (``saved``'s first four)."""
     x_q, w_cols, x_inverse, w_inverse = saved[:4]  # w_cols: Wᵀ [K, N], column-major
-    grad_x = fp8_matmul(g_q, _column_major(w_cols.t()), g_inverse, w_inverse, ctx.x_dtype)
-    grad_weight = fp8_matmul(g_q.t().contiguous(), _column_major(x_q), g_inverse, x_inverse, ctx.weight_dtype)
+    transposed = fp8_transpose if ctx.transpose_kernel else _transposed
+    grad_x = fp8_matmul(g_q, w_cols.contiguous().t(), g_inverse, w_inverse, ctx.x_dtype)  # W [N, K] column-major
+    grad_weight = fp8_matmul(transposed(g_q), transposed(x_q).t(), g_inverse, x_inverse, ctx.weight_dtype)
     return grad_x, grad_weight
 
 
@@ -124,6 +128,7 @@ class _DelayedScaledLinear(torch.autograd.Function):
                 scales: torch.Tensor, x_inverse: torch.Tensor, w_inverse: torch.Tensor, g_inverse: torch.Tensor,
                 amax_grad: torch.Tensor):
         ctx.x_dtype, ctx.weight_dtype, ctx.grad_dtype = x.dtype, weight.dtype, recipe.grad_dtype
+        ctx.transpose_kernel = recipe.transpose_kernel
         x_q, x_amax = cast_with_scale(x.contiguous(), scales[INPUT], recipe.forward_dtype)
         w_cols = cast_with_scale(weight.contiguous(), scales[WEIGHT], recipe.forward_dtype, amax=False)[0].t()
         ctx.save_for_backward(x_q, w_cols, x_inverse, w_inverse, scales, g_inverse, amax_grad)

@@ -1,0 +1,81 @@
+"""The FP8 transpose op: its Triton kernel (Triton's interpreter on the CPU, compiled on CUDA) equals
+``t().contiguous()`` on awkward shapes, and ``--fp8-transpose kernel`` puts it, opaque, into the compiled
+backward pass of our FP8 linear with the same gradients as the fused copies."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+from torch._dynamo.backends.common import aot_autograd
+
+from tests.trainer.triton_support import run_kernel_check
+from trainer.fp8.delayed import Calibration
+from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe, make_scaled_mm_gemm
+from trainer.fp8.scaling import E4M3, E5M2, Eligibility
+
+KERNEL_CHECK = textwrap.dedent("""
+    import torch
+    from trainer.fp8.transpose import triton_transpose
+    launch = triton_transpose()
+    torch.manual_seed(0)
+    for rows, cols in [(1, 16), (16, 1), (130, 70), (257, 384), (128, 128)]:
+        for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            matrix = (torch.randn(rows, cols) * 8).to(dtype)
+            assert torch.equal(launch(matrix).view(torch.uint8), matrix.t().contiguous().view(torch.uint8))
+    padded = (torch.randn(40, 96) * 8).to(torch.float8_e4m3fn)[:, :80]  # rows further apart than their width
+    assert torch.equal(launch(padded).view(torch.uint8), padded.t().contiguous().view(torch.uint8))
+    for bad in (torch.zeros(4, 4, dtype=torch.bfloat16), torch.zeros(2, 4, 4, dtype=torch.uint8),
+                torch.zeros(4, 4, dtype=torch.uint8).t()):
+        try:
+            launch(bad)
+        except ValueError as error:
+            assert "row-major 2-D tensor of 1-byte elements" in str(error)
+        else:
+            raise AssertionError(f"accepted {bad.dtype} {tuple(bad.shape)}")
+    print("ok")
+""")
+
+
+def test_triton_kernel_equals_a_transposing_copy_in_the_interpreter():
+    pytest.importorskip("triton")
+    run_kernel_check(KERNEL_CHECK, interpret=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_triton_kernel_equals_a_transposing_copy_on_cuda():
+    run_kernel_check(KERNEL_CHECK, interpret=False)
+
+
+def _compiled_gradients(gemm, scales=None) -> tuple[tuple[torch.Tensor, torch.Tensor], str]:
+    """Weight and input gradients of ``gemm`` compiled through AOTAutograd, and its backward graph's code."""
+    graphs = []
+
+    def keep(module: torch.fx.GraphModule, _inputs):
+        graphs.append(module.code)
+        return module.forward
+
+    torch.manual_seed(0)
+    x = torch.randn(64, 64, requires_grad=True)
+    w = (torch.randn(32, 64) * 0.05).requires_grad_()
+    extra = () if scales is None else (scales,)
+    loss = torch.compile(lambda a, b: gemm(a, b, *extra).square().sum(),
+                         backend=aot_autograd(fw_compiler=keep, bw_compiler=keep))(x, w)
+    loss.backward()
+    return (x.grad, w.grad), graphs[-1]
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "delayed"])
+def test_the_kernel_option_puts_the_opaque_op_in_the_backward_with_the_same_gradients(recipe):
+    def gemm(transpose_kernel: bool):
+        spec = ScaledMMRecipe(E4M3, E5M2, rowwise=False, transpose_kernel=transpose_kernel)
+        if recipe == "tensorwise":
+            return make_scaled_mm_gemm(spec, Eligibility(16)), None
+        return DelayedScaledGemm(spec, Eligibility(16), Calibration(active=False)), DelayedScaledGemm.new_scales()
+
+    fused, fused_code = _compiled_gradients(*gemm(False))
+    kernel, kernel_code = _compiled_gradients(*gemm(True))
+    assert "fp8_transpose" not in fused_code and kernel_code.count("blendforge.fp8_transpose") == 2  # x and dy
+    torch.testing.assert_close(kernel, fused, rtol=0, atol=0)

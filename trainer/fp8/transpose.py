@@ -1,0 +1,75 @@
+"""The transposed FP8 copies of the weight-gradient GEMM as their own tiled kernel (``--fp8-transpose kernel``).
+
+``dW = dyᵀ · x`` contracts over the tokens, and Hopper's FP8 GEMMs need the contracted dimension contiguous in
+both operands, so every FP8 linear's backward needs ``x`` and ``dy`` transposed (TN layout). Compiled, Inductor
+writes those copies inside the kernel that produces the tensor. When that kernel is a row reduction (RMSNorm
+forward or backward, RoPE's backward with the QKV concatenation), its transposed 1-byte stores go across rows:
+on the H200 such a kernel moved ~0.85 TB/s (residual add, RMSNorm, cast, amax and transpose: 317 µs per layer
+of the 1.3b preset for 33.5M elements; bench/train_h200.md, eighth run). Made by a custom op instead, the
+producer writes only the row-major copy and a tiled transpose (a tile loaded along rows, stored along the
+columns of the output) moves 2 bytes an element.
+
+Not the default (``fused``) until measured on the GPU: the A/B is ``bench/train_h200.py``'s ``+transpose-kernel``
+run suffix. Elsewhere than CUDA with Triton the op is ``t.t().contiguous()``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+#: Tile edge of the Triton transpose: 128 × 128 bytes, loaded and stored 16 bytes a thread at a time.
+BLOCK = 128
+
+
+@torch.library.custom_op("blendforge::fp8_transpose", mutates_args=())
+def fp8_transpose(matrix: torch.Tensor) -> torch.Tensor:
+    """``matrix.t().contiguous()`` for a row-major 2-D tensor of 1-byte elements (FP8), as one opaque op."""
+    return matrix.t().contiguous()
+
+
+@fp8_transpose.register_fake
+def _(matrix: torch.Tensor) -> torch.Tensor:
+    return matrix.new_empty(matrix.shape[::-1])
+
+
+@fp8_transpose.register_kernel("cuda")
+def _(matrix: torch.Tensor) -> torch.Tensor:
+    launch = triton_transpose()
+    return matrix.t().contiguous() if launch is None else launch(matrix)
+
+
+@functools.cache
+def triton_transpose():
+    """The Triton launcher ``matrix -> matrix.t().contiguous()`` for 1-byte elements, or None where Triton
+    is not importable. Built on first use, so ``TRITON_INTERPRET=1`` set before then runs it on the CPU."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def fp8_transpose_kernel(source_ptr, target_ptr, rows, cols, source_stride,
+                             BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):
+        row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+        col = tl.program_id(1) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+        row64, col64 = row.to(tl.int64), col.to(tl.int64)
+        mask = (row[:, None] < rows) & (col[None, :] < cols)
+        tile = tl.load(source_ptr + row64[:, None] * source_stride + col64[None, :], mask=mask)
+        tl.store(target_ptr + col64[:, None] * rows + row64[None, :], tl.trans(tile), mask=tl.trans(mask))
+
+    def launch(matrix: torch.Tensor) -> torch.Tensor:
+        if matrix.dim() != 2 or matrix.element_size() != 1 or matrix.stride(-1) != 1:
+            raise ValueError(f"fp8_transpose takes a row-major 2-D tensor of 1-byte elements, got "
+                             f"{matrix.dtype} {tuple(matrix.shape)} with strides {matrix.stride()}")
+        rows, cols = matrix.shape
+        target = matrix.new_empty(cols, rows)
+        grid = (triton.cdiv(rows, BLOCK), triton.cdiv(cols, BLOCK))
+        # NOTE: viewed as uint8: the kernel copies bytes, whatever the FP8 format
+        fp8_transpose_kernel[grid](matrix.view(torch.uint8), target.view(torch.uint8), rows, cols, matrix.stride(0),
+                                   BLOCK_ROWS=BLOCK, BLOCK_COLS=BLOCK, num_warps=8)
+        return target
+
+    return launch
