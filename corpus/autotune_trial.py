@@ -137,9 +137,9 @@ def _environment() -> dict[str, str]:
 
 
 def _kill_group(process: subprocess.Popen) -> None:
-    """Kill whatever is left of the trial's process group (its workers too), reap the trial, and wait
-    (up to :data:`GONE_TIMEOUT_S`) until the kernel has no process of the group left, so none
-    outlives the autotuner."""
+    """Kill whatever is left of the trial's process group (its workers too), reap the trial, and keep
+    killing (up to :data:`GONE_TIMEOUT_S`) until the kernel has no process of the group left, so none
+    outlives the autotuner — a worker forked while the group was being killed included."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -148,7 +148,7 @@ def _kill_group(process: subprocess.Popen) -> None:
     deadline = time.monotonic() + GONE_TIMEOUT_S
     while time.monotonic() < deadline:
         try:
-            os.killpg(process.pid, 0)
+            os.killpg(process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             return
         time.sleep(0.01)
