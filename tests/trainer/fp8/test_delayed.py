@@ -209,3 +209,27 @@ def test_a_run_with_delayed_scaling_trains_and_updates_its_scales(fp8_capable, t
     assert cache_saves == [2, 8]  # after the first compiled step (the first one calibrates eagerly), at the end
     assert all(linear.weight.dtype == torch.bfloat16 and linear.fp8_scales.scale.dtype == torch.float32
                and (linear.fp8_scales.scale != 1).all() for linear in linears)
+
+
+def test_a_resumed_run_calibrates_again_and_continues_the_same_curve(fp8_capable, tmp_path, monkeypatch):  # noqa: F811
+    """Scales are not in checkpoints: the first step after a resume calibrates like a fresh run's, and the
+    resumed losses equal an uninterrupted run's (the same current-scaling step, then delayed ones)."""
+    calibrating = []
+    original = DelayedScaledGemm._calibrating
+    monkeypatch.setattr(DelayedScaledGemm, "_calibrating",
+                        lambda self, *args: (calibrating.append(1), original(self, *args))[1])
+    sections = {"model": {"hidden_size": 64, "ffn_hidden_size": 128, "num_attention_heads": 4},
+                "data": {"mock_data": True, "seq_length": 32},
+                "fp8": {"fp8_format": "hybrid", "fp8_recipe": "delayed", "fp8_min_dim": 16}}
+    save = str(tmp_path / "checkpoints")
+    train(tiny_config(tmp_path / "resumed", training={"train_iters": 8, "exit_interval": 4}, checkpoint={"save": save},
+                      **sections))
+    assert len(calibrating) == 16  # step 1 only: the 8 FP8 linears of two layers, for each of 2 micro-batches
+    train(tiny_config(tmp_path / "resumed", training={"train_iters": 8}, checkpoint={"save": save, "load": save},
+                      **sections))
+    assert len(calibrating) == 32  # step 5, the first after the resume, calibrated again
+    train(tiny_config(tmp_path / "straight", training={"train_iters": 8}, **sections))
+    resumed, straight = ([r["loss"] for r in read_metrics(tmp_path / name / "metrics.jsonl") if "loss" in r]
+                         for name in ("resumed", "straight"))
+    assert resumed[:4] == straight[:4] and resumed[4:] != straight[4:]  # after the resume: a calibrating step 5
+    assert max(abs(a - b) / a for a, b in zip(resumed, straight)) < 0.01
