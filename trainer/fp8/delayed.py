@@ -117,25 +117,25 @@ class DelayedScalingUpdate:
         if self._linears is None:
             self._linears = [module for chunk in chunks for module in chunk.modules()
                              if isinstance(getattr(module, "fp8_scales", None), DelayedScales)]
-        if not self._linears:
-            return
-        states: list[DelayedScales] = [linear.fp8_scales for linear in self._linears]
-        with torch.no_grad():
-            weight_amax = torch._foreach_norm([linear.weight for linear in self._linears], float("inf"))
-            amax = torch.stack([torch.cat([state.amax_input for state in states]),
-                                torch.stack(weight_amax).float(),
-                                torch.cat([state.amax_grad for state in states])], dim=1)
-            if self._history is None:
-                self._history = amax.new_zeros(self.history_len, *amax.shape)
-                self._maxima = amax.new_tensor(self.maxima)
-            self._history[self._steps % self.history_len] = amax
-            self._steps += 1
-            window = self._history.amax(0) if self.compute_algo == "max" else amax
-            old = torch.stack([state.scale for state in states])
-            new = torch.where(window > 0, self._maxima / window.clamp(min=1e-30), old)
-            torch._foreach_copy_([state.scale for state in states], list(new.unbind(0)))
-            inverse = new.reciprocal()
-            for operand in (INPUT, WEIGHT, GRAD):
-                torch._foreach_copy_([state.inverses()[operand] for state in states], list(inverse[:, operand].unbind(0)))
-            torch._foreach_zero_([t for state in states for t in (state.amax_input, state.amax_grad)])
+        if self._linears:  # NOTE: a pipeline stage may hold no FP8 linear; it still ends its calibration
+            with torch.no_grad():
+                self._update([linear.fp8_scales for linear in self._linears])
         self.calibration.active = False
+
+    def _update(self, states: list[DelayedScales]) -> None:
+        weight_amax = torch._foreach_norm([linear.weight for linear in self._linears], float("inf"))
+        amax = torch.stack([torch.cat([state.amax_input for state in states]), torch.stack(weight_amax).float(),
+                            torch.cat([state.amax_grad for state in states])], dim=1)
+        if self._history is None:
+            self._history = amax.new_zeros(self.history_len, *amax.shape)
+            self._maxima = amax.new_tensor(self.maxima)
+        self._history[self._steps % self.history_len] = amax
+        self._steps += 1
+        window = self._history.amax(0) if self.compute_algo == "max" else amax
+        old = torch.stack([state.scale for state in states])
+        new = torch.where(window > 0, self._maxima / window.clamp(min=1e-30), old)
+        torch._foreach_copy_([state.scale for state in states], list(new.unbind(0)))
+        inverse = new.reciprocal()
+        for operand in (INPUT, WEIGHT, GRAD):
+            torch._foreach_copy_([state.inverses()[operand] for state in states], list(inverse[:, operand].unbind(0)))
+        torch._foreach_zero_([t for state in states for t in (state.amax_input, state.amax_grad)])

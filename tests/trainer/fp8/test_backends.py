@@ -60,12 +60,6 @@ def test_asking_for_a_missing_backend_names_it():
         resolve_backend("te")
 
 
-@pytest.fixture
-def fp8_capable(monkeypatch):
-    """Pretend this CPU has FP8 tensor cores (torch._scaled_mm runs on CPU), so the whole path is exercised."""
-    monkeypatch.setattr(backends, "check_hardware", lambda device: None)
-
-
 def test_delayed_scaling_on_scaled_mm_is_delayed(fp8_capable, caplog):
     with caplog.at_level(logging.INFO, logger="trainer.fp8.backends"):
         engine = select_fp8(FP8Config(fp8_format="hybrid", fp8_backend="scaled_mm", fp8_amax_history_len=1024,

@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 
 from tests.trainer.conftest import read_metrics, tiny_config
-from tests.trainer.fp8.test_backends import fp8_capable  # noqa: F401 (fixture)
 from trainer.fp8.delayed import Calibration, DelayedScales, DelayedScalingUpdate
 from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe, make_scaled_mm_gemm
 from trainer.fp8.scaling import E4M3, E5M2, Eligibility, fp8_max
@@ -180,7 +179,7 @@ def test_an_operand_not_seen_keeps_its_scale():
     assert state.scale.tolist() == [224.0, 5.0, 7.0] and state.inverse_input == 1 / 224 and state.inverse_grad == 1 / 7
 
 
-def test_a_run_with_delayed_scaling_trains_and_updates_its_scales(fp8_capable, tmp_path, monkeypatch):  # noqa: F811
+def test_a_run_with_delayed_scaling_trains_and_updates_its_scales(fp8_capable, tmp_path, monkeypatch):
     """The tiny model trains through train() with delayed scaling and bf16 weights (the configuration of the
     H200 speed runs), its blocks compiled: the first step calibrates (the same loss as current scaling, and
     the compile cache waits for the second), the
@@ -211,7 +210,7 @@ def test_a_run_with_delayed_scaling_trains_and_updates_its_scales(fp8_capable, t
                and (linear.fp8_scales.scale != 1).all() for linear in linears)
 
 
-def test_a_resumed_run_calibrates_again_and_continues_the_same_curve(fp8_capable, tmp_path, monkeypatch):  # noqa: F811
+def test_a_resumed_run_calibrates_again_and_continues_the_same_curve(fp8_capable, tmp_path, monkeypatch):
     """Scales are not in checkpoints: the first step after a resume calibrates like a fresh run's, and the
     resumed losses equal an uninterrupted run's (the same current-scaling step, then delayed ones)."""
     calibrating = []
