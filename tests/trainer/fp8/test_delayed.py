@@ -133,6 +133,12 @@ def test_calibration_runs_compiled_code_eagerly_and_ends_with_the_first_update()
     assert calls == [False, True] and not calibration.active
 
 
+def test_a_pipeline_stage_without_fp8_linears_still_ends_its_calibration():
+    calibration = Calibration()
+    DelayedScalingUpdate(4, "max", E4M3, E5M2, calibration)([torch.nn.ModuleList([torch.nn.LayerNorm(8)])])
+    assert not calibration.active
+
+
 def fp8_linears(count: int) -> torch.nn.ModuleList:
     """``count`` delayed-scaling linears (64 → 64), initialised."""
     linears = torch.nn.ModuleList(ColumnParallelLinear(64, 64, ParallelState(torch.device("cpu")), 0.05, GEMM)
