@@ -81,15 +81,19 @@ class Calibration:
         return torch.compiler.set_stance("force_eager") if self.active else contextlib.nullcontext()
 
 
-def cast_with_scale(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype,
-                    amax: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(q, amax)``: ``x · scale`` saturated into ``dtype``, and ``x``'s fp32 amax (0-d; None unless
-    ``amax``) — one read of ``x`` once compiled, since neither waits for the other."""
+def cast_with_scale(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x · scale`` saturated into ``dtype``: no wait for ``x``'s own amax, so compiled, the cast and
+    :func:`amax_of` the same ``x`` share one read of it."""
     limit = fp8_max(dtype)
-    q = (x.float() * scale).clamp(-limit, limit).to(dtype)
-    # NOTE: per row first: a row reduction runs over the same loop as the cast, so Inductor puts both in one
-    # kernel (a whole-tensor amax is split differently and got a kernel and a read of its own on the H200)
-    return q, x.abs().amax(dim=-1).amax().float() if amax else None
+    return (x.float() * scale).clamp(-limit, limit).to(dtype)
+
+
+def amax_of(x: torch.Tensor) -> torch.Tensor:
+    """``x``'s largest magnitude, fp32 0-d.
+
+    NOTE: per row first: a row reduction runs over the same loop as a cast of ``x``, so Inductor puts both in
+    one kernel (a whole-tensor amax is split differently and got a kernel and a read of its own on the H200)."""
+    return x.abs().amax(dim=-1).amax().float()
 
 
 def record_amax(running: torch.Tensor, amax: torch.Tensor) -> None:

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from trainer.fp8.delayed import GRAD, INPUT, WEIGHT, Calibration, DelayedScales, cast_with_scale, record_amax
+from trainer.fp8.delayed import (GRAD, INPUT, WEIGHT, Calibration, DelayedScales, amax_of, cast_with_scale,
+                                  record_amax)
 from trainer.fp8.scaling import ALIGNMENT, E4M3, Eligibility, quantize
 from trainer.fp8.transpose import fp8_transpose
 
@@ -129,8 +130,9 @@ class _DelayedScaledLinear(torch.autograd.Function):
                 amax_grad: torch.Tensor):
         ctx.x_dtype, ctx.weight_dtype, ctx.grad_dtype = x.dtype, weight.dtype, recipe.grad_dtype
         ctx.transpose_kernel = recipe.transpose_kernel
-        x_q, x_amax = cast_with_scale(x.contiguous(), scales[INPUT], recipe.forward_dtype)
-        w_cols = cast_with_scale(weight.contiguous(), scales[WEIGHT], recipe.forward_dtype, amax=False)[0].t()
+        x = x.contiguous()
+        x_q, x_amax = cast_with_scale(x, scales[INPUT], recipe.forward_dtype), amax_of(x)
+        w_cols = cast_with_scale(weight.contiguous(), scales[WEIGHT], recipe.forward_dtype).t()
         ctx.save_for_backward(x_q, w_cols, x_inverse, w_inverse, scales, g_inverse, amax_grad)
         ctx.mark_non_differentiable(x_amax)
         return fp8_matmul(x_q, w_cols, x_inverse, w_inverse, out_dtype, fast_accum=True), x_amax
@@ -139,8 +141,8 @@ class _DelayedScaledLinear(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor, _amax_grad: torch.Tensor | None):
         saved = ctx.saved_tensors  # NOTE: read once: the amax update below bumps amax_grad's version
         scales, g_inverse, amax_grad = saved[4:]
-        g_q, g_amax = cast_with_scale(grad, scales[GRAD], ctx.grad_dtype)
-        record_amax(amax_grad, g_amax)
+        g_q = cast_with_scale(grad, scales[GRAD], ctx.grad_dtype)
+        record_amax(amax_grad, amax_of(grad))
         return (*_tensorwise_gradients(ctx, g_q.contiguous(), g_inverse, saved), *[None] * 7)
 
 
@@ -205,8 +207,8 @@ class DelayedScaledGemm:
     def _calibrating(self, rows: torch.Tensor, weight: torch.Tensor, scales: DelayedScales,
                      out_dtype: torch.dtype) -> torch.Tensor:
         """Current scaling, recording the input's amax now and the output gradient's when it arrives."""
-        record_amax(scales.amax_input, rows.detach().abs().amax().float())
+        record_amax(scales.amax_input, amax_of(rows.detach()))
         out = _ScaledLinear.apply(rows, weight, self.recipe, out_dtype)
         if out.requires_grad:
-            out.register_hook(lambda grad: record_amax(scales.amax_grad, grad.abs().amax().float()))
+            out.register_hook(lambda grad: record_amax(scales.amax_grad, amax_of(grad)))
         return out
