@@ -6,9 +6,8 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-import torch
 
-from tests.trainer.triton_support import run_kernel_check
+from tests.trainer.triton_support import INTERPRETER_AND_CUDA, run_kernel_check
 
 KERNEL_CHECK = textwrap.dedent("""
     import itertools
@@ -57,14 +56,9 @@ KERNEL_CHECK = textwrap.dedent("""
 """)
 
 
-def test_triton_update_matches_the_tensor_code_in_the_interpreter():
-    """What CUDA runs (one launch for every parameter), by Triton's interpreter on the CPU: the tensor-code
-    update's results and random bits, for every mix of fp32 and bf16 weights, gradients and moments."""
-    pytest.importorskip("triton")
-    run_kernel_check(KERNEL_CHECK.format(device="cpu"), interpret=True)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_triton_update_matches_the_tensor_code_on_cuda():
-    run_kernel_check(KERNEL_CHECK.format(device="cuda"), interpret=False)
+@pytest.mark.parametrize("interpret", INTERPRETER_AND_CUDA)
+def test_triton_update_matches_the_tensor_code(interpret):
+    """What CUDA runs (one launch for every parameter), by Triton's interpreter on the CPU and compiled on CUDA:
+    the tensor-code update's results and random bits, for every mix of fp32 and bf16 weights, gradients and
+    moments."""
+    run_kernel_check(KERNEL_CHECK.format(device="cpu" if interpret else "cuda"), interpret)

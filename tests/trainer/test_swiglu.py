@@ -58,7 +58,6 @@ KERNEL_CHECK = textwrap.dedent("""
 
 
 def test_triton_kernel_matches_the_formula_in_the_interpreter():
-    pytest.importorskip("triton")
     run_kernel_check(KERNEL_CHECK, interpret=True)
 
 

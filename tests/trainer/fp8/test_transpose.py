@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch._dynamo.backends.common import aot_autograd
 
-from tests.trainer.triton_support import run_kernel_check
+from tests.trainer.triton_support import INTERPRETER_AND_CUDA, run_kernel_check
 from trainer.fp8.delayed import Calibration
 from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe, make_scaled_mm_gemm
 from trainer.fp8.scaling import E4M3, E5M2, Eligibility
@@ -39,15 +39,9 @@ KERNEL_CHECK = textwrap.dedent("""
 """)
 
 
-def test_triton_kernel_equals_a_transposing_copy_in_the_interpreter():
-    pytest.importorskip("triton")
-    run_kernel_check(KERNEL_CHECK, interpret=True)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_triton_kernel_equals_a_transposing_copy_on_cuda():
-    run_kernel_check(KERNEL_CHECK, interpret=False)
+@pytest.mark.parametrize("interpret", INTERPRETER_AND_CUDA)
+def test_triton_kernel_equals_a_transposing_copy(interpret):
+    run_kernel_check(KERNEL_CHECK, interpret)
 
 
 def _compiled_gradients(gemm, scales=None) -> tuple[tuple[torch.Tensor, torch.Tensor], str]:
