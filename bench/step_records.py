@@ -9,7 +9,9 @@ import statistics
 
 def steady_means(steps: list[dict], warmup: int) -> dict:
     """Means of the per-step rates over the steps after ``warmup`` (compilation, allocator growth; all steps
-    when there are no more) and the peak memory over every step (None for a rate a record lacks)."""
+    when there are no more), the peak memory of those steps and, apart, of every step (an eager first step,
+    e.g. FP8 delayed scaling's calibration, can need more than the compiled ones); None for a rate a record
+    lacks."""
     steady = steps[warmup:] or steps
 
     def mean(key: str) -> float | None:
@@ -17,7 +19,8 @@ def steady_means(steps: list[dict], warmup: int) -> dict:
 
     return {"tokens_per_s": mean("tokens_per_s"), "tokens_per_s_per_gpu": mean("tokens_per_s_per_gpu"),
             "mfu": mean("mfu"), "tflops_per_gpu": mean("tflops_per_gpu"),
-            "peak_memory_gib": max(record.get("peak_memory_gib", 0.0) for record in steps),
+            "peak_memory_gib": max(record.get("peak_memory_gib", 0.0) for record in steady),
+            "peak_memory_gib_all_steps": max(record.get("peak_memory_gib", 0.0) for record in steps),
             "steps_measured": len(steady)}
 
 

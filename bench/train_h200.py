@@ -220,6 +220,8 @@ def table(results: dict) -> None:
             best = max(base[kind]) if base[kind] and name.startswith("ours") else None
             note = f"{record['tokens_per_s'] / best:.2f}x best {kind} baseline ({best:,})" if best else ""
             note += " (larger micro-batch: reported apart, not the target ratio)" if "_mb" in name else ""
+            if record.get("peak_memory_gib_all_steps", 0) > record["peak_memory_gib"]:
+                note += f" (first steps: {record['peak_memory_gib_all_steps']:.1f} GiB)"
             print(f"{name:24} {record['tokens_per_s']:>9,.0f} {100 * (record['mfu'] or 0):>6.1f}% "
                   f"{record['peak_memory_gib']:>8.1f}  {note}")
             if record.get("gpu"):

@@ -133,8 +133,9 @@ class _Window:
                   "grad_norm": last.grad_norm,
                   **throughput(tokens, self.seconds, run.flops_per_token, run.parallel.world_size, run.peak_tflops),
                   "consumed_samples": run.iteration * run.global_batch_size}
-        if run.parallel.device.type == "cuda":
+        if run.parallel.device.type == "cuda":  # the peak of these steps: an eager first step's stays its own
             record["peak_memory_gib"] = torch.cuda.max_memory_allocated(run.parallel.device) / 2**30
+            torch.cuda.reset_peak_memory_stats(run.parallel.device)
         self.__init__()
         return record
 

@@ -14,8 +14,7 @@ KERNEL_CHECK = textwrap.dedent("""
     import torch
     from trainer.adamw import Work, hyperparameters, update_slice
     from trainer.adamw_kernel import update
-    DEVICE = "{device}"
-    group = {{"lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}}
+    group = {"lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
     torch.manual_seed(0)
     bf16, fp32 = torch.bfloat16, torch.float32
     # one launch per (dtypes, alignment): bf16 weights with bf16 or fp32 moments and bf16 or fp32 gradients
@@ -31,7 +30,7 @@ KERNEL_CHECK = textwrap.dedent("""
     tensors.append([t[1:] for t in (torch.rand(1001, device=DEVICE).bfloat16() for _ in range(4))])
     hyper = hyperparameters(group, 7)
     # the default launch shape, and one where every tensor spans several programs and loop iterations
-    launch_shapes = [{{}}, {{"block": 256, "blocks_per_program": 3, "num_warps": 4}}]
+    launch_shapes = [{}, {"block": 256, "blocks_per_program": 3, "num_warps": 4}]
     for grad_scale, launch_shape in itertools.product((None, torch.tensor(2.5, device=DEVICE)), launch_shapes):
         ours = [[t.clone() for t in ts] for ts in tensors]
         reference = [[t.clone() for t in ts] for ts in tensors]
@@ -61,4 +60,4 @@ def test_triton_update_matches_the_tensor_code(interpret):
     """What CUDA runs (one launch for every parameter), by Triton's interpreter on the CPU and compiled on CUDA:
     the tensor-code update's results and random bits, for every mix of fp32 and bf16 weights, gradients and
     moments."""
-    run_kernel_check(KERNEL_CHECK.format(device="cpu" if interpret else "cuda"), interpret)
+    run_kernel_check(KERNEL_CHECK, interpret)

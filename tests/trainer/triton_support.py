@@ -22,9 +22,11 @@ INTERPRETER_AND_CUDA = [
 
 
 def run_kernel_check(code: str, interpret: bool) -> None:
-    """Run ``code`` (which prints ``ok`` when every check passed) in a fresh interpreter of this repository;
-    skipped where Triton is not installed."""
+    """Run ``code`` (which prints ``ok`` when every check passed) in a fresh interpreter of this repository, with
+    ``DEVICE`` defined as where it runs (``cpu`` under the interpreter, else ``cuda``); skipped where Triton is
+    not installed."""
     pytest.importorskip("triton")
     env = {**os.environ, "PYTHONPATH": str(REPO), **({"TRITON_INTERPRET": "1"} if interpret else {})}
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    device = "cpu" if interpret else "cuda"
+    result = subprocess.run([sys.executable, "-c", f"DEVICE = {device!r}\n{code}"], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
