@@ -7,8 +7,8 @@
 Phases (each trains through the CLI exactly as users launch it, on a blend of the tokenized prose):
 - ``speed``: DESIGN §7's shape (``1.3b``, seq 4096, micro-batch 4, vocab 32768), one run per
   ``--speed-runs`` entry (``bf16``, ``fp8:BACKEND:RECIPE``; ``+bf16-weights`` for bf16 weights and moments as
-  the baselines keep them, ``+fp32-grads`` after it for their gradients summed in fp32, ``+transpose-kernel``
-  for FP8's transposed copies by our tiled kernel; ``@N`` for
+  the baselines keep them, ``+fp32-grads`` after it for their gradients summed in fp32, ``+transpose-fused``
+  for FP8's transposed copies written by the producing kernels (the default is our tiled kernel); ``@N`` for
   micro-batch N, reported apart),
   torch.compile per block where the backend allows and the fused loss on (the CUDA defaults);
   steady-state tokens/s, MFU and peak memory over the steps after ``--warmup``, every step's rate, and the
@@ -109,7 +109,7 @@ BF16_WEIGHTS = ["--main-params-dtype", "bf16", "--exp-avg-dtype", "bf16", "--exp
 #: ``--speed-runs`` suffixes: ``+NAME`` → (tag suffix, trainer flags). ``fp32-grads`` goes with ``bf16-weights``.
 RUN_SUFFIXES = {"bf16-weights": ("_bf16w", BF16_WEIGHTS),
                 "fp32-grads": ("_fp32g", ["--accumulate-allreduce-grads-in-fp32"]),
-                "transpose-kernel": ("_tk", ["--fp8-transpose", "kernel"])}
+                "transpose-fused": ("_tf", ["--fp8-transpose", "fused"])}
 
 
 def parse_run(spec: str) -> tuple[str, list[str]]:
