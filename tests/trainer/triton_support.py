@@ -28,5 +28,6 @@ def run_kernel_check(code: str, interpret: bool) -> None:
     pytest.importorskip("triton")
     env = {**os.environ, "PYTHONPATH": str(REPO), **({"TRITON_INTERPRET": "1"} if interpret else {})}
     device = "cpu" if interpret else "cuda"
-    result = subprocess.run([sys.executable, "-c", f"DEVICE = {device!r}\n{code}"], env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-c", f"DEVICE = {device!r}\n{code}"], env=env, capture_output=True,
+                            text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]

@@ -24,11 +24,13 @@ KERNEL_CHECK = textwrap.dedent("""
         for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
             matrix = (torch.randn(rows, cols, device=DEVICE) * 8).to(dtype)
             assert torch.equal(launch(matrix).view(torch.uint8), matrix.t().contiguous().view(torch.uint8))
-    padded = (torch.randn(40, 96, device=DEVICE) * 8).to(torch.float8_e4m3fn)[:, :80]  # rows further apart than their width
+    # rows further apart than their width
+    padded = (torch.randn(40, 96, device=DEVICE) * 8).to(torch.float8_e4m3fn)[:, :80]
     assert torch.equal(launch(padded).view(torch.uint8), padded.t().contiguous().view(torch.uint8))
     column_major = (torch.randn(48, 32, device=DEVICE) * 8).to(torch.float8_e5m2).t()
     assert torch.equal(launch(column_major).view(torch.uint8), column_major.t().contiguous().view(torch.uint8))
-    for bad in (torch.zeros(4, 4, dtype=torch.bfloat16, device=DEVICE), torch.zeros(2, 4, 4, dtype=torch.uint8, device=DEVICE)):
+    for bad in (torch.zeros(4, 4, dtype=torch.bfloat16, device=DEVICE),
+                torch.zeros(2, 4, 4, dtype=torch.uint8, device=DEVICE)):
         try:
             launch(bad)
         except ValueError as error:
