@@ -23,10 +23,12 @@ from torch import nn
 from trainer.errors import ConfigError
 from trainer.parallel.collectives import TensorParallel
 from trainer.parallel_state import ParallelState
+from trainer.swiglu import swiglu
 
 #: A local GEMM computes ``x @ weight.T`` for one shard (``torch.nn.functional.linear``'s contract). A GEMM
 #: with per-linear state (delayed FP8 scaling) has a ``new_scales()`` method; each linear then owns what it
-#: returns (a module, as ``fp8_scales``) and passes it as a third argument.
+#: returns (a module, as ``fp8_scales``) and passes it as a third argument. A GEMM may also have a
+#: ``swiglu(x, weight, scales)`` method: ``swiglu`` of its product, fused (see ColumnParallelLinear.swiglu).
 LocalGemm = Callable[..., torch.Tensor]
 
 GEMMS: dict[str, LocalGemm] = {
@@ -114,6 +116,13 @@ class ColumnParallelLinear(_ShardedLinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._matmul(self.tp.column_input(x))
+
+    def swiglu(self, x: torch.Tensor) -> torch.Tensor:
+        """``swiglu(self(x))`` for a ``[gate; up]`` weight (``stacked=2``: each shard holds both halves of its
+        slice), through the local GEMM's fused version where it has one (FP8 delayed scaling's)."""
+        x = self.tp.column_input(x)
+        fused = getattr(self.gemm, "swiglu", None)
+        return swiglu(self._matmul(x)) if fused is None else fused(x, self.weight, self.fp8_scales)
 
 
 class RowParallelLinear(_ShardedLinear):

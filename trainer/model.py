@@ -33,7 +33,6 @@ from trainer.layers import (ColumnParallelLinear, LocalGemm, RMSNorm, RotaryEmbe
 from trainer.parallel.collectives import TensorParallel
 from trainer.parallel.cross_entropy import token_losses
 from trainer.parallel_state import ParallelState
-from trainer.swiglu import swiglu
 
 
 def residual_dtype(config: ModelConfig, compute_dtype: torch.dtype) -> torch.dtype:
@@ -84,7 +83,7 @@ class SwiGLU(nn.Module):
         self.fc2 = RowParallelLinear(config.ffn_hidden_size, config.hidden_size, parallel, out_std, gemm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(swiglu(self.fc1(x)))
+        return self.fc2(self.fc1.swiglu(x))
 
 
 class TransformerLayer(nn.Module):

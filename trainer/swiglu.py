@@ -6,6 +6,11 @@ pointwise ``cat`` whose two halves each reload the inputs (7 tensor-sized transf
 of the bandwidth: 10.5 ms of a 283 ms step of the 1.3b preset on an H200). On CUDA with Triton the op is
 one kernel that reads ``gate``, ``up`` and the output gradient once and writes both halves: 5.4 ms per
 step there (bench/train_h200.md, fifth run). Elsewhere it is the same formula in tensor code.
+
+With FP8 delayed scaling the gradient's only readers are the FP8 GEMMs of the ``[gate; up]`` linear, so
+:func:`swiglu_backward_cast` writes it already scaled and cast to FP8, with its amax, from the same kernel
+(``trainer.fp8.scaled_mm``): the bf16 gradient is never stored, nor read again by a cast kernel (that
+cast took 228 µs per layer of the 1.3b preset on an H200, bench/train_h200.md, ninth run).
 """
 
 from __future__ import annotations
@@ -21,12 +26,17 @@ def swiglu(fused: torch.Tensor) -> torch.Tensor:
     return _SwiGLU.apply(fused)
 
 
+def swiglu_values(fused: torch.Tensor) -> torch.Tensor:
+    """The forward formula alone (for autograd functions that own the backward)."""
+    gate, up = fused.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
 class _SwiGLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, fused: torch.Tensor) -> torch.Tensor:
-        gate, up = fused.chunk(2, dim=-1)
         ctx.save_for_backward(fused)
-        return F.silu(gate) * up
+        return swiglu_values(fused)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
@@ -54,6 +64,28 @@ def _(fused: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     return reference_backward(fused, grad) if launch is None else launch(fused, grad)
 
 
+@torch.library.custom_op("blendforge::swiglu_backward_cast", mutates_args=())
+def swiglu_backward_cast(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
+                         dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`swiglu_backward` as the FP8 GEMMs after it take it: rounded to ``fused``'s dtype, times
+    ``scale`` (0-d), saturated into ``dtype``; and that rounded gradient's largest magnitude (fp32, 0-d)."""
+    return reference_backward_cast(fused, grad, scale, dtype)
+
+
+@swiglu_backward_cast.register_fake
+def _(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
+      dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    out = torch.empty_like(fused, dtype=dtype, memory_format=torch.contiguous_format)
+    return out, fused.new_empty((), dtype=torch.float32)
+
+
+@swiglu_backward_cast.register_kernel("cuda")
+def _(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
+      dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    launch = triton_backward()
+    return reference_backward_cast(fused, grad, scale, dtype) if launch is None else launch(fused, grad, scale, dtype)
+
+
 def reference_backward(fused: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     """The backward in tensor code: ``dgate = g·up·σ(1 + gate(1 − σ))``, ``dup = g·silu(gate)`` with
     ``σ = sigmoid(gate)`` and ``g`` the output gradient."""
@@ -65,9 +97,18 @@ def reference_backward(fused: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     return torch.cat([dgate, grad * gate * sigmoid], dim=-1).to(fused.dtype)
 
 
+def reference_backward_cast(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
+                            dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`swiglu_backward_cast` in tensor code (the cast of ``trainer.fp8.delayed.cast_with_scale``)."""
+    rounded = reference_backward(fused, grad)
+    limit = torch.finfo(dtype).max
+    return (rounded.float() * scale).clamp(-limit, limit).to(dtype), rounded.abs().amax().float()
+
+
 @functools.cache
 def triton_backward():
-    """The Triton launcher ``(fused, grad) -> [dgate | dup]``, or None where Triton is not importable.
+    """The Triton launcher ``(fused, grad) -> [dgate | dup]``, and with ``scale, dtype`` also the FP8 cast of
+    :func:`swiglu_backward_cast` (returning its amax too), or None where Triton is not importable.
 
     Built on first use, so ``TRITON_INTERPRET=1`` set before then runs it on the CPU (the tests do)."""
     try:
@@ -77,8 +118,9 @@ def triton_backward():
         return None
 
     @triton.jit
-    def swiglu_backward_kernel(fused_ptr, grad_ptr, out_ptr, rows, width, fused_stride, grad_stride,
-               BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):
+    def swiglu_backward_kernel(fused_ptr, grad_ptr, out_ptr, scale_ptr, amax_ptr, rows, width, fused_stride,
+                               grad_stride, limit, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+                               CAST: tl.constexpr):
         row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)[:, None]
         col = tl.program_id(1) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
         mask = (row < rows) & (col < width)
@@ -90,20 +132,32 @@ def triton_backward():
         sigmoid = tl.sigmoid(gate)
         dgate = grad * up * sigmoid * (1.0 + gate * (1.0 - sigmoid))
         dup = grad * gate * sigmoid
+        if CAST:  # as the bf16 gradient would be cast: rounded first; masked elements are 0, outside the amax
+            dgate = dgate.to(fused_ptr.dtype.element_ty).to(tl.float32)
+            dup = dup.to(fused_ptr.dtype.element_ty).to(tl.float32)
+            amax = tl.maximum(tl.max(tl.abs(dgate)), tl.max(tl.abs(dup)))
+            tl.store(amax_ptr + tl.program_id(0) * tl.num_programs(1) + tl.program_id(1), amax)
+            scale = tl.load(scale_ptr)
+            dgate = tl.clamp(dgate * scale, -limit, limit, propagate_nan=tl.PropagateNan.ALL)
+            dup = tl.clamp(dup * scale, -limit, limit, propagate_nan=tl.PropagateNan.ALL)
         out_at = out_ptr + row * (2 * width) + col
         tl.store(out_at, dgate.to(out_ptr.dtype.element_ty), mask=mask)
         tl.store(out_at + width, dup.to(out_ptr.dtype.element_ty), mask=mask)
 
-    def launch(fused: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    def launch(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor | None = None,
+               dtype: torch.dtype | None = None):
         rows, width = grad.shape
         if fused.stride(-1) != 1 or grad.stride(-1) != 1:
             fused, grad = fused.contiguous(), grad.contiguous()
-        out = torch.empty_like(fused, memory_format=torch.contiguous_format)
+        out = torch.empty_like(fused, dtype=dtype or fused.dtype, memory_format=torch.contiguous_format)
         block_cols = min(1024, triton.next_power_of_2(width))
         block_rows = max(1, 2048 // block_cols)
         grid = (triton.cdiv(rows, block_rows), triton.cdiv(width, block_cols))
-        swiglu_backward_kernel[grid](fused, grad, out, rows, width, fused.stride(0), grad.stride(0),
-                     BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, num_warps=8)
-        return out
+        cast = scale is not None
+        amaxes = fused.new_empty(grid[0] * grid[1] if cast else 1, dtype=torch.float32)
+        swiglu_backward_kernel[grid](fused, grad, out, scale if cast else amaxes, amaxes, rows, width, fused.stride(0),
+                                     grad.stride(0), torch.finfo(dtype).max if cast else 0.0,
+                                     BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, CAST=cast, num_warps=8)
+        return (out, amaxes.amax()) if cast else out
 
     return launch

@@ -26,6 +26,7 @@ from trainer.fp8.delayed import (GRAD, INPUT, WEIGHT, Calibration, DelayedScales
                                   record_amax)
 from trainer.fp8.scaling import ALIGNMENT, E4M3, Eligibility, quantize
 from trainer.fp8.transpose import fp8_transpose
+from trainer.swiglu import swiglu, swiglu_backward_cast, swiglu_values
 
 
 @dataclass(frozen=True)
@@ -119,31 +120,59 @@ def _tensorwise_gradients(ctx, g_q: torch.Tensor, g_inverse: torch.Tensor,
     return grad_x, grad_weight
 
 
+def _delayed_forward(ctx, x: torch.Tensor, weight: torch.Tensor, recipe: ScaledMMRecipe, out_dtype: torch.dtype,
+                     scales: torch.Tensor, x_inverse: torch.Tensor, w_inverse: torch.Tensor, g_inverse: torch.Tensor,
+                     amax_grad: torch.Tensor, save_product: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward GEMM of a delayed-scaling linear: the product and ``x``'s amax. Saves for the backward
+    the FP8 operands and the scales (and with ``save_product`` the product, last)."""
+    ctx.x_dtype, ctx.weight_dtype, ctx.grad_dtype = x.dtype, weight.dtype, recipe.grad_dtype
+    ctx.transpose_kernel = recipe.transpose_kernel
+    x = x.contiguous()
+    x_q, x_amax = cast_with_scale(x, scales[INPUT], recipe.forward_dtype), amax_of(x)
+    w_cols = cast_with_scale(weight.contiguous(), scales[WEIGHT], recipe.forward_dtype).t()
+    product = fp8_matmul(x_q, w_cols, x_inverse, w_inverse, out_dtype, fast_accum=True)
+    ctx.save_for_backward(x_q, w_cols, x_inverse, w_inverse, scales, g_inverse, amax_grad,
+                          *([product] if save_product else []))
+    ctx.mark_non_differentiable(x_amax)
+    return product, x_amax
+
+
 class _DelayedScaledLinear(torch.autograd.Function):
     """``x [M, K] @ weight [N, K]ᵀ`` in FP8 with delayed (per-tensor) scaling: the operands are cast with the
     given ``scales`` (input, weight, gradient; ``inverses`` undo them). Returns the product and ``x``'s amax;
     the backward pass keeps the gradient's amax in ``amax_grad``."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, recipe: ScaledMMRecipe, out_dtype: torch.dtype,
-                scales: torch.Tensor, x_inverse: torch.Tensor, w_inverse: torch.Tensor, g_inverse: torch.Tensor,
-                amax_grad: torch.Tensor):
-        ctx.x_dtype, ctx.weight_dtype, ctx.grad_dtype = x.dtype, weight.dtype, recipe.grad_dtype
-        ctx.transpose_kernel = recipe.transpose_kernel
-        x = x.contiguous()
-        x_q, x_amax = cast_with_scale(x, scales[INPUT], recipe.forward_dtype), amax_of(x)
-        w_cols = cast_with_scale(weight.contiguous(), scales[WEIGHT], recipe.forward_dtype).t()
-        ctx.save_for_backward(x_q, w_cols, x_inverse, w_inverse, scales, g_inverse, amax_grad)
-        ctx.mark_non_differentiable(x_amax)
-        return fp8_matmul(x_q, w_cols, x_inverse, w_inverse, out_dtype, fast_accum=True), x_amax
+    def forward(ctx, *args):
+        return _delayed_forward(ctx, *args)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor, _amax_grad: torch.Tensor | None):
         saved = ctx.saved_tensors  # NOTE: read once: the amax update below bumps amax_grad's version
-        scales, g_inverse, amax_grad = saved[4:]
+        scales, g_inverse, amax_grad = saved[4:7]
         g_q = cast_with_scale(grad, scales[GRAD], ctx.grad_dtype)
         record_amax(amax_grad, amax_of(grad))
         return (*_tensorwise_gradients(ctx, g_q.contiguous(), g_inverse, saved), *[None] * 7)
+
+
+class _DelayedScaledSwiGLULinear(torch.autograd.Function):
+    """``swiglu(x @ weightᵀ)`` for a ``[gate; up]`` weight, the GEMM as :class:`_DelayedScaledLinear`'s. Its
+    backward pass gets the GEMM's output gradient already scaled and cast to FP8, with its amax, from the
+    SwiGLU backward kernel (:func:`trainer.swiglu.swiglu_backward_cast`): no bf16 gradient is stored and
+    read again by a cast."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        fused, x_amax = _delayed_forward(ctx, *args, save_product=True)
+        return swiglu_values(fused), x_amax
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor, _amax_grad: torch.Tensor | None):
+        saved = ctx.saved_tensors
+        scales, g_inverse, amax_grad, fused = saved[4:8]
+        g_q, amax = swiglu_backward_cast(fused, grad.contiguous(), scales[GRAD], ctx.grad_dtype)
+        record_amax(amax_grad, amax)
+        return (*_tensorwise_gradients(ctx, g_q, g_inverse, saved), *[None] * 7)
 
 
 def _output_dtype(x: torch.Tensor) -> torch.dtype:
@@ -199,10 +228,25 @@ class DelayedScaledGemm:
         if self.calibration.active:
             out = self._calibrating(rows, weight, scales, _output_dtype(x))
         else:
-            out, x_amax = _DelayedScaledLinear.apply(rows, weight, self.recipe, _output_dtype(x), scales.scale,
-                                                     *scales.inverses(), scales.amax_grad)
-            record_amax(scales.amax_input, x_amax)
+            out = self._delayed(_DelayedScaledLinear, rows, x, weight, scales)
         return out.view(*x.shape[:-1], weight.shape[0])
+
+    def swiglu(self, x: torch.Tensor, weight: torch.Tensor, scales: DelayedScales) -> torch.Tensor:
+        """``swiglu(self(x, weight, scales))`` for a ``[gate; up]`` weight; past calibration its backward
+        pass writes the GEMM's FP8 output gradient straight from the SwiGLU kernel."""
+        rows = _fp8_rows(x, weight, self.eligible)
+        if rows is None or self.calibration.active:
+            return swiglu(self(x, weight, scales))
+        out = self._delayed(_DelayedScaledSwiGLULinear, rows, x, weight, scales)
+        return out.view(*x.shape[:-1], weight.shape[0] // 2)
+
+    def _delayed(self, function: type[torch.autograd.Function], rows: torch.Tensor, x: torch.Tensor,
+                 weight: torch.Tensor, scales: DelayedScales) -> torch.Tensor:
+        """``function`` applied with this linear's scales; the input's amax recorded."""
+        out, x_amax = function.apply(rows, weight, self.recipe, _output_dtype(x), scales.scale, *scales.inverses(),
+                                     scales.amax_grad)
+        record_amax(scales.amax_input, x_amax)
+        return out
 
     def _calibrating(self, rows: torch.Tensor, weight: torch.Tensor, scales: DelayedScales,
                      out_dtype: torch.dtype) -> torch.Tensor:

@@ -18,6 +18,7 @@ from trainer.layers import ColumnParallelLinear
 from trainer import loop
 from trainer.loop import train
 from trainer.parallel_state import ParallelState
+from trainer.swiglu import swiglu
 
 RECIPE = ScaledMMRecipe(E4M3, E5M2, rowwise=False)
 GEMM = DelayedScaledGemm(RECIPE, Eligibility(16), Calibration(active=False))  # past its first step
@@ -101,6 +102,34 @@ def test_compiled_blocks_record_the_same_amaxes_and_gradients_as_eager_ones():
             torch.testing.assert_close(other.fp8_scales.amax_input, eager.fp8_scales.amax_input)
             torch.testing.assert_close(other.fp8_scales.amax_grad, eager.fp8_scales.amax_grad)
             torch.testing.assert_close(other.weight.grad, eager.weight.grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_swiglu_linear_equals_swiglu_of_the_linear_eager_and_compiled(dtype):
+    """``fc1.swiglu`` (the backward's FP8 gradient straight from the SwiGLU kernel) against ``swiglu(fc1(x))``
+    (the bf16 gradient, then the cast): the same outputs, gradients and amaxes."""
+    torch.manual_seed(0)
+    fused = ColumnParallelLinear(64, 2 * 48, ParallelState(torch.device("cpu")), 0.05, GEMM, stacked=2)
+    with torch.no_grad():
+        fused.reset_parameters()
+    fused.weight = torch.nn.Parameter(fused.weight.detach().to(dtype))  # the scales stay fp32
+    fused.fp8_scales = scales(64.0, 2048.0, 2.0 ** 16)
+    x = torch.randn(2, 16, 64, dtype=dtype)
+    grad = torch.randn(2, 16, 48, dtype=dtype) * 1e-2
+    results = []
+    for block in (lambda linear, h: linear.swiglu(h), lambda linear, h: swiglu(linear(h))):
+        for run in (block, torch.compile(block)):
+            linear, h = copy.deepcopy(fused), x.clone().requires_grad_()
+            out = run(linear, h)
+            out.backward(grad)
+            results.append((out, h.grad, linear.weight.grad, linear.fp8_scales.amax_input,
+                            linear.fp8_scales.amax_grad))
+    assert results[0][0].shape == (2, 16, 48) and results[0][4] > 0
+    for other in results[1:]:
+        for got, want in zip(other, results[0]):
+            torch.testing.assert_close(got, want, rtol=1e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-6)
+    eager_fused, eager_plain = results[0], results[2]  # the same arithmetic: bit for bit
+    assert all(torch.equal(got, want) for got, want in zip(eager_fused, eager_plain))
 
 
 def test_a_calibrating_step_runs_current_scaling_and_measures_the_amaxes():
