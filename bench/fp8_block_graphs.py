@@ -10,7 +10,8 @@ an RMSNorm, SiLU or FP8 cast that appears in the backward is recomputed there fr
 instead of read from an FP8 copy the forward pass wrote. Finding of session 6 (bench/train_h200.md, seventh
 run): of the eight FP8 operands of the forward pass the block saves one (the attention output's); the
 backward casts 11 times — the 4 output gradients, and again the 3 other activations (from re-normalised
-and re-SiLU'd bf16) and all 4 weights, for their transposed copies.
+and re-SiLU'd bf16) and all 4 weights, for their transposed copies. With ``--recipe delayed`` (session 8) it
+casts 10 times: the SwiGLU backward op casts the ``[gate; up]`` GEMM's gradient itself.
 """
 
 from __future__ import annotations
