@@ -183,8 +183,10 @@ def train_fp8_on_cpu(overrides: dict) -> None:
 
 
 @pytest.mark.slow
-def test_compiled_fp8_blocks_under_sequence_parallelism_match_one_process(tmp_path):
-    runs = {name: merge(layout_overrides(tmp_path / name, steps=6, **layout), FP8_COMPILED)
+@pytest.mark.parametrize("recipe", ["tensorwise", "delayed"])  # delayed: its own fc1 + SwiGLU function
+def test_compiled_fp8_blocks_under_sequence_parallelism_match_one_process(tmp_path, recipe):
+    fp8 = merge(FP8_COMPILED, {"fp8": {"fp8_recipe": recipe}})
+    runs = {name: merge(layout_overrides(tmp_path / name, steps=6, **layout), fp8)
             for name, layout in (("one", {}), ("tp2_sp", LAYOUTS["tp2_sequence_parallel"]))}
     run_ranks(1, [(train_fp8_on_cpu, {"overrides": runs["one"]})])
     run_ranks(2, [(train_fp8_on_cpu, {"overrides": runs["tp2_sp"]})])
