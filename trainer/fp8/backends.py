@@ -42,16 +42,22 @@ def _no_update(chunks: list[torch.nn.Module]) -> None:
     """Nothing to do after a backward pass (the backend keeps its own state, or has none)."""
 
 
+def _plain_step(chunks: list[torch.nn.Module]) -> contextlib.AbstractContextManager:
+    """A training step as configured (nothing changed around it)."""
+    return contextlib.nullcontext()
+
+
 @dataclass(frozen=True)
 class BackendParts:
     """What a backend builds for a run: its local GEMM, the context the forward pass runs in, what runs after
-    each step's backward pass (delayed scaling's scale update), the context a training step runs in, and
-    how many leading steps of a run that context keeps eager (delayed scaling's calibration)."""
+    each step's backward pass (delayed scaling's scale update), the context a training step over the model
+    chunks runs in, and how many leading steps of a run that context keeps eager (delayed scaling's
+    calibration)."""
 
     gemm: LocalGemm
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     after_backward: Callable[[list[torch.nn.Module]], None] = _no_update
-    step_context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    step_context: Callable[[list[torch.nn.Module]], contextlib.AbstractContextManager] = _plain_step
     eager_steps: int = 0
 
 

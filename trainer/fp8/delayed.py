@@ -76,9 +76,30 @@ class Calibration:
     def __init__(self, active: bool = True) -> None:
         self.active = active
 
-    def step_context(self) -> contextlib.AbstractContextManager:
-        """What a training step runs in: eager (``torch.compiler`` stance ``force_eager``) while calibrating."""
-        return torch.compiler.set_stance("force_eager") if self.active else contextlib.nullcontext()
+    def step_context(self, chunks: list[nn.Module]) -> contextlib.AbstractContextManager:
+        """What a training step over the model ``chunks`` runs in: while calibrating, eagerly (``torch.compiler``
+        stance ``force_eager``) and with every block recomputed in its backward pass — eager passes keep far
+        more activations than compiled ones (1.3b FP8 on an H200: 40.5 GiB against 33.6), so the run's first
+        step would otherwise set its memory peak. Recomputing changes no value."""
+        if not self.active:
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.compiler.set_stance("force_eager"))
+        stack.enter_context(_recomputing(chunks))
+        return stack
+
+
+@contextlib.contextmanager
+def _recomputing(chunks: list[nn.Module]):
+    """Full activation recompute (a chunk's ``recompute`` flag) on every chunk that has one, for a while."""
+    before = [(chunk, chunk.recompute) for chunk in chunks if hasattr(chunk, "recompute")]
+    for chunk, _ in before:
+        chunk.recompute = True
+    try:
+        yield
+    finally:
+        for chunk, value in before:
+            chunk.recompute = value
 
 
 def cast_with_scale(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -87,7 +87,7 @@ class StepEngine:
         """Gradients of the step's ``batches`` (loss divided by ``tokens``), reduced over DP; returns the
         global batch's loss sum (0-d, on the device: reading it would wait for the backward pass)."""
         self.reducer.start_step()
-        with self.fp8.parts.step_context():
+        with self.fp8.parts.step_context(self.chunks):
             self._run(batches, tokens, backward=True)
         self.fp8.parts.after_backward(self.chunks)
         self.reducer.finish()

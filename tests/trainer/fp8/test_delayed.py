@@ -153,13 +153,27 @@ def test_calibration_runs_compiled_code_eagerly_and_ends_with_the_first_update()
     calibration = Calibration()
     calls = []
     compiled = torch.compile(lambda t: calls.append(torch.compiler.is_compiling()) or t + 1, backend="eager")
-    with calibration.step_context():
+    with calibration.step_context([]):
         compiled(torch.ones(2))
     linears = fp8_linears(1)
     DelayedScalingUpdate(4, "max", E4M3, E5M2, calibration)([linears])
-    with calibration.step_context():
+    with calibration.step_context([]):
         compiled(torch.ones(2))
     assert calls == [False, True] and not calibration.active
+
+
+def test_the_calibrating_step_recomputes_every_block_and_puts_the_setting_back():
+    """The eager step keeps no block's activations (it would set the run's memory peak); later steps run as
+    configured."""
+    calibration = Calibration()
+    chunks = [torch.nn.Module(), torch.nn.Module(), torch.nn.Linear(2, 2)]  # the last has no recompute flag
+    chunks[0].recompute, chunks[1].recompute = False, True
+    with calibration.step_context(chunks):
+        assert [chunk.recompute for chunk in chunks[:2]] == [True, True] and not hasattr(chunks[2], "recompute")
+    assert [chunk.recompute for chunk in chunks[:2]] == [False, True]
+    calibration.active = False
+    with calibration.step_context(chunks):
+        assert chunks[0].recompute is False
 
 
 def test_a_pipeline_stage_without_fp8_linears_still_ends_its_calibration():
@@ -258,10 +272,12 @@ def test_a_resumed_run_calibrates_again_and_continues_the_same_curve(fp8_capable
     save = str(tmp_path / "checkpoints")
     train(tiny_config(tmp_path / "resumed", training={"train_iters": 8, "exit_interval": 4}, checkpoint={"save": save},
                       **sections))
-    assert len(calibrating) == 16  # step 1 only: the 8 FP8 linears of two layers, for each of 2 micro-batches
+    # step 1 only: the 8 FP8 linears of two layers, for each of 2 micro-batches, twice (the backward pass
+    # recomputes the blocks while calibrating)
+    assert len(calibrating) == 32
     train(tiny_config(tmp_path / "resumed", training={"train_iters": 8}, checkpoint={"save": save, "load": save},
                       **sections))
-    assert len(calibrating) == 32  # step 5, the first after the resume, calibrated again
+    assert len(calibrating) == 64  # step 5, the first after the resume, calibrated again
     train(tiny_config(tmp_path / "straight", training={"train_iters": 8}, **sections))
     resumed, straight = ([r["loss"] for r in read_metrics(tmp_path / name / "metrics.jsonl") if "loss" in r]
                          for name in ("resumed", "straight"))
