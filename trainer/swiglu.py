@@ -7,10 +7,10 @@ of the bandwidth: 10.5 ms of a 283 ms step of the 1.3b preset on an H200). On CU
 one kernel that reads ``gate``, ``up`` and the output gradient once and writes both halves: 5.4 ms per
 step there (bench/train_h200.md, fifth run). Elsewhere it is the same formula in tensor code.
 
-With FP8 delayed scaling the gradient's only readers are the FP8 GEMMs of the ``[gate; up]`` linear, so
-:func:`swiglu_backward_cast` writes it already scaled and cast to FP8, with its amax, from the same kernel
-(``trainer.fp8.scaled_mm``): the bf16 gradient is never stored, nor read again by a cast kernel (that
-cast took 228 µs per layer of the 1.3b preset on an H200, bench/train_h200.md, ninth run).
+With FP8 delayed scaling the gradient's only readers are the FP8 GEMMs of the ``[gate; up]`` linear, so the
+same kernel can write it already scaled and cast, with its amax (``trainer.fp8.delayed.swiglu_backward_cast``):
+the bf16 gradient is never stored, nor read again by a cast kernel (that cast took 228 µs per layer of the
+1.3b preset on an H200, bench/train_h200.md, ninth run).
 """
 
 from __future__ import annotations
@@ -64,28 +64,6 @@ def _(fused: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     return reference_backward(fused, grad) if launch is None else launch(fused, grad)
 
 
-@torch.library.custom_op("blendforge::swiglu_backward_cast", mutates_args=())
-def swiglu_backward_cast(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
-                         dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`swiglu_backward` as the FP8 GEMMs after it take it: rounded to ``fused``'s dtype, times
-    ``scale`` (0-d), saturated into ``dtype``; and that rounded gradient's largest magnitude (fp32, 0-d)."""
-    return reference_backward_cast(fused, grad, scale, dtype)
-
-
-@swiglu_backward_cast.register_fake
-def _(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
-      dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    out = torch.empty_like(fused, dtype=dtype, memory_format=torch.contiguous_format)
-    return out, fused.new_empty((), dtype=torch.float32)
-
-
-@swiglu_backward_cast.register_kernel("cuda")
-def _(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
-      dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    launch = triton_backward()
-    return reference_backward_cast(fused, grad, scale, dtype) if launch is None else launch(fused, grad, scale, dtype)
-
-
 def reference_backward(fused: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     """The backward in tensor code: ``dgate = g·up·σ(1 + gate(1 − σ))``, ``dup = g·silu(gate)`` with
     ``σ = sigmoid(gate)`` and ``g`` the output gradient."""
@@ -97,18 +75,11 @@ def reference_backward(fused: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     return torch.cat([dgate, grad * gate * sigmoid], dim=-1).to(fused.dtype)
 
 
-def reference_backward_cast(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
-                            dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`swiglu_backward_cast` in tensor code (the cast of ``trainer.fp8.delayed.cast_with_scale``)."""
-    rounded = reference_backward(fused, grad)
-    limit = torch.finfo(dtype).max
-    return (rounded.float() * scale).clamp(-limit, limit).to(dtype), rounded.abs().amax().float()
-
-
 @functools.cache
 def triton_backward():
-    """The Triton launcher ``(fused, grad) -> [dgate | dup]``, and with ``scale, dtype`` also the FP8 cast of
-    :func:`swiglu_backward_cast` (returning its amax too), or None where Triton is not importable.
+    """The Triton launcher ``(fused, grad) -> [dgate | dup]``, and with ``scale, dtype`` that gradient rounded
+    to ``fused``'s dtype, times ``scale``, saturated into ``dtype`` (delayed scaling's cast), with its amax;
+    or None where Triton is not importable.
 
     Built on first use, so ``TRITON_INTERPRET=1`` set before then runs it on the CPU (the tests do)."""
     try:
@@ -154,8 +125,9 @@ def triton_backward():
         block_rows = max(1, 2048 // block_cols)
         grid = (triton.cdiv(rows, block_rows), triton.cdiv(width, block_cols))
         cast = scale is not None
-        amaxes = fused.new_empty(grid[0] * grid[1] if cast else 1, dtype=torch.float32)
-        swiglu_backward_kernel[grid](fused, grad, out, scale if cast else amaxes, amaxes, rows, width, fused.stride(0),
+        # NOTE: without the cast the kernel never reads scale_ptr nor writes amax_ptr: `out` stands in for both
+        amaxes = fused.new_empty(grid[0] * grid[1], dtype=torch.float32) if cast else out
+        swiglu_backward_kernel[grid](fused, grad, out, scale if cast else out, amaxes, rows, width, fused.stride(0),
                                      grad.stride(0), torch.finfo(dtype).max if cast else 0.0,
                                      BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, CAST=cast, num_warps=8)
         return (out, amaxes.amax()) if cast else out

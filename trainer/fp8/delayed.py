@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from trainer.fp8.scaling import fp8_max
+from trainer.swiglu import reference_backward, triton_backward
 
 #: Index of each operand's scale and amax in the per-linear tensors.
 INPUT, WEIGHT, GRAD = 0, 1, 2
@@ -112,6 +113,35 @@ def amax_of(x: torch.Tensor) -> torch.Tensor:
     NOTE: per row first: a row reduction runs over the same loop as a cast of ``x``, so Inductor puts both in
     one kernel (a whole-tensor amax is split differently and got a kernel and a read of its own on the H200)."""
     return x.abs().amax(dim=-1).amax().float()
+
+
+@torch.library.custom_op("blendforge::swiglu_backward_cast", mutates_args=())
+def swiglu_backward_cast(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
+                         dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``trainer.swiglu.swiglu_backward`` as the FP8 GEMMs after it take it: :func:`cast_with_scale` of the
+    gradient (rounded to ``fused``'s dtype), and :func:`amax_of` it — on CUDA from the SwiGLU kernel itself."""
+    return swiglu_cast_reference(fused, grad, scale, dtype)
+
+
+@swiglu_backward_cast.register_fake
+def _(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
+      dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    out = torch.empty_like(fused, dtype=dtype, memory_format=torch.contiguous_format)
+    return out, fused.new_empty((), dtype=torch.float32)
+
+
+@swiglu_backward_cast.register_kernel("cuda")
+def _(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
+      dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    launch = triton_backward()
+    return swiglu_cast_reference(fused, grad, scale, dtype) if launch is None else launch(fused, grad, scale, dtype)
+
+
+def swiglu_cast_reference(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
+                          dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`swiglu_backward_cast` in tensor code."""
+    rounded = reference_backward(fused, grad)
+    return cast_with_scale(rounded, scale, dtype), amax_of(rounded)
 
 
 def record_amax(running: torch.Tensor, amax: torch.Tensor) -> None:

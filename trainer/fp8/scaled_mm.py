@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 
 from trainer.fp8.delayed import (GRAD, INPUT, WEIGHT, Calibration, DelayedScales, amax_of, cast_with_scale,
-                                  record_amax)
+                                  record_amax, swiglu_backward_cast)
 from trainer.fp8.scaling import ALIGNMENT, E4M3, Eligibility, quantize
 from trainer.fp8.transpose import fp8_transpose
-from trainer.swiglu import swiglu, swiglu_backward_cast, swiglu_values
+from trainer.swiglu import swiglu, swiglu_values
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ class _DelayedScaledLinear(torch.autograd.Function):
 class _DelayedScaledSwiGLULinear(torch.autograd.Function):
     """``swiglu(x @ weightᵀ)`` for a ``[gate; up]`` weight, the GEMM as :class:`_DelayedScaledLinear`'s. Its
     backward pass gets the GEMM's output gradient already scaled and cast to FP8, with its amax, from the
-    SwiGLU backward kernel (:func:`trainer.swiglu.swiglu_backward_cast`): no bf16 gradient is stored and
+    SwiGLU backward kernel (:func:`trainer.fp8.delayed.swiglu_backward_cast`): no bf16 gradient is stored and
     read again by a cast."""
 
     @staticmethod

@@ -11,14 +11,15 @@ import torch
 import torch.nn.functional as F
 
 from tests.trainer.conftest import read_metrics, tiny_config
-from trainer.fp8.delayed import Calibration, DelayedScales, DelayedScalingUpdate
+from trainer.fp8.delayed import (Calibration, DelayedScales, DelayedScalingUpdate, amax_of, cast_with_scale,
+                                 swiglu_backward_cast)
 from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe, make_scaled_mm_gemm
 from trainer.fp8.scaling import E4M3, E5M2, Eligibility, fp8_max
 from trainer.layers import ColumnParallelLinear
 from trainer import loop
 from trainer.loop import train
 from trainer.parallel_state import ParallelState
-from trainer.swiglu import swiglu
+from trainer.swiglu import reference_backward, swiglu
 
 RECIPE = ScaledMMRecipe(E4M3, E5M2, rowwise=False)
 GEMM = DelayedScaledGemm(RECIPE, Eligibility(16), Calibration(active=False))  # past its first step
@@ -102,6 +103,21 @@ def test_compiled_blocks_record_the_same_amaxes_and_gradients_as_eager_ones():
             torch.testing.assert_close(other.fp8_scales.amax_input, eager.fp8_scales.amax_input)
             torch.testing.assert_close(other.fp8_scales.amax_grad, eager.fp8_scales.amax_grad)
             torch.testing.assert_close(other.weight.grad, eager.weight.grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e5m2, torch.float8_e4m3fn])
+def test_the_cast_gradient_is_delayed_scalings_cast_of_the_rounded_one(dtype):
+    """What the FP8 GEMMs after it get: exactly trainer.fp8.delayed's cast (saturating) of the gradient the
+    plain op returns, and that gradient's amax."""
+    fused = (torch.randn(6, 2 * 40) * 4).bfloat16()
+    grad = torch.randn(6, 40).bfloat16()
+    grad[0, 0] = 1e4  # saturates at this scale
+    scale = torch.tensor(2.0 ** 6)
+    got, amax = swiglu_backward_cast(fused, grad, scale, dtype)
+    rounded = reference_backward(fused, grad)
+    assert got.dtype == dtype and got.shape == fused.shape
+    assert torch.equal(got.view(torch.uint8), cast_with_scale(rounded, scale, dtype).view(torch.uint8))
+    assert torch.equal(amax, amax_of(rounded)) and got.float().abs().max() == torch.finfo(dtype).max
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
