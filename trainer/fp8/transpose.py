@@ -11,9 +11,14 @@ columns of the output) moves 2 bytes an element.
 
 Measured on an H200 (bench/train_h200.md, ninth run; the A/B is ``bench/train_h200.py``'s ``+transpose-fused`` run
 suffix): 1.018× the fused copies' tokens/s with delayed scaling, the FP8 cast kernels 36.5 → 22.4 ms a step and
-the transposes 6.7 ms. Peak memory rises 29.2 → 33.6 GiB: the op is one AOTAutograd's partitioner may not
-recompute, so the input's transpose runs in the forward pass and its output is kept for the backward (instead
-of the bf16 tensor it was re-normalised from). Elsewhere than CUDA with Triton the op is ``t.t().contiguous()``.
+the transposes 6.7 ms. Peak memory rose 29.2 → 33.6 GiB: as an opaque custom op the partitioner could not
+recompute it, so the input's transpose ran in the forward pass and its output was kept for the backward.
+
+The op is a ``torch.library.triton_op``: compiled, AOTAutograd sees the kernel itself and Inductor launches it
+from its own generated code. As a plain custom op each call cost ~145 µs of host time in the compiled forward
+pass (the dispatcher, Python, Triton's launcher), four a block — enough to make the FP8 forward pass
+host-bound on a slow host (bench/train_h200.md, ninth run). Elsewhere than CUDA with Triton the op is a
+transposing copy in tensor code.
 """
 
 from __future__ import annotations
@@ -21,26 +26,18 @@ from __future__ import annotations
 import functools
 
 import torch
+from torch.library import wrap_triton
 
 #: Tile edge of the Triton transpose: 128 × 128 bytes, loaded and stored 16 bytes a thread at a time.
 BLOCK = 128
 
 
-@torch.library.custom_op("blendforge::fp8_transpose", mutates_args=())
+@torch.library.triton_op("blendforge::fp8_transpose", mutates_args=())
 def fp8_transpose(matrix: torch.Tensor) -> torch.Tensor:
-    """``matrix.t().contiguous()`` for a 2-D tensor of 1-byte elements (FP8), as one opaque op."""
-    return matrix.t().contiguous()
-
-
-@fp8_transpose.register_fake
-def _(matrix: torch.Tensor) -> torch.Tensor:
-    return matrix.new_empty(matrix.shape[::-1])
-
-
-@fp8_transpose.register_kernel("cuda")
-def _(matrix: torch.Tensor) -> torch.Tensor:
-    launch = triton_transpose()
-    return matrix.t().contiguous() if launch is None else launch(matrix)
+    """``matrix.t().contiguous()`` for a 2-D tensor of 1-byte elements (FP8), always a new tensor: on CUDA
+    the tiled Triton kernel, elsewhere (or without Triton) a copy in tensor code."""
+    launch = triton_transpose() if matrix.device.type == "cuda" else None
+    return matrix.t().clone(memory_format=torch.contiguous_format) if launch is None else launch(matrix)
 
 
 @functools.cache
@@ -76,8 +73,9 @@ def triton_transpose():
         target = matrix.new_empty(cols, rows)
         grid = (triton.cdiv(rows, BLOCK), triton.cdiv(cols, BLOCK))
         # NOTE: viewed as uint8: the kernel copies bytes, whatever the FP8 format
-        fp8_transpose_kernel[grid](matrix.view(torch.uint8), target.view(torch.uint8), rows, cols, matrix.stride(0),
-                                   BLOCK_ROWS=BLOCK, BLOCK_COLS=BLOCK, num_warps=8)
+        # NOTE: wrap_triton: traced by AOTAutograd (inside the op), Inductor launches the kernel itself
+        wrap_triton(fp8_transpose_kernel)[grid](matrix.view(torch.uint8), target.view(torch.uint8), rows, cols,
+                                                matrix.stride(0), BLOCK_ROWS=BLOCK, BLOCK_COLS=BLOCK, num_warps=8)
         return target
 
     return launch

@@ -1,6 +1,6 @@
 """The FP8 transpose op: its Triton kernel (Triton's interpreter on the CPU, compiled on CUDA) equals
-``t().contiguous()`` on awkward shapes, and ``--fp8-transpose kernel`` puts it, opaque, into the compiled
-backward pass of our FP8 linear with the same gradients as the fused copies."""
+``t().contiguous()`` on awkward shapes, and ``--fp8-transpose kernel`` gives our FP8 linear the same gradients
+as the fused copies; on CUDA the compiled graphs launch the kernel itself (``triton_op``), not the op."""
 
 from __future__ import annotations
 
@@ -46,8 +46,9 @@ def test_triton_kernel_equals_a_transposing_copy(interpret):
     run_kernel_check(KERNEL_CHECK, interpret)
 
 
-def _compiled_gradients(gemm, scales=None) -> tuple[tuple[torch.Tensor, torch.Tensor], str]:
-    """Weight and input gradients of ``gemm`` compiled through AOTAutograd, and its backward graph's code."""
+def _compiled_gradients(gemm, scales, device: str) -> tuple[tuple[torch.Tensor, torch.Tensor], str]:
+    """Weight and input gradients of ``gemm`` compiled through AOTAutograd on ``device``, and the code of its
+    forward and backward graphs."""
     graphs = []
 
     def keep(module: torch.fx.GraphModule, _inputs):
@@ -55,24 +56,38 @@ def _compiled_gradients(gemm, scales=None) -> tuple[tuple[torch.Tensor, torch.Te
         return module.forward
 
     torch.manual_seed(0)
-    x = torch.randn(64, 64, requires_grad=True)
-    w = (torch.randn(32, 64) * 0.05).requires_grad_()
-    extra = () if scales is None else (scales,)
+    x = torch.randn(64, 64, device=device, requires_grad=True)
+    w = (torch.randn(32, 64, device=device) * 0.05).requires_grad_()
+    extra = () if scales is None else (scales.to(device),)
     loss = torch.compile(lambda a, b: gemm(a, b, *extra).square().sum(),
                          backend=aot_autograd(fw_compiler=keep, bw_compiler=keep))(x, w)
     loss.backward()
-    return (x.grad, w.grad), graphs[-1]
+    return (x.grad, w.grad), "\n".join(graphs)
+
+
+def _gemm(recipe: str, transpose_kernel: bool):
+    """The FP8 local GEMM of ``recipe`` (and its scales for delayed scaling)."""
+    spec = ScaledMMRecipe(E4M3, E5M2, rowwise=False, transpose_kernel=transpose_kernel)
+    if recipe == "tensorwise":
+        return make_scaled_mm_gemm(spec, Eligibility(16)), None
+    return DelayedScaledGemm(spec, Eligibility(16), Calibration(active=False)), DelayedScaledGemm.new_scales()
 
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "delayed"])
-def test_the_kernel_option_puts_the_opaque_op_in_the_backward_with_the_same_gradients(recipe):
-    def gemm(transpose_kernel: bool):
-        spec = ScaledMMRecipe(E4M3, E5M2, rowwise=False, transpose_kernel=transpose_kernel)
-        if recipe == "tensorwise":
-            return make_scaled_mm_gemm(spec, Eligibility(16)), None
-        return DelayedScaledGemm(spec, Eligibility(16), Calibration(active=False)), DelayedScaledGemm.new_scales()
+def test_the_kernel_option_gives_the_fused_copies_gradients(recipe):
+    fused, fused_code = _compiled_gradients(*_gemm(recipe, False), "cpu")
+    kernel, _ = _compiled_gradients(*_gemm(recipe, True), "cpu")
+    assert "fp8_transpose" not in fused_code
+    torch.testing.assert_close(kernel, fused, rtol=0, atol=0)
 
-    fused, fused_code = _compiled_gradients(*gemm(False))
-    kernel, kernel_code = _compiled_gradients(*gemm(True))
-    assert "fp8_transpose" not in fused_code and kernel_code.count("blendforge.fp8_transpose") == 2  # x and dy
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("recipe", ["tensorwise", "delayed"])
+def test_compiled_graphs_launch_the_kernel_itself_on_cuda(recipe):
+    fused, _ = _compiled_gradients(*_gemm(recipe, False), "cuda")
+    kernel, kernel_code = _compiled_gradients(*_gemm(recipe, True), "cuda")
+    # NOTE: x's and dy's transposes, each a Triton kernel in the graph (no opaque op call for Inductor to wrap)
+    assert kernel_code.count("triton_kernel_wrapper_functional(") == 2, kernel_code
+    assert "blendforge.fp8_transpose" not in kernel_code
     torch.testing.assert_close(kernel, fused, rtol=0, atol=0)
