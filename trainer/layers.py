@@ -28,7 +28,8 @@ from trainer.swiglu import swiglu
 #: A local GEMM computes ``x @ weight.T`` for one shard (``torch.nn.functional.linear``'s contract). A GEMM
 #: with per-linear state (delayed FP8 scaling) has a ``new_scales()`` method; each linear then owns what it
 #: returns (a module, as ``fp8_scales``) and passes it as a third argument. A GEMM may also have a
-#: ``swiglu(x, weight, scales)`` method: ``swiglu`` of its product, fused (see ColumnParallelLinear.swiglu).
+#: ``swiglu(x, weight, scales)`` method: ``swiglu`` of its product, fused (see ColumnParallelLinear.swiglu), and
+#: a ``rotary_heads(x, weight, scales, rotary, shape)`` one (see ColumnParallelLinear.rotary_heads).
 LocalGemm = Callable[..., torch.Tensor]
 
 GEMMS: dict[str, LocalGemm] = {
@@ -124,6 +125,16 @@ class ColumnParallelLinear(_ShardedLinear):
         fused = getattr(self.gemm, "swiglu", None)
         return swiglu(self._matmul(x)) if fused is None else fused(x, self.weight, self.fp8_scales)
 
+    def rotary_heads(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
+                     shape: HeadShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:func:`rotary_heads` of ``self(x)`` for a fused QKV weight, through the local GEMM's fused version
+        where it has one (FP8 delayed scaling's: its backward casts the QKV gradient in RoPE's kernel)."""
+        x = self.tp.column_input(x)
+        fused = getattr(self.gemm, "rotary_heads", None)
+        if fused is None:
+            return rotary_heads(self._matmul(x), rotary, shape)
+        return fused(x, self.weight, self.fp8_scales, rotary, shape)
+
 
 class RowParallelLinear(_ShardedLinear):
     """Input features split across the TP group (partial outputs are summed over the group)."""
@@ -204,6 +215,30 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     """Rotate ``x`` [B, S, heads, head_dim] by the tables of :class:`RotaryEmbedding`."""
     first, second = x.chunk(2, dim=-1)
     return x * cos + torch.cat((-second, first), dim=-1) * sin
+
+
+def rotary_backward(grad: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The gradient of :func:`apply_rotary`'s input from its output's ``grad``: ``grad·cos`` plus the
+    transposed half-rotation of ``grad·sin`` (``[g₂; −g₁]``), in fp32."""
+    grad = grad.float()
+    first, second = (grad * sin).chunk(2, dim=-1)
+    return grad * cos + torch.cat((second, -first), dim=-1)
+
+
+#: The local head layout of a fused QKV output: (key/value groups, query heads per group, head size).
+HeadShape = tuple[int, int, int]
+
+
+def rotary_heads(qkv: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
+                 shape: HeadShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k (rotated) and v [B, S, heads, head_dim] from a fused QKV output [B, S, width] laid out per group as
+    ``[q heads…, k, v]`` (the qkv weight's row layout)."""
+    groups, per_group, head_dim = shape
+    batch, size = qkv.shape[:2]
+    qkv = qkv.view(batch, size, groups, per_group + 2, head_dim)
+    q = apply_rotary(qkv[:, :, :, :per_group].reshape(batch, size, groups * per_group, head_dim), *rotary)
+    k = apply_rotary(qkv[:, :, :, per_group], *rotary)
+    return q, k, qkv[:, :, :, per_group + 1]
 
 
 def scaled_init_std(std: float, num_layers: int) -> float:

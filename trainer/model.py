@@ -29,7 +29,7 @@ from trainer.config import ModelConfig
 from trainer.cross_entropy import ChunkLoss, chunk_loss_and_grad, fused_loss_sum
 from trainer.errors import ConfigError
 from trainer.layers import (ColumnParallelLinear, LocalGemm, RMSNorm, RotaryEmbedding, RowParallelLinear,
-                            VocabParallelEmbedding, apply_rotary, local_gemm, scaled_init_std)
+                            VocabParallelEmbedding, local_gemm, scaled_init_std)
 from trainer.parallel.collectives import TensorParallel
 from trainer.parallel.cross_entropy import token_losses
 from trainer.parallel_state import ParallelState
@@ -61,15 +61,10 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
                 cu_seqlens: torch.Tensor | None) -> torch.Tensor:
-        groups, per_group, head_dim = self.shape
-        qkv = self.qkv(x)  # NOTE: the whole sequence, also when x is this rank's slice (sequence parallel)
-        batch, size = qkv.shape[:2]
-        qkv = qkv.view(batch, size, groups, per_group + 2, head_dim)
-        q = apply_rotary(qkv[:, :, :, :per_group].reshape(batch, size, groups * per_group, head_dim), *rotary)
-        k = apply_rotary(qkv[:, :, :, per_group], *rotary)
-        v = qkv[:, :, :, per_group + 1]
+        # NOTE: the whole sequence, also when x is this rank's slice (sequence parallel)
+        q, k, v = self.qkv.rotary_heads(x, rotary, self.shape)
         out = self.attention.attend(q, k, v, cu_seqlens)
-        return self.proj(out.reshape(batch, size, groups * per_group * head_dim))
+        return self.proj(out.reshape(*q.shape[:2], -1))
 
 
 class SwiGLU(nn.Module):

@@ -25,7 +25,9 @@ import torch.nn.functional as F
 from trainer.fp8.delayed import (GRAD, INPUT, WEIGHT, Calibration, DelayedScales, amax_of, cast_with_scale,
                                   record_amax, swiglu_backward_cast)
 from trainer.fp8.scaling import ALIGNMENT, E4M3, Eligibility, quantize
+from trainer.fp8.rotary_cast import rotary_backward_cast
 from trainer.fp8.transpose import fp8_transpose
+from trainer.layers import HeadShape, rotary_heads
 from trainer.swiglu import swiglu, swiglu_values
 
 
@@ -122,9 +124,10 @@ def _tensorwise_gradients(ctx, g_q: torch.Tensor, g_inverse: torch.Tensor,
 
 def _delayed_forward(ctx, x: torch.Tensor, weight: torch.Tensor, recipe: ScaledMMRecipe, out_dtype: torch.dtype,
                      scales: torch.Tensor, x_inverse: torch.Tensor, w_inverse: torch.Tensor, g_inverse: torch.Tensor,
-                     amax_grad: torch.Tensor, save_product: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                     amax_grad: torch.Tensor, save_product: bool = False,
+                     keep: tuple[torch.Tensor, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward GEMM of a delayed-scaling linear: the product and ``x``'s amax. Saves for the backward
-    the FP8 operands and the scales (and with ``save_product`` the product, last)."""
+    the FP8 operands and the scales, then with ``save_product`` the product, then the tensors in ``keep``."""
     ctx.x_dtype, ctx.weight_dtype, ctx.grad_dtype = x.dtype, weight.dtype, recipe.grad_dtype
     ctx.transpose_kernel = recipe.transpose_kernel
     x = x.contiguous()
@@ -132,7 +135,7 @@ def _delayed_forward(ctx, x: torch.Tensor, weight: torch.Tensor, recipe: ScaledM
     w_cols = cast_with_scale(weight.contiguous(), scales[WEIGHT], recipe.forward_dtype).t()
     product = fp8_matmul(x_q, w_cols, x_inverse, w_inverse, out_dtype, fast_accum=True)
     ctx.save_for_backward(x_q, w_cols, x_inverse, w_inverse, scales, g_inverse, amax_grad,
-                          *([product] if save_product else []))
+                          *([product] if save_product else []), *keep)
     ctx.mark_non_differentiable(x_amax)
     return product, x_amax
 
@@ -173,6 +176,28 @@ class _DelayedScaledSwiGLULinear(torch.autograd.Function):
         g_q, amax = swiglu_backward_cast(fused, grad.contiguous(), scales[GRAD], ctx.grad_dtype)
         record_amax(amax_grad, amax)
         return (*_tensorwise_gradients(ctx, g_q, g_inverse, saved), *[None] * 7)
+
+
+class _DelayedScaledRotaryLinear(torch.autograd.Function):
+    """``rotary_heads(x @ weightᵀ)`` (q, k rotated, v) for a fused QKV weight, the GEMM as
+    :class:`_DelayedScaledLinear`'s. Its backward pass gets the GEMM's output gradient already scaled and cast
+    to FP8, with its amax, from RoPE's backward kernel (:func:`trainer.fp8.rotary_cast.rotary_backward_cast`)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, recipe, out_dtype, scales, x_inverse, w_inverse, g_inverse, amax_grad,
+                cos: torch.Tensor, sin: torch.Tensor, shape: HeadShape, batch: int):
+        product, x_amax = _delayed_forward(ctx, x, weight, recipe, out_dtype, scales, x_inverse, w_inverse,
+                                           g_inverse, amax_grad, keep=(cos, sin))
+        ctx.shape = shape
+        return *rotary_heads(product.view(batch, -1, product.shape[-1]), (cos, sin), shape), x_amax
+
+    @staticmethod
+    def backward(ctx, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, _amax_grad: torch.Tensor | None):
+        saved = ctx.saved_tensors
+        scales, g_inverse, amax_grad, cos, sin = saved[4:9]
+        g_q, amax = rotary_backward_cast(dq, dk, dv, cos, sin, scales[GRAD], ctx.grad_dtype, *ctx.shape)
+        record_amax(amax_grad, amax)
+        return (*_tensorwise_gradients(ctx, g_q, g_inverse, saved), *[None] * 11)
 
 
 def _output_dtype(x: torch.Tensor) -> torch.dtype:
@@ -240,13 +265,31 @@ class DelayedScaledGemm:
         out = self._delayed(_DelayedScaledSwiGLULinear, rows, x, weight, scales)
         return out.view(*x.shape[:-1], weight.shape[0] // 2)
 
+    def rotary_heads(self, x: torch.Tensor, weight: torch.Tensor, scales: DelayedScales,
+                     rotary: tuple[torch.Tensor, torch.Tensor],
+                     shape: HeadShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``rotary_heads(self(x, weight, scales), rotary, shape)`` for a fused QKV weight; past calibration
+        its backward pass writes the GEMM's FP8 output gradient straight from RoPE's backward kernel."""
+        rows = _fp8_rows(x, weight, self.eligible)
+        if rows is None or self.calibration.active:
+            return rotary_heads(self(x, weight, scales), rotary, shape)
+        *heads, x_amax = _DelayedScaledRotaryLinear.apply(rows, weight, self.recipe, _output_dtype(x),
+                                                          *self._state(scales), *rotary, shape, x.shape[0])
+        record_amax(scales.amax_input, x_amax)
+        return tuple(heads)
+
     def _delayed(self, function: type[torch.autograd.Function], rows: torch.Tensor, x: torch.Tensor,
                  weight: torch.Tensor, scales: DelayedScales) -> torch.Tensor:
         """``function`` applied with this linear's scales; the input's amax recorded."""
-        out, x_amax = function.apply(rows, weight, self.recipe, _output_dtype(x), scales.scale, *scales.inverses(),
-                                     scales.amax_grad)
+        out, x_amax = function.apply(rows, weight, self.recipe, _output_dtype(x), *self._state(scales))
         record_amax(scales.amax_input, x_amax)
         return out
+
+    @staticmethod
+    def _state(scales: DelayedScales) -> tuple[torch.Tensor, ...]:
+        """What the delayed autograd functions take of a linear's scales: the scales, their inverses and the
+        running gradient amax."""
+        return scales.scale, *scales.inverses(), scales.amax_grad
 
     def _calibrating(self, rows: torch.Tensor, weight: torch.Tensor, scales: DelayedScales,
                      out_dtype: torch.dtype) -> torch.Tensor:

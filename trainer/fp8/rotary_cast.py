@@ -1,0 +1,131 @@
+"""The QKV linear's output gradient under delayed FP8 scaling, written by RoPE's backward kernel already cast.
+
+Attention's backward gives ``dq``, ``dk``, ``dv``; the QKV GEMMs want ``[dq; dk; dv]`` (RoPE undone on ``dq``
+and ``dk``, heads back in the fused weight's per-group layout) cast to FP8 with its amax. Compiled from the
+autograd formula, Inductor did all of that in one kernel, but a row reduction over the concatenation whose
+every element loads from three masked sources: on the H200 it moved ~1.4 TB/s (214 µs per layer of the 1.3b
+preset for 0.3 GB; bench/train_h200.md, ninth run). Here each program takes a tile of tokens of one head:
+it loads the head's two halves once, rotates them back, rounds to the gradient's dtype (as the bf16 gradient
+would have been), and stores the scaled FP8 values into the head's columns, keeping the tile's amax.
+
+The op is a ``torch.library.triton_op`` (compiled, Inductor launches the kernels itself); off CUDA, or
+without Triton, it is the same computation in tensor code (:func:`rotary_cast_reference`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.library import wrap_triton
+
+from trainer.fp8.delayed import amax_of, cast_with_scale
+from trainer.fp8.scaling import fp8_max
+from trainer.layers import HeadShape, rotary_backward
+
+#: Tokens per program of the Triton kernel (a program covers one head of them).
+BLOCK_TOKENS = 64
+
+
+def qkv_gradient(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                 shape: HeadShape) -> torch.Tensor:
+    """The fused QKV output's gradient [tokens, width] in ``dq``'s dtype from the gradients of q, k (rotated)
+    and v [B, S, heads, head_dim], in tensor code (rounded once, from fp32)."""
+    groups, per_group, head_dim = shape
+    batch, size = dq.shape[:2]
+    parts = (rotary_backward(dq, cos, sin).view(batch, size, groups, per_group, head_dim),
+             rotary_backward(dk, cos, sin).unsqueeze(3), dv.float().unsqueeze(3))
+    return torch.cat(parts, dim=3).to(dq.dtype).view(batch * size, -1)
+
+
+def rotary_cast_reference(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torch.Tensor,
+                          sin: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype,
+                          shape: HeadShape) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rotary_backward_cast` in tensor code."""
+    grad = qkv_gradient(dq, dk, dv, cos, sin, shape)
+    return cast_with_scale(grad, scale, dtype), amax_of(grad)
+
+
+@torch.library.triton_op("blendforge::rotary_backward_cast", mutates_args=())
+def rotary_backward_cast(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                         scale: torch.Tensor, dtype: torch.dtype, groups: int, per_group: int,
+                         head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The QKV gradient [tokens, width] (:func:`qkv_gradient`) times ``scale``, saturated into ``dtype``, and
+    its amax (fp32, 0-d), from ``dq`` [B, S, groups·per_group, head_dim], ``dk`` and ``dv`` [B, S, groups,
+    head_dim] and RoPE's tables ``cos``/``sin`` [B, S, 1, head_dim]."""
+    shape = (groups, per_group, head_dim)
+    launch = triton_rotary_cast() if dq.device.type == "cuda" else None
+    if launch is None:
+        return rotary_cast_reference(dq, dk, dv, cos, sin, scale, dtype, shape)
+    return launch(dq, dk, dv, cos, sin, scale, dtype, shape)
+
+
+@functools.cache
+def triton_rotary_cast():
+    """The Triton launcher of :func:`rotary_backward_cast` (same arguments, the head shape as one tuple), or
+    None where Triton is not importable. Built on first use, so ``TRITON_INTERPRET=1`` set before then runs it
+    on the CPU; ``dtype`` may then be bf16 (the interpreter converts to FP8 wrongly)."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def rotary_backward_cast_kernel(grad_ptr, cos_ptr, sin_ptr, out_ptr, scale_ptr, amax_ptr, tokens, seq_length,
+                                    grad_stride_b, grad_stride_s, grad_stride_h, table_stride_b, table_stride_s,
+                                    out_width, heads_per_group, group_width, slot, half, limit,
+                                    HALF_BLOCK: tl.constexpr, BLOCK: tl.constexpr, ROTATE: tl.constexpr):
+        head = tl.program_id(1)
+        token = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)[:, None]
+        col = tl.arange(0, HALF_BLOCK)[None, :]
+        mask = (token < tokens) & (col < half)
+        batch, position = (token // seq_length).to(tl.int64), (token % seq_length).to(tl.int64)
+        at = grad_ptr + batch * grad_stride_b + position * grad_stride_s + head * grad_stride_h + col
+        first = tl.load(at, mask=mask, other=0.0).to(tl.float32)
+        second = tl.load(at + half, mask=mask, other=0.0).to(tl.float32)
+        if ROTATE:  # [g₁·cos₁ + g₂·sin₂; g₂·cos₂ − g₁·sin₁] (trainer.layers.rotary_backward)
+            table = batch * table_stride_b + position * table_stride_s + col
+            cos_first = tl.load(cos_ptr + table, mask=mask, other=0.0).to(tl.float32)
+            cos_second = tl.load(cos_ptr + table + half, mask=mask, other=0.0).to(tl.float32)
+            sin_first = tl.load(sin_ptr + table, mask=mask, other=0.0).to(tl.float32)
+            sin_second = tl.load(sin_ptr + table + half, mask=mask, other=0.0).to(tl.float32)
+            first, second = first * cos_first + second * sin_second, second * cos_second - first * sin_first
+        # NOTE: as the bf16 gradient would be cast: rounded first; masked elements are 0, outside the amax
+        first = first.to(grad_ptr.dtype.element_ty).to(tl.float32)
+        second = second.to(grad_ptr.dtype.element_ty).to(tl.float32)
+        amax = tl.maximum(tl.max(tl.abs(first)), tl.max(tl.abs(second)))
+        tl.store(amax_ptr + tl.program_id(0) * tl.num_programs(1) + head, amax)
+        scale = tl.load(scale_ptr)
+        first = tl.clamp(first * scale, -limit, limit, propagate_nan=tl.PropagateNan.ALL)
+        second = tl.clamp(second * scale, -limit, limit, propagate_nan=tl.PropagateNan.ALL)
+        column = (head // heads_per_group) * group_width + (head % heads_per_group + slot) * (2 * half)
+        out_at = out_ptr + token.to(tl.int64) * out_width + column + col
+        tl.store(out_at, first.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_at + half, second.to(out_ptr.dtype.element_ty), mask=mask)
+
+    def launch(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               scale: torch.Tensor, dtype: torch.dtype, shape: HeadShape) -> tuple[torch.Tensor, torch.Tensor]:
+        groups, per_group, head_dim = shape
+        batch, size = dq.shape[:2]
+        tokens, group_width = batch * size, (per_group + 2) * head_dim
+        cos, sin = cos.expand(batch, size, 1, head_dim), sin.expand(batch, size, 1, head_dim)
+        if any(t.stride(-1) != 1 for t in (dq, dk, dv, cos, sin)) or cos.stride() != sin.stride():
+            dq, dk, dv, cos, sin = (t.contiguous() for t in (dq, dk, dv, cos, sin))
+        out = dq.new_empty(tokens, groups * group_width, dtype=dtype)
+        blocks = triton.cdiv(tokens, BLOCK_TOKENS)
+        # NOTE: one launch per source: q heads fill the first per_group slots of each group, k the next, v the last
+        sources = ((dq, per_group, 0, True), (dk, 1, per_group, True), (dv, 1, per_group + 1, False))
+        amaxes = dq.new_empty(blocks * groups * (per_group + 2), dtype=torch.float32)
+        start = 0
+        for grad, heads_per_group, slot, rotate in sources:
+            heads = grad.shape[2]
+            wrap_triton(rotary_backward_cast_kernel)[(blocks, heads)](
+                grad, cos, sin, out, scale, amaxes[start:start + blocks * heads], tokens, size, grad.stride(0),
+                grad.stride(1), grad.stride(2), cos.stride(0), cos.stride(1), out.shape[1], heads_per_group,
+                group_width, slot, head_dim // 2, fp8_max(dtype), HALF_BLOCK=triton.next_power_of_2(head_dim // 2),
+                BLOCK=BLOCK_TOKENS, ROTATE=rotate, num_warps=4)
+            start += blocks * heads
+        return out, amaxes.amax()
+
+    return launch
