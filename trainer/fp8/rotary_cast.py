@@ -74,7 +74,7 @@ def triton_rotary_cast():
     @triton.jit
     def rotary_backward_cast_kernel(grad_ptr, cos_ptr, sin_ptr, out_ptr, scale_ptr, amax_ptr, tokens, seq_length,
                                     grad_stride_b, grad_stride_s, grad_stride_h, table_stride_b, table_stride_s,
-                                    out_width, heads_per_group, group_width, slot, half, limit,
+                                    out_width, heads_per_group, group_width, slot, half, LIMIT: tl.constexpr,
                                     HALF_BLOCK: tl.constexpr, BLOCK: tl.constexpr, ROTATE: tl.constexpr):
         head = tl.program_id(1)
         token = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)[:, None]
@@ -97,8 +97,8 @@ def triton_rotary_cast():
         amax = tl.maximum(tl.max(tl.abs(first)), tl.max(tl.abs(second)))
         tl.store(amax_ptr + tl.program_id(0) * tl.num_programs(1) + head, amax)
         scale = tl.load(scale_ptr)
-        first = tl.clamp(first * scale, -limit, limit, propagate_nan=tl.PropagateNan.ALL)
-        second = tl.clamp(second * scale, -limit, limit, propagate_nan=tl.PropagateNan.ALL)
+        first = tl.clamp(first * scale, -LIMIT, LIMIT, propagate_nan=tl.PropagateNan.ALL)
+        second = tl.clamp(second * scale, -LIMIT, LIMIT, propagate_nan=tl.PropagateNan.ALL)
         column = (head // heads_per_group) * group_width + (head % heads_per_group + slot) * (2 * half)
         out_at = out_ptr + token.to(tl.int64) * out_width + column + col
         tl.store(out_at, first.to(out_ptr.dtype.element_ty), mask=mask)
@@ -123,7 +123,8 @@ def triton_rotary_cast():
             wrap_triton(rotary_backward_cast_kernel)[(blocks, heads)](
                 grad, cos, sin, out, scale, amaxes[start:start + blocks * heads], tokens, size, grad.stride(0),
                 grad.stride(1), grad.stride(2), cos.stride(0), cos.stride(1), out.shape[1], heads_per_group,
-                group_width, slot, head_dim // 2, fp8_max(dtype), HALF_BLOCK=triton.next_power_of_2(head_dim // 2),
+                # NOTE: the limit a constexpr: Inductor passes a float argument of a kernel it launches as fp64
+                group_width, slot, head_dim // 2, LIMIT=fp8_max(dtype), HALF_BLOCK=triton.next_power_of_2(head_dim // 2),
                 BLOCK=BLOCK_TOKENS, ROTATE=rotate, num_warps=4)
             start += blocks * heads
         return out, amaxes.amax()
