@@ -19,6 +19,7 @@ import functools
 
 import torch
 import torch.nn.functional as F
+from torch.library import wrap_triton
 
 
 def swiglu(fused: torch.Tensor) -> torch.Tensor:
@@ -46,21 +47,12 @@ class _SwiGLU(torch.autograd.Function):
         return swiglu_backward(rows, grad.reshape(-1, width // 2)).view(fused.shape)
 
 
-@torch.library.custom_op("blendforge::swiglu_backward", mutates_args=())
+@torch.library.triton_op("blendforge::swiglu_backward", mutates_args=())
 def swiglu_backward(fused: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     """``[dgate | dup]`` [rows, 2F] of ``silu(gate) * up`` from ``fused = [gate | up]`` [rows, 2F] and the
-    output gradient [rows, F], computed in fp32 and returned in ``fused``'s dtype."""
-    return reference_backward(fused, grad)
-
-
-@swiglu_backward.register_fake
-def _(fused: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(fused, memory_format=torch.contiguous_format)
-
-
-@swiglu_backward.register_kernel("cuda")
-def _(fused: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-    launch = triton_backward()
+    output gradient [rows, F], computed in fp32 and returned in ``fused``'s dtype: on CUDA the Triton kernel,
+    elsewhere (or without Triton) :func:`reference_backward`."""
+    launch = triton_backward() if fused.device.type == "cuda" else None
     return reference_backward(fused, grad) if launch is None else launch(fused, grad)
 
 
@@ -90,7 +82,7 @@ def triton_backward():
 
     @triton.jit
     def swiglu_backward_kernel(fused_ptr, grad_ptr, out_ptr, scale_ptr, amax_ptr, rows, width, fused_stride,
-                               grad_stride, limit, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+                               grad_stride, LIMIT: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
                                CAST: tl.constexpr):
         row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)[:, None]
         col = tl.program_id(1) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
@@ -109,8 +101,8 @@ def triton_backward():
             amax = tl.maximum(tl.max(tl.abs(dgate)), tl.max(tl.abs(dup)))
             tl.store(amax_ptr + tl.program_id(0) * tl.num_programs(1) + tl.program_id(1), amax)
             scale = tl.load(scale_ptr)
-            dgate = tl.clamp(dgate * scale, -limit, limit, propagate_nan=tl.PropagateNan.ALL)
-            dup = tl.clamp(dup * scale, -limit, limit, propagate_nan=tl.PropagateNan.ALL)
+            dgate = tl.clamp(dgate * scale, -LIMIT, LIMIT, propagate_nan=tl.PropagateNan.ALL)
+            dup = tl.clamp(dup * scale, -LIMIT, LIMIT, propagate_nan=tl.PropagateNan.ALL)
         out_at = out_ptr + row * (2 * width) + col
         tl.store(out_at, dgate.to(out_ptr.dtype.element_ty), mask=mask)
         tl.store(out_at + width, dup.to(out_ptr.dtype.element_ty), mask=mask)
@@ -127,9 +119,12 @@ def triton_backward():
         cast = scale is not None
         # NOTE: without the cast the kernel never reads scale_ptr nor writes amax_ptr: `out` stands in for both
         amaxes = fused.new_empty(grid[0] * grid[1], dtype=torch.float32) if cast else out
-        swiglu_backward_kernel[grid](fused, grad, out, scale if cast else out, amaxes, rows, width, fused.stride(0),
-                                     grad.stride(0), torch.finfo(dtype).max if cast else 0.0,
-                                     BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, CAST=cast, num_warps=8)
+        # NOTE: wrap_triton: traced inside the ops, Inductor launches the kernel itself; the limit a constexpr, as
+        # Inductor passes float arguments as fp64
+        wrap_triton(swiglu_backward_kernel)[grid](
+            fused, grad, out, scale if cast else out, amaxes, rows, width, fused.stride(0), grad.stride(0),
+            LIMIT=torch.finfo(dtype).max if cast else 0.0, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, CAST=cast,
+            num_warps=8)
         return (out, amaxes.amax()) if cast else out
 
     return launch

@@ -40,6 +40,18 @@ def scales(x: float, w: float, g: float) -> DelayedScales:
     return state
 
 
+def assert_close_but_for_fp8_steps(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
+    """Results of two FP8 paths whose gradients before the cast agree to fp32 rounding: in fp32, close; in bf16,
+    within 5% in norm (measured: up to ~2%; a wrong layout: ~100%) — a gradient element one bf16 step apart (a
+    compiled kernel rounds once where eager code rounds each op) may cast to the neighbouring FP8 value, and
+    e5m2's are 25% apart."""
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    else:
+        error = (got.float() - want.float()).norm() / want.float().norm()
+        assert error < 5e-2, (error, got.shape)
+
+
 def test_the_gemm_casts_with_the_given_scales_and_records_the_amaxes():
     x = torch.randn(2, 32, 64, requires_grad=True)
     w = (torch.randn(48, 64) * 0.05).requires_grad_()
@@ -143,7 +155,7 @@ def test_the_swiglu_linear_equals_swiglu_of_the_linear_eager_and_compiled(dtype)
     assert results[0][0].shape == (2, 16, 48) and results[0][4] > 0
     for other in results[1:]:
         for got, want in zip(other, results[0]):
-            torch.testing.assert_close(got, want, rtol=1e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-6)
+            assert_close_but_for_fp8_steps(got, want, dtype)
     eager_fused, eager_plain = results[0], results[2]  # the same arithmetic: bit for bit
     assert all(torch.equal(got, want) for got, want in zip(eager_fused, eager_plain))
 
