@@ -31,7 +31,8 @@ from bench.train_h200 import SPEED_SHAPE, parse_run, train, write_blend  # noqa:
 #: Substrings of kernel names → family, first match wins (FP8 GEMMs: cuBLAS's ``nvjet_…_q…`` kernels; our
 #: hand-written Triton kernels by their names).
 FAMILIES = (("attention", ("cudnn", "fmha", "flash", "sdpa")), ("optimizer", ("multi_tensor", "adam")),
-            ("gemm", ("nvjet", "gemm", "xmma", "cutlass", "cublas")), ("fp8 casts (triton)", ("scaled_mm",)),
+            ("gemm", ("nvjet", "gemm", "xmma", "cutlass", "cublas")),
+            ("fp8 casts (triton)", ("scaled_mm", "rotary_backward_cast")), ("fp8 transposes", ("fp8_transpose",)),
             ("triton", ("triton", "swiglu")), ("reduce", ("reduce",)))
 
 

@@ -17,8 +17,11 @@ recompute it, so the input's transpose ran in the forward pass and its output wa
 The op is a ``torch.library.triton_op``: compiled, AOTAutograd sees the kernel itself and Inductor launches it
 from its own generated code. As a plain custom op each call cost ~145 µs of host time in the compiled forward
 pass (the dispatcher, Python, Triton's launcher), four a block — enough to make the FP8 forward pass
-host-bound on a slow host (bench/train_h200.md, ninth run). Elsewhere than CUDA with Triton the op is a
-transposing copy in tensor code.
+host-bound on a slow host (bench/train_h200.md, ninth run); launched by Inductor, ~25 µs (tenth run).
+NOTE: Inductor compiles the kernel for the alignment it can prove of its arguments: behind an opaque custom op
+(the SwiGLU cast, once) the source was not known 16-byte aligned and the transpose ran at half speed — keep
+the producers of its inputs visible to Inductor. Elsewhere than CUDA with Triton the op is a transposing copy
+in tensor code.
 """
 
 from __future__ import annotations
