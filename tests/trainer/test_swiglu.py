@@ -75,6 +75,7 @@ def test_cuda_op_runs_the_kernel_and_matches_the_formula():
 
 CAST_CHECK = textwrap.dedent("""
     import torch
+    from tests.trainer.triton_support import assert_cast_matches
     from trainer.fp8.delayed import swiglu_cast_reference
     from trainer.swiglu import triton_backward
     launch = triton_backward()
@@ -90,14 +91,8 @@ CAST_CHECK = textwrap.dedent("""
         for dtype, scale in targets:
             scale = torch.tensor(scale, device=DEVICE)
             got, amax = launch(fused, grad, scale, dtype)
-            want, want_amax = swiglu_cast_reference(fused, grad, scale, dtype)
-            assert got.dtype == dtype and got.shape == fused.shape and amax.shape == ()
-            assert got.float().abs().max() == torch.finfo(dtype).max  # saturated, not inf
-            if DEVICE == "cuda":  # both round to nearest: the same bytes
-                assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)) and torch.equal(amax, want_amax)
-            else:  # the interpreter rounds fp32 -> bf16 towards zero: within two bf16 steps (two roundings)
-                torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -6, atol=0)
-                torch.testing.assert_close(amax, want_amax, rtol=2 ** -7, atol=0)
+            assert_cast_matches(got, amax, *swiglu_cast_reference(fused, grad, scale, dtype), dtype, DEVICE,
+                                same_bytes=True)
     print("ok")
 """)
 

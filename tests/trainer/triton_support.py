@@ -31,3 +31,23 @@ def run_kernel_check(code: str, interpret: bool) -> None:
     result = subprocess.run([sys.executable, "-c", f"DEVICE = {device!r}\n{code}"], env=env, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+def assert_cast_matches(got: torch.Tensor, amax: torch.Tensor, want: torch.Tensor, want_amax: torch.Tensor,
+                        dtype: torch.dtype, device: str, same_bytes: bool) -> None:
+    """A kernel's scaled, saturating cast (and its amax) against the tensor code's, inside a kernel check: on
+    CUDA the same bytes (``same_bytes``) or, where the kernel may fuse a multiply-add the tensor code rounds
+    twice, rarely one FP8 step apart; under the interpreter (which rounds fp32 -> bf16 towards zero) within
+    two bf16 steps."""
+    assert got.dtype == dtype and got.shape == want.shape and amax.shape == ()
+    assert got.float().abs().max() == torch.finfo(dtype).max  # saturated, not inf
+    if device == "cuda" and same_bytes:
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)) and torch.equal(amax, want_amax)
+        return
+    if device == "cuda":
+        step = 2.0 ** -2 if dtype == torch.float8_e5m2 else 2.0 ** -3
+        assert (got.view(torch.uint8) != want.view(torch.uint8)).float().mean() < 1e-3
+        torch.testing.assert_close(got.float(), want.float(), rtol=step, atol=0)
+    else:
+        torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -6, atol=0)
+    torch.testing.assert_close(amax, want_amax, rtol=2 ** -7, atol=0)
