@@ -32,6 +32,9 @@ from trainer.swiglu import swiglu
 #: a ``rotary_heads(x, weight, scales, rotary, shape)`` one (see ColumnParallelLinear.rotary_heads).
 LocalGemm = Callable[..., torch.Tensor]
 
+#: The local head layout of a fused QKV output: (key/value groups, query heads per group, head size).
+HeadShape = tuple[int, int, int]
+
 GEMMS: dict[str, LocalGemm] = {
     "plain": F.linear,
 }
@@ -223,10 +226,6 @@ def rotary_backward(grad: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) ->
     grad = grad.float()
     first, second = (grad * sin).chunk(2, dim=-1)
     return grad * cos + torch.cat((second, -first), dim=-1)
-
-
-#: The local head layout of a fused QKV output: (key/value groups, query heads per group, head size).
-HeadShape = tuple[int, int, int]
 
 
 def rotary_heads(qkv: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
