@@ -12,10 +12,18 @@ The cache file is PyTorch's portable "mega-cache" (``torch.compiler.save_cache_a
 graphs Inductor compiled, their Triton kernels and autotuning results, keyed by graph and software, so a
 file from another model, torch or GPU only misses — it never changes what runs. Loading it warms the
 caches of this process; the log says how many graphs then came from it.
+
+NOTE: our own Triton ops (``torch.library.triton_op``) compile into the blocks' code, but AOTAutograd keys
+its cache on the graph that calls them, not on their source: an edited kernel would hit the entry compiled
+from the old one (on the H200 an A/B of two trees sharing one machine's caches compiled the second tree's
+blocks in seconds: its numbers could not be trusted). So
+:func:`tag_caches` puts a digest of the modules that define them into every cache key.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import logging
 import os
 from pathlib import Path
@@ -33,6 +41,28 @@ log = logging.getLogger(__name__)
 INDUCTOR_OPTIONS = {"coordinate_descent_tuning": True}
 
 
+#: The modules defining the Triton ops the compiled blocks run (their sources go into every cache key).
+TRITON_OP_MODULES = ("trainer.swiglu", "trainer.fp8.delayed", "trainer.fp8.rotary_cast", "trainer.fp8.transpose")
+
+
+def kernel_fingerprint(modules: tuple[str, ...] = TRITON_OP_MODULES) -> str:
+    """A digest of the source files of ``modules``."""
+    digest = hashlib.sha256()
+    for name in modules:
+        digest.update(Path(importlib.import_module(name).__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def tag_caches() -> None:
+    """Add ``blendforge-ops-<fingerprint>`` to ``torch.compiler.config.cache_key_tag`` (after any tag of the
+    user's, once), so Inductor's, AOTAutograd's and the ``--compile-cache`` file's entries compiled from other
+    sources of our Triton ops miss instead of running them."""
+    tag = f"blendforge-ops-{kernel_fingerprint()}"
+    current = torch.compiler.config.cache_key_tag
+    if tag not in current.split("+"):
+        torch.compiler.config.cache_key_tag = f"{current}+{tag}" if current else tag
+
+
 def should_compile(mode: str, device: torch.device, why_eager: str | None) -> bool:
     """Whether ``--compile mode`` compiles here: ``blocks`` always (an error when ``why_eager`` says the
     blocks must stay eager), ``auto`` on CUDA unless ``why_eager`` (logged), ``off`` never."""
@@ -45,7 +75,8 @@ def should_compile(mode: str, device: torch.device, why_eager: str | None) -> bo
 
 def compile_model(model: GPT) -> None:
     """Compile every block of ``model`` in place (their state-dict keys are unchanged) and its fused loss's
-    per-chunk step."""
+    per-chunk step, with the compile caches keyed on our Triton ops' sources too (:func:`tag_caches`)."""
+    tag_caches()
     for layer in model.layers:
         layer.compile(options=INDUCTOR_OPTIONS)
     model.chunk_loss = compile_chunk_loss()

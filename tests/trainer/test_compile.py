@@ -1,16 +1,19 @@
 """--compile blocks: compiled blocks train like eager ones, keep their state-dict keys, and the choice rule;
---compile-cache: a fresh process on an empty Inductor cache gets every graph from the file."""
+--compile-cache: a fresh process on an empty Inductor cache gets every graph from the file; the cache keys
+carry a digest of our Triton ops' sources."""
 
 from __future__ import annotations
 
+import hashlib
 import re
+from pathlib import Path
 
 import pytest
 import torch
 
 from tests.conftest import run_cli
 from tests.trainer.conftest import read_metrics, tiny_config
-from trainer.compile import cache_file, should_compile
+from trainer.compile import TRITON_OP_MODULES, cache_file, kernel_fingerprint, should_compile, tag_caches
 from trainer.errors import ConfigError
 from trainer.loop import train
 
@@ -60,3 +63,20 @@ def test_a_compile_cache_file_serves_a_fresh_process_every_graph(tmp_path):
 
 def test_each_process_of_a_parallel_run_has_its_own_cache_file():
     assert str(cache_file("c.bin", 0, 1)) == "c.bin" and str(cache_file("c.bin", 3, 8)) == "c.bin.rank3"
+
+
+def test_every_module_defining_a_triton_op_is_in_the_cache_fingerprint():
+    trainer = Path(__file__).resolve().parents[2] / "trainer"
+    defining = {".".join(path.relative_to(trainer.parent).with_suffix("").parts)
+                for path in trainer.rglob("*.py") if "torch.library.triton_op(" in path.read_text()}
+    assert defining == set(TRITON_OP_MODULES)
+
+
+def test_the_fingerprint_is_a_digest_of_the_sources_and_the_tag_keeps_the_users(monkeypatch):
+    swiglu = Path(__file__).resolve().parents[2] / "trainer" / "swiglu.py"
+    assert kernel_fingerprint(("trainer.swiglu",)) == hashlib.sha256(swiglu.read_bytes()).hexdigest()[:16]
+    assert kernel_fingerprint(("trainer.swiglu",)) != kernel_fingerprint(("trainer.fp8.transpose",))
+    monkeypatch.setattr(torch.compiler.config, "cache_key_tag", "mine")
+    tag_caches()
+    tag_caches()  # once only
+    assert torch.compiler.config.cache_key_tag == f"mine+blendforge-ops-{kernel_fingerprint()}"
