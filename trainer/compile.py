@@ -15,7 +15,7 @@ caches of this process; the log says how many graphs then came from it.
 
 NOTE: our own Triton ops (``torch.library.triton_op``) compile into the blocks' code, but AOTAutograd keys
 its cache on the graph that calls them, not on their source: an edited kernel would hit the entry compiled
-from the old one (on the H200 an A/B of two trees sharing one machine's caches compiled the second tree's
+from the old one (on the H200 an A/B of two trees sharing one machine's caches compiled the other tree's
 blocks in seconds: its numbers could not be trusted). So
 :func:`tag_caches` puts a digest of the modules that define them into every cache key.
 """
