@@ -72,11 +72,12 @@ def test_every_module_defining_a_triton_op_is_in_the_cache_fingerprint():
     assert defining == set(TRITON_OP_MODULES)
 
 
-def test_the_fingerprint_is_a_digest_of_the_sources_and_the_tag_keeps_the_users(monkeypatch):
+def test_the_fingerprint_is_a_digest_of_the_sources_and_the_tag_keeps_the_users():
     swiglu = Path(__file__).resolve().parents[2] / "trainer" / "swiglu.py"
     assert kernel_fingerprint(("trainer.swiglu",)) == hashlib.sha256(swiglu.read_bytes()).hexdigest()[:16]
     assert kernel_fingerprint(("trainer.swiglu",)) != kernel_fingerprint(("trainer.fp8.transpose",))
-    monkeypatch.setattr(torch.compiler.config, "cache_key_tag", "mine")
-    tag_caches()
-    tag_caches()  # once only
-    assert torch.compiler.config.cache_key_tag == f"mine+blendforge-ops-{kernel_fingerprint()}"
+    # NOTE: the config's own patch(), not monkeypatch: monkeypatch's undo left the option undefined for later tests
+    with torch.compiler.config.patch(cache_key_tag="mine"):
+        tag_caches()
+        tag_caches()  # once only
+        assert torch.compiler.config.cache_key_tag == f"mine+blendforge-ops-{kernel_fingerprint()}"
