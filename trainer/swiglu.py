@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch.library import wrap_triton
 
+from trainer.kernel_ops import kernel_op
+
 
 def swiglu(fused: torch.Tensor) -> torch.Tensor:
     """``silu(gate) * up`` for ``fused = [gate | up]`` along the last dimension (halves of equal width)."""
@@ -48,7 +50,7 @@ class _SwiGLU(torch.autograd.Function):
         return swiglu_backward(rows, grad.reshape(-1, width // 2)).view(fused.shape)
 
 
-@torch.library.triton_op("blendforge::swiglu_backward", mutates_args=())
+@kernel_op("blendforge::swiglu_backward")
 def swiglu_backward(fused: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     """``[dgate | dup]`` [rows, 2F] of ``silu(gate) * up`` from ``fused = [gate | up]`` [rows, 2F] and the
     output gradient [rows, F], computed in fp32 and returned in ``fused``'s dtype: on CUDA the Triton kernel,

@@ -65,10 +65,10 @@ def test_each_process_of_a_parallel_run_has_its_own_cache_file():
     assert str(cache_file("c.bin", 0, 1)) == "c.bin" and str(cache_file("c.bin", 3, 8)) == "c.bin.rank3"
 
 
-def test_every_module_defining_a_triton_op_is_in_the_cache_fingerprint():
+def test_every_module_defining_a_kernel_op_is_in_the_cache_fingerprint():
     trainer = Path(__file__).resolve().parents[2] / "trainer"
     defining = {".".join(path.relative_to(trainer.parent).with_suffix("").parts)
-                for path in trainer.rglob("*.py") if "torch.library.triton_op(" in path.read_text()}
+                for path in trainer.rglob("*.py") if "@kernel_op(" in path.read_text()}
     assert defining == set(TRITON_OP_MODULES)
 
 

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from trainer.fp8.scaling import fp8_max
+from trainer.kernel_ops import kernel_op
 from trainer.swiglu import reference_backward, triton_backward
 
 #: Index of each operand's scale and amax in the per-linear tensors.
@@ -115,7 +116,7 @@ def amax_of(x: torch.Tensor) -> torch.Tensor:
     return x.abs().amax(dim=-1).amax().float()
 
 
-@torch.library.triton_op("blendforge::swiglu_backward_cast", mutates_args=())
+@kernel_op("blendforge::swiglu_backward_cast")
 def swiglu_backward_cast(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
                          dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """``trainer.swiglu.swiglu_backward`` as the FP8 GEMMs after it take it: :func:`cast_with_scale` of the

@@ -21,6 +21,7 @@ from torch.library import wrap_triton
 
 from trainer.fp8.delayed import amax_of, cast_with_scale
 from trainer.fp8.scaling import fp8_max
+from trainer.kernel_ops import kernel_op
 from trainer.layers import HeadShape, rotary_backward
 
 #: Tokens per program of the Triton kernel (a program covers one head of them).
@@ -46,7 +47,7 @@ def rotary_cast_reference(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, 
     return cast_with_scale(grad, scale, dtype), amax_of(grad)
 
 
-@torch.library.triton_op("blendforge::rotary_backward_cast", mutates_args=())
+@kernel_op("blendforge::rotary_backward_cast")
 def rotary_backward_cast(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                          scale: torch.Tensor, dtype: torch.dtype, groups: int, per_group: int,
                          head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:

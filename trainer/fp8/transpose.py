@@ -31,11 +31,13 @@ import functools
 import torch
 from torch.library import wrap_triton
 
+from trainer.kernel_ops import kernel_op
+
 #: Tile edge of the Triton transpose: 128 × 128 bytes, loaded and stored 16 bytes a thread at a time.
 BLOCK = 128
 
 
-@torch.library.triton_op("blendforge::fp8_transpose", mutates_args=())
+@kernel_op("blendforge::fp8_transpose")
 def fp8_transpose(matrix: torch.Tensor) -> torch.Tensor:
     """``matrix.t().contiguous()`` for a 2-D tensor of 1-byte elements (FP8), always a new tensor: on CUDA
     the tiled Triton kernel, elsewhere (or without Triton) a copy in tensor code."""
