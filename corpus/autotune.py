@@ -20,7 +20,6 @@ import os
 import shutil
 import signal
 import tempfile
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -29,7 +28,7 @@ from typing import Iterator, Sequence
 
 from corpus.autotune_report import AutotuneResult, Candidate, Run, recommend, run_rates, typical
 from corpus.autotune_sample import Sample, write_sample
-from corpus.autotune_trial import MIN_BATCHES_PER_WORKER, TrialError, lanes, run_trial
+from corpus.autotune_trial import MIN_BATCHES_PER_WORKER, TrialError, lanes, route_signals, run_trial
 from corpus.errors import CorpusError
 from corpus.pipeline.config import TokenizeConfig
 
@@ -274,21 +273,6 @@ def _stages(sweep: _Sweep) -> None:
         sweep.measure(fastest, again=True)
 
 
-@contextmanager
-def _handling(handler, signals: Sequence[signal.Signals]) -> Iterator[None]:
-    """Route ``signals`` to ``handler`` for a while (main thread only: elsewhere Python cannot set
-    handlers, and signals reach the main thread anyway)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {number: signal.signal(number, handler) for number in signals}
-    try:
-        yield
-    finally:
-        for number, old in previous.items():
-            signal.signal(number, old)
-
-
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -301,10 +285,10 @@ def _scratch(parent: str | None) -> Iterator[Path]:
     folder = Path(tempfile.mkdtemp(prefix="corpus-autotune-", dir=parent))
     terminations = [number for number in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(number) == signal.SIG_DFL]
     try:
-        with _handling(_interrupt, terminations):
+        with route_signals(_interrupt, terminations):
             yield folder
     finally:
-        with _handling(signal.SIG_IGN, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
+        with route_signals(signal.SIG_IGN, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
             shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -22,7 +22,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +39,8 @@ MIN_BATCHES_PER_WORKER = 4
 TIMED_BATCHES_PER_WORKER = MIN_BATCHES_PER_WORKER - 2
 #: Seconds to wait for the killed processes of a trial to be gone (workers dying, orphans reaped).
 GONE_TIMEOUT_S = 10.0
+#: The signals that stop a sweep (``corpus.autotune`` turns SIGTERM and SIGHUP into Ctrl-C).
+STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class TrialError(CorpusError):
@@ -154,18 +159,48 @@ def _kill_group(process: subprocess.Popen) -> None:
         time.sleep(0.01)
 
 
+@contextmanager
+def route_signals(handler, signals: Sequence[int]) -> Iterator[None]:
+    """Route ``signals`` to ``handler`` for a while (main thread only: elsewhere Python cannot set
+    handlers, and signals reach the main thread anyway)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, handler) for number in signals}
+    try:
+        yield
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
+
+
+def _signals_held(held: list[int]):
+    """A while in which the stopping signals (Ctrl-C, SIGTERM, SIGHUP) are recorded in ``held`` instead of
+    acted on; ignored ones stay ignored, and one with a handler not set from Python is left alone."""
+    handled = [number for number in STOPPING_SIGNALS if signal.getsignal(number) not in (signal.SIG_IGN, None)]
+    return route_signals(lambda signum, frame: held.append(signum), handled)
+
+
 def run_trial(config: TokenizeConfig, deadline: float | None) -> TrialReport:
     """Measure ``config`` in a trial process; on any exception (Ctrl-C included) its whole process
     group is killed before the exception goes on, so no worker outlives the trial."""
     request = json.dumps({"config": dataclasses.asdict(config), "deadline": deadline}).encode()
     launched = time.monotonic()
-    process = subprocess.Popen([sys.executable, "-m", "corpus.autotune_trial"], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_environment(),
-                               start_new_session=True)
+    held: list[int] = []
+    process = None
     try:
+        # NOTE: a Ctrl-C inside Popen, after its fork, raised before `process` existed: the new trial ran on
+        # with nobody to kill it (seen in CI). Held until `process` exists, such a signal is acted on here.
+        with _signals_held(held):
+            process = subprocess.Popen([sys.executable, "-m", "corpus.autotune_trial"], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_environment(),
+                                       start_new_session=True)
+        for signum in held:
+            signal.raise_signal(signum)
         out, err = process.communicate(request)
     finally:
-        _kill_group(process)
+        if process is not None:
+            _kill_group(process)
     messages = err.decode(errors="replace").strip().splitlines()
     if process.returncode != 0:
         raise TrialError("\n".join(messages[-20:]) or f"the trial process exited with status {process.returncode}")

@@ -4,6 +4,8 @@ sweeps on the example text (tiny samples and few candidates: the suite shares tw
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,7 +16,8 @@ from corpus.autotune import (AutotuneConfig, AutotuneConfigError, AutotuneError,
                              available_cores, default_workers, parse_candidates)
 from corpus.autotune_report import NOISE_FLOOR, Candidate, Run, recommend, run_rates
 from corpus.autotune_sample import write_sample
-from corpus.autotune_trial import TrialReport, _BatchClock, _DeadlineReached, _measure, steady_window
+from corpus import autotune_trial
+from corpus.autotune_trial import TrialReport, _BatchClock, _DeadlineReached, _measure, run_trial, steady_window
 from corpus.pipeline.stats import Counters
 from corpus.readers import LinePayload, extract
 from tests.corpus.pipeline_support import TOKENIZER, WEB, config, hf_tokenizer
@@ -235,3 +238,24 @@ def test_worker_memory_is_the_workers_own_not_what_the_trial_held_when_it_starte
     assert report.finished and 5 < report.worker_rss_mb < 400
     assert report.main_rss_mb > 600
     del ballast
+
+
+def test_a_ctrl_c_while_a_trial_starts_still_kills_it(tmp_path, monkeypatch):
+    """The signal lands inside Popen, after its fork (CI once left such a trial running, an orphan)."""
+    started, real_popen = [], subprocess.Popen
+
+    def popen_then_ctrl_c(*args, **kwargs):
+        process = real_popen(*args, **kwargs)
+        started.append(process.pid)
+        signal.raise_signal(signal.SIGINT)
+        return process
+
+    monkeypatch.setattr(autotune_trial.subprocess, "Popen", popen_then_ctrl_c)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, however pytest runs
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_trial(config(tmp_path, [WEB], workers=1, batch_size=8), deadline=None)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    stat = Path(f"/proc/{started[0]}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"  # gone (or a zombie)
