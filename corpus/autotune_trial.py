@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,7 +174,7 @@ def route_signals(handler, signals: Sequence[int]) -> Iterator[None]:
             signal.signal(number, old)
 
 
-def _signals_held(held: list[int]):
+def _signals_held(held: list[int]) -> AbstractContextManager[None]:
     """A while in which the stopping signals (Ctrl-C, SIGTERM, SIGHUP) are recorded in ``held`` instead of
     acted on; ignored ones stay ignored, and one with a handler not set from Python is left alone."""
     handled = [number for number in STOPPING_SIGNALS if signal.getsignal(number) not in (signal.SIG_IGN, None)]

@@ -253,7 +253,7 @@ class DelayedScaledGemm:
         if self.calibration.active:
             out = self._calibrating(rows, weight, scales, _output_dtype(x))
         else:
-            out = self._delayed(_DelayedScaledLinear, rows, x, weight, scales)
+            (out,) = self._delayed(_DelayedScaledLinear, rows, x, weight, scales)
         return out.view(*x.shape[:-1], weight.shape[0])
 
     def swiglu(self, x: torch.Tensor, weight: torch.Tensor, scales: DelayedScales) -> torch.Tensor:
@@ -262,7 +262,7 @@ class DelayedScaledGemm:
         rows = _fp8_rows(x, weight, self.eligible)
         if rows is None or self.calibration.active:
             return swiglu(self(x, weight, scales))
-        out = self._delayed(_DelayedScaledSwiGLULinear, rows, x, weight, scales)
+        (out,) = self._delayed(_DelayedScaledSwiGLULinear, rows, x, weight, scales)
         return out.view(*x.shape[:-1], weight.shape[0] // 2)
 
     def rotary_heads(self, x: torch.Tensor, weight: torch.Tensor, scales: DelayedScales,
@@ -273,23 +273,16 @@ class DelayedScaledGemm:
         rows = _fp8_rows(x, weight, self.eligible)
         if rows is None or self.calibration.active:
             return rotary_heads(self(x, weight, scales), rotary, shape)
-        *heads, x_amax = _DelayedScaledRotaryLinear.apply(rows, weight, self.recipe, _output_dtype(x),
-                                                          *self._state(scales), *rotary, shape, x.shape[0])
-        record_amax(scales.amax_input, x_amax)
-        return tuple(heads)
+        return self._delayed(_DelayedScaledRotaryLinear, rows, x, weight, scales, *rotary, shape, x.shape[0])
 
     def _delayed(self, function: type[torch.autograd.Function], rows: torch.Tensor, x: torch.Tensor,
-                 weight: torch.Tensor, scales: DelayedScales) -> torch.Tensor:
-        """``function`` applied with this linear's scales; the input's amax recorded."""
-        out, x_amax = function.apply(rows, weight, self.recipe, _output_dtype(x), *self._state(scales))
+                 weight: torch.Tensor, scales: DelayedScales, *extra) -> tuple[torch.Tensor, ...]:
+        """``function`` applied with this linear's scales (and its own ``extra`` arguments): its outputs but the
+        last, the input's amax, which is recorded."""
+        *outputs, x_amax = function.apply(rows, weight, self.recipe, _output_dtype(x), scales.scale,
+                                          *scales.inverses(), scales.amax_grad, *extra)
         record_amax(scales.amax_input, x_amax)
-        return out
-
-    @staticmethod
-    def _state(scales: DelayedScales) -> tuple[torch.Tensor, ...]:
-        """What the delayed autograd functions take of a linear's scales: the scales, their inverses and the
-        running gradient amax."""
-        return scales.scale, *scales.inverses(), scales.amax_grad
+        return tuple(outputs)
 
     def _calibrating(self, rows: torch.Tensor, weight: torch.Tensor, scales: DelayedScales,
                      out_dtype: torch.dtype) -> torch.Tensor:
