@@ -15,6 +15,7 @@ without Triton, it is the same computation in tensor code (:func:`rotary_cast_re
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 from torch.library import wrap_triton
@@ -24,8 +25,18 @@ from trainer.fp8.scaling import fp8_max
 from trainer.kernel_ops import kernel_op
 from trainer.layers import HeadShape, rotary_backward
 
-#: Tokens per program of the Triton kernel (a program covers one head of them).
-BLOCK_TOKENS = 64
+
+@dataclass(frozen=True)
+class Tiling:
+    """The Triton kernel's launch shape: a program takes ``tokens`` tokens of one head, with ``warps`` warps."""
+
+    tokens: int = 32
+    warps: int = 8
+
+
+#: The launch shape used: the fastest of ``bench/fp8_kernels.py``'s sweep on an H200 (102 µs a layer of the 1.3b
+#: preset against 108 for 64 tokens and 4 warps, the first choice; bench/train_h200.md, eleventh run).
+TILING = Tiling()
 
 
 def qkv_gradient(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -114,7 +125,8 @@ def triton_rotary_cast():
         if any(t.stride(-1) != 1 for t in (dq, dk, dv, cos, sin)) or cos.stride() != sin.stride():
             dq, dk, dv, cos, sin = (t.contiguous() for t in (dq, dk, dv, cos, sin))
         out = dq.new_empty(tokens, groups * group_width, dtype=dtype)
-        blocks = triton.cdiv(tokens, BLOCK_TOKENS)
+        tiling = TILING
+        blocks = triton.cdiv(tokens, tiling.tokens)
         # NOTE: one launch per source: q heads fill the first per_group slots of each group, k the next, v the last
         sources = ((dq, per_group, 0, True), (dk, 1, per_group, True), (dv, 1, per_group + 1, False))
         amaxes = dq.new_empty(blocks * groups * (per_group + 2), dtype=torch.float32)
@@ -126,7 +138,7 @@ def triton_rotary_cast():
                 grad.stride(1), grad.stride(2), cos.stride(0), cos.stride(1), out.shape[1], heads_per_group,
                 # NOTE: the limit a constexpr: Inductor passes a float argument of a kernel it launches as fp64
                 group_width, slot, head_dim // 2, LIMIT=fp8_max(dtype), HALF_BLOCK=triton.next_power_of_2(head_dim // 2),
-                BLOCK=BLOCK_TOKENS, ROTATE=rotate, num_warps=4)
+                BLOCK=tiling.tokens, ROTATE=rotate, num_warps=tiling.warps)
             start += blocks * heads
         return out, amaxes.amax()
 

@@ -1,0 +1,153 @@
+"""Launch shapes of our delayed-scaling FP8 kernels, swept side by side at the ``1.3b`` preset's shapes (seq
+4096, micro-batch 4: train_h200's speed shape), beside a device copy of the same bytes.
+
+    python3 bench/fp8_kernels.py            # one H200
+
+Kernels: the SwiGLU backward that writes fc1's output gradient cast to FP8 with its amax (``cast``), the
+plain bf16 one (``plain``; bf16 runs), and the RoPE backward writing the QKV gradient cast to FP8
+(``rotary``; its ``dq``/``dk``/``dv`` as views of one ``[B, S, groups, heads + 2, head_dim]`` tensor, the
+model's layout, and as ``[B, H, S, D]`` tensors, cuDNN's). Each launch shape is timed from the kernels' own
+GPU time in a torch.profiler trace (the ops' Python costs more than their kernels when called outside a
+compiled graph), checked to give the default shape's bytes and amax, and printed as µs per call, effective
+TB/s and the ratio to the default shape, measured in this one run. ``$OUT/fp8_kernels.json.gz`` gets the numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import gzip
+import itertools
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from collections.abc import Callable
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from trainer import swiglu  # noqa: E402
+from trainer.fp8 import rotary_cast  # noqa: E402
+from trainer.layers import RotaryEmbedding  # noqa: E402
+
+TOKENS, HIDDEN, FFN, HEADS, HEAD_DIM, SEQ = 16384, 2048, 5632, 16, 128, 4096
+CALLS = 20
+
+
+def kernel_microseconds(call: Callable[[], object], names: tuple[str, ...]) -> float:
+    """GPU time per ``call()`` of the kernels whose names contain one of ``names`` (mean over :data:`CALLS`)."""
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as trace:
+        for _ in range(CALLS):
+            call()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "trace.json"
+        trace.export_chrome_trace(str(path))
+        events = json.loads(path.read_text())["traceEvents"]
+    total = sum(e["dur"] for e in events
+                if e.get("cat") in ("kernel", "gpu_memcpy") and any(n in e["name"] for n in names))
+    return total / CALLS
+
+
+def same_result(got, expected) -> bool:
+    """Whether two kernel results (a tensor, or an FP8 tensor and its amax) hold the same bytes."""
+    pairs = zip(got, expected) if isinstance(got, tuple) else [(got, expected)]
+    return all(torch.equal(a.view(torch.uint8) if a.element_size() == 1 else a,
+                           b.view(torch.uint8) if b.element_size() == 1 else b) for a, b in pairs)
+
+
+def sweep(label: str, table: dict, key, shapes: list, call: Callable[[], object], names: tuple[str, ...],
+          moved_bytes: int, copy_us: float) -> list[dict]:
+    """Time ``call`` under each launch shape of ``shapes`` set as ``table[key]``, the default first."""
+    default = table[key]
+    rows, expected = [], None
+    try:
+        for shape in [default] + [s for s in shapes if s != default]:
+            table[key] = shape
+            result = call()
+            expected = result if expected is None else expected
+            micros = kernel_microseconds(call, names)
+            rows.append({"kernel": label, "shape": dataclasses.asdict(shape), "us": micros,
+                         "tb_s": moved_bytes / micros / 1e6, "same": same_result(result, expected)})
+    finally:
+        table[key] = default
+    base = rows[0]["us"]
+    for row in sorted(rows, key=lambda r: r["us"]):
+        mark = " (default)" if row is rows[0] else ""
+        print(f"{label:16s} {str(row['shape']):44s} {row['us']:8.1f} µs {row['tb_s']:5.2f} TB/s "
+              f"{base / row['us']:5.3f}× default {row['us'] / copy_us:5.2f}× copy "
+              f"{'' if row['same'] else 'DIFFERENT RESULT'}{mark}")
+    return rows
+
+
+class _Slot:
+    """A one-entry table for :func:`sweep` over a module attribute (``rotary_cast.TILING``)."""
+
+    def __init__(self, module, name: str) -> None:
+        self.module, self.name = module, name
+
+    def __getitem__(self, _):
+        return getattr(self.module, self.name)
+
+    def __setitem__(self, _, value) -> None:
+        setattr(self.module, self.name, value)
+
+
+def copy_microseconds(moved_bytes: int) -> float:
+    """A device-to-device copy moving ``moved_bytes`` (half read, half written): the bandwidth reference."""
+    source = torch.empty(moved_bytes // 2, dtype=torch.uint8, device="cuda")
+    target = torch.empty_like(source)
+    return kernel_microseconds(lambda: target.copy_(source), ("copy", "Memcpy DtoD"))
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    results = []
+    fused = torch.randn(TOKENS, 2 * FFN, device="cuda").bfloat16()
+    grad = torch.randn(TOKENS, FFN, device="cuda").bfloat16()
+    scale = torch.tensor(2.0 ** 10, device="cuda")
+    launch = swiglu.triton_backward()
+    elements = [2048, 4096, 8192, 16384]
+    for kind, call, out_bytes in (
+            ("plain", lambda: launch(fused, grad), 2),
+            ("cast", lambda: launch(fused, grad, scale, torch.float8_e5m2), 1)):
+        moved = fused.numel() * 2 + grad.numel() * 2 + fused.numel() * out_bytes
+        copy_us = copy_microseconds(moved)
+        print(f"swiglu {kind}: {moved / 1e6:.0f} MB moved; a copy of as many bytes: {copy_us:.1f} µs "
+              f"({moved / copy_us / 1e6:.2f} TB/s)")
+        shapes = [swiglu.Tiling(e, w) for e, w in itertools.product(elements, (4, 8, 16))]
+        results += sweep(f"swiglu {kind}", swiglu.TILING, kind, shapes, call, ("swiglu_backward", "reduce_kernel"),
+                         moved, copy_us)
+
+    rope = RotaryEmbedding(HEAD_DIM, 10000.0, SEQ).cuda()
+    rope.reset_parameters()
+    positions = torch.arange(SEQ, device="cuda").expand(TOKENS // SEQ, SEQ)
+    cos, sin = rope(positions, torch.bfloat16)
+    batch = TOKENS // SEQ
+    model = torch.randn(batch, SEQ, HEADS, 3, HEAD_DIM, device="cuda").bfloat16()
+    layouts = {"model": (model[:, :, :, 0], model[:, :, :, 1], model[:, :, :, 2]),
+               "cudnn": tuple(torch.randn(batch, HEADS, SEQ, HEAD_DIM, device="cuda").bfloat16().transpose(1, 2)
+                              for _ in range(3))}
+    rotary = rotary_cast.triton_rotary_cast()
+    shapes = [rotary_cast.Tiling(t, w) for t, w in itertools.product((16, 32, 64, 128), (2, 4, 8))]
+    moved = 3 * TOKENS * HIDDEN * 2 + 3 * TOKENS * HIDDEN
+    copy_us = copy_microseconds(moved)
+    print(f"rotary: {moved / 1e6:.0f} MB moved; a copy of as many bytes: {copy_us:.1f} µs "
+          f"({moved / copy_us / 1e6:.2f} TB/s)")
+    for name, grads in layouts.items():
+        call = functools.partial(rotary, *grads, cos, sin, scale, torch.float8_e5m2, (HEADS, 1, HEAD_DIM))
+        results += sweep(f"rotary {name}", _Slot(rotary_cast, "TILING"), None, shapes, call,
+                         ("rotary_backward_cast",), moved, copy_us)
+    if os.environ.get("OUT"):
+        with gzip.open(Path(os.environ["OUT"]) / "fp8_kernels.json.gz", "wt") as file:
+            json.dump(results, file)
+
+
+if __name__ == "__main__":
+    main()
