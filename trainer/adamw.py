@@ -64,10 +64,12 @@ def stochastic_round_to_bf16(x: torch.Tensor, noise: torch.Tensor) -> torch.Tens
 
 
 def update_slice(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
-                 hyper: torch.Tensor, grad_scale: torch.Tensor | None, key: int) -> None:
+                 hyper: torch.Tensor, grad_scale: torch.Tensor | None, key: int,
+                 amax: torch.Tensor | None = None) -> None:
     """One AdamW update of matching flat slices (torch.optim.AdamW's arithmetic, in fp32) with the gradient
     divided by ``grad_scale`` when given; ``hyper`` = :func:`hyperparameters`, ``key`` = :func:`hash_key`
-    (positions ``2 * i`` and ``2 * i + 1`` give element ``i`` 64 random bits, 16 for each bf16 store)."""
+    (positions ``2 * i`` and ``2 * i + 1`` give element ``i`` 64 random bits, 16 for each bf16 store);
+    ``amax`` (fp32, one element), when given, is raised to the largest magnitude of the updated weights."""
     lr, beta1, beta2, eps, weight_decay, correction1, correction2_sqrt = hyper.unbind()
     # NOTE: per-tensor divisors as reciprocals, so the kernel divides once per tensor, not per element
     grad = grad.float() if grad_scale is None else grad.float() * (1 / grad_scale)
@@ -82,6 +84,8 @@ def update_slice(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor,
         noises = (bits[:, 0] & 0xFFFF, bits[:, 0] >> 16, bits[:, 1] & 0xFFFF)
     for (target, value), noise in zip(results, noises):
         target.copy_(value if target.dtype == torch.float32 else stochastic_round_to_bf16(value, noise))
+    if amax is not None and param.numel():
+        amax.copy_(torch.maximum(amax, param.abs().max().float().reshape(amax.shape)))
 
 
 def hash_key(step: int, ordinal: int) -> int:
@@ -107,7 +111,8 @@ def gradient_of(param: torch.Tensor) -> torch.Tensor | None:
 
 @dataclass(frozen=True)
 class Work:
-    """One parameter's update in a step: flat tensors, its :func:`hyperparameters` and :func:`hash_key`."""
+    """One parameter's update in a step: flat tensors, its :func:`hyperparameters` and :func:`hash_key`, and
+    where to raise the updated weight's amax to, if anywhere (:meth:`LowPrecisionAdamW.record_weight_amaxes`)."""
 
     param: torch.Tensor
     grad: torch.Tensor
@@ -115,6 +120,7 @@ class Work:
     exp_avg_sq: torch.Tensor
     hyper: list[float]
     key: int
+    amax: torch.Tensor | None = None
 
 
 def _fused_update() -> Callable[[list[Work], torch.Tensor | None, torch.Tensor | None], None] | None:
@@ -137,6 +143,7 @@ class LowPrecisionAdamW(torch.optim.Optimizer):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
         self.dtypes = (exp_avg_dtype, exp_avg_sq_dtype)
         self.kernel = _fused_update() if fused else None
+        self.weight_amaxes: dict[torch.Tensor, torch.Tensor] = {}
         self.register_load_state_dict_pre_hook(LowPrecisionAdamW._keep_loaded_moments)
         self.register_load_state_dict_post_hook(LowPrecisionAdamW._restore_moments)
 
@@ -155,6 +162,12 @@ class LowPrecisionAdamW(torch.optim.Optimizer):
         for param, saved in optimizer.__dict__.pop("_loaded_moments").items():
             for key, dtype in zip(("exp_avg", "exp_avg_sq"), optimizer.dtypes):
                 optimizer.state[param][key] = saved[key].to(param.device, dtype)
+
+    def record_weight_amaxes(self, targets: dict[torch.Tensor, torch.Tensor]) -> None:
+        """From now on, every step raises ``targets[param]`` (fp32, one element; the caller zeroes it between
+        steps) to the largest magnitude of ``param``'s updated weights, in the pass that writes them: FP8
+        delayed scaling then needs no pass of its own over every weight (``trainer.fp8.delayed``)."""
+        self.weight_amaxes = dict(targets)
 
     def _state(self, param: torch.Tensor) -> dict:
         state = self.state[param]
@@ -183,7 +196,8 @@ class LowPrecisionAdamW(torch.optim.Optimizer):
             state["step"] += 1
             step = int(state["step"])
             works.append(Work(param.view(-1), grad.reshape(-1), state["exp_avg"].view(-1),
-                              state["exp_avg_sq"].view(-1), hyperparameters(group, step), hash_key(step, ordinal)))
+                              state["exp_avg_sq"].view(-1), hyperparameters(group, step), hash_key(step, ordinal),
+                              self.weight_amaxes.get(param)))
         if self.kernel is not None:
             self.kernel(works, grad_scale, found_inf)
             return loss
@@ -191,5 +205,6 @@ class LowPrecisionAdamW(torch.optim.Optimizer):
             hyper = torch.tensor(work.hyper, dtype=torch.float32, device=work.param.device)
             tensors = (work.param, work.grad, work.exp_avg, work.exp_avg_sq)
             for start in range(0, work.param.numel(), SLICE):
-                update_slice(*(t[start:start + SLICE] for t in tensors), hyper, grad_scale, work.key + 2 * start)
+                update_slice(*(t[start:start + SLICE] for t in tensors), hyper, grad_scale, work.key + 2 * start,
+                             work.amax)
         return loss

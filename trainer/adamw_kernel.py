@@ -58,20 +58,24 @@ def _at(base, start, ALIGNED: tl.constexpr):
 
 @triton.jit
 def _store(pointer, offsets, mask, value, noise):
-    """``value`` (fp32) stored as is, or rounded to bf16 up or down by ``noise`` (16 random bits)."""
+    """``value`` (fp32) stored as is, or rounded to bf16 up or down by ``noise`` (16 random bits); returns the
+    value stored (fp32)."""
     if pointer.dtype.element_ty == tl.bfloat16:
         value = ((value.to(tl.uint32, bitcast=True) + noise) & 0xFFFF0000).to(tl.float32, bitcast=True)
     tl.store(pointer + offsets, value.to(pointer.dtype.element_ty), mask=mask)
+    return value
 
 
 @triton.jit
 def adamw_update_kernel(table_ptr, chunks_ptr, hyper_ptr, grad_scale_ptr, found_inf_ptr,
-                        HAS_GRAD_SCALE: tl.constexpr, HAS_FOUND_INF: tl.constexpr, PARAM_DTYPE: tl.constexpr,
+                        HAS_GRAD_SCALE: tl.constexpr, HAS_FOUND_INF: tl.constexpr, HAS_AMAX: tl.constexpr,
+                        PARAM_DTYPE: tl.constexpr,
                         GRAD_DTYPE: tl.constexpr, EXP_AVG_DTYPE: tl.constexpr, EXP_AVG_SQ_DTYPE: tl.constexpr,
-                        ALIGNED: tl.constexpr, BLOCK: tl.constexpr, BLOCKS_PER_PROGRAM: tl.constexpr):
+                        ALIGNED: tl.constexpr, BLOCK: tl.constexpr, BLOCKS_PER_PROGRAM: tl.constexpr,
+                        ROW: tl.constexpr):
     """``BLOCKS_PER_PROGRAM`` consecutive ``BLOCK``s of one tensor per program: ``chunks`` holds (tensor, chunk)
-    pairs, the table one row per tensor (param, grad, exp_avg, exp_avg_sq addresses, element count, hash key),
-    ``hyper`` 7 floats per tensor.
+    pairs, the table one row per tensor (param, grad, exp_avg, exp_avg_sq addresses, element count, hash key,
+    address of the fp32 amax to raise to the largest updated weight or 0), ``hyper`` 7 floats per tensor.
 
     NOTE: a program reads its table row and hyperparameters once, then loops: with one block per program
     those dependent reads came before every block's data, and the kernel moved 1.8-2.2 TB/s; looping, 2.5
@@ -81,7 +85,7 @@ def adamw_update_kernel(table_ptr, chunks_ptr, hyper_ptr, grad_scale_ptr, found_
             return
     tensor = tl.load(chunks_ptr + 2 * tl.program_id(0)).to(tl.int64)
     chunk = tl.load(chunks_ptr + 2 * tl.program_id(0) + 1).to(tl.int64)
-    row = table_ptr + tensor * 6
+    row = table_ptr + tensor * ROW
     count, key = tl.load(row + 4), tl.load(row + 5).to(tl.uint32)
     param_base = tl.load(row).to(tl.pointer_type(PARAM_DTYPE))
     grad_base = tl.load(row + 1).to(tl.pointer_type(GRAD_DTYPE))
@@ -92,6 +96,7 @@ def adamw_update_kernel(table_ptr, chunks_ptr, hyper_ptr, grad_scale_ptr, found_
     weight_decay, correction1, correction2_sqrt = tl.load(hyper + 4), tl.load(hyper + 5), tl.load(hyper + 6)
     grad_factor = tl.div_rn(1.0, tl.load(grad_scale_ptr)) if HAS_GRAD_SCALE else 1.0
     offsets = tl.arange(0, BLOCK)
+    largest = tl.zeros([BLOCK], dtype=tl.float32)
     for index in range(BLOCKS_PER_PROGRAM):
         start = (chunk * BLOCKS_PER_PROGRAM + index) * BLOCK
         param_ptr, grad_ptr = _at(param_base, start, ALIGNED), _at(grad_base, start, ALIGNED)
@@ -113,9 +118,15 @@ def adamw_update_kernel(table_ptr, chunks_ptr, hyper_ptr, grad_scale_ptr, found_
         weight = weight - tl.div_rn(first, denominator) * tl.div_rn(lr, correction1)
         position = ((start + offsets) * 2).to(tl.uint32) + key
         bits, more_bits = _hash32(position), _hash32(position + 1)
-        _store(param_ptr, offsets, mask, weight, bits & 0xFFFF)
+        weight = _store(param_ptr, offsets, mask, weight, bits & 0xFFFF)
         _store(exp_avg_ptr, offsets, mask, first, bits >> 16)
         _store(exp_avg_sq_ptr, offsets, mask, second, more_bits & 0xFFFF)
+        if HAS_AMAX:
+            largest = tl.maximum(largest, tl.where(mask, tl.abs(weight), 0.0))
+    if HAS_AMAX:
+        amax_address = tl.load(row + 6)
+        if amax_address != 0:
+            tl.atomic_max(amax_address.to(tl.pointer_type(tl.float32)), tl.max(largest, axis=0))
 
 
 def _signature(work: Work) -> tuple:
@@ -127,6 +138,9 @@ def _signature(work: Work) -> tuple:
 
 
 _TRITON_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16}
+
+#: Entries of a tensor's row of the launch table.
+ROW = 7
 
 #: Chunk tables by (device, element counts, chunk size): the parameters' sizes do not change between steps.
 _CHUNKS: dict[tuple, torch.Tensor] = {}
@@ -154,7 +168,8 @@ def update(works: list[Work], grad_scale: torch.Tensor | None, found_inf: torch.
     for (param_dtype, grad_dtype, exp_avg_dtype, exp_avg_sq_dtype, aligned), group in launches.items():
         device = group[0].param.device
         table = torch.tensor([[w.param.data_ptr(), w.grad.data_ptr(), w.exp_avg.data_ptr(), w.exp_avg_sq.data_ptr(),
-                               w.param.numel(), w.key] for w in group], dtype=torch.int64)
+                               w.param.numel(), w.key, 0 if w.amax is None else w.amax.data_ptr()] for w in group],
+                             dtype=torch.int64)
         hyper = torch.tensor([w.hyper for w in group], dtype=torch.float32)
         # NOTE: non-blocking from pageable memory is staged at once and waits for no queued GPU work
         table, hyper = table.to(device, non_blocking=True), hyper.to(device, non_blocking=True)
@@ -162,7 +177,8 @@ def update(works: list[Work], grad_scale: torch.Tensor | None, found_inf: torch.
         adamw_update_kernel[(chunks.numel() // 2,)](
             table, chunks, hyper, hyper if grad_scale is None else grad_scale,
             hyper if found_inf is None else found_inf, HAS_GRAD_SCALE=grad_scale is not None,
-            HAS_FOUND_INF=found_inf is not None, PARAM_DTYPE=_TRITON_DTYPES[param_dtype],
+            HAS_FOUND_INF=found_inf is not None, HAS_AMAX=any(w.amax is not None for w in group),
+            ROW=ROW, PARAM_DTYPE=_TRITON_DTYPES[param_dtype],
             GRAD_DTYPE=_TRITON_DTYPES[grad_dtype],
             EXP_AVG_DTYPE=_TRITON_DTYPES[exp_avg_dtype], EXP_AVG_SQ_DTYPE=_TRITON_DTYPES[exp_avg_sq_dtype],
             ALIGNED=aligned, BLOCK=block, BLOCKS_PER_PROGRAM=blocks_per_program, num_warps=num_warps)

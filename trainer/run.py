@@ -141,6 +141,7 @@ def build_run(config: TrainConfig) -> Run:
               build_optimizer(engine.reducer.optimizer_parameters(), config.optim, device),
               LRSchedule(config.optim, config.training.train_iters), global_batch, accumulation,
               flops_per_token(model_config, counts["matmul"], data.seq_length), peak, engine, fp8=fp8)
+    fp8.parts.attach_optimizer(run.optimizer)
     log.info("model: preset %s, %d layers, d=%d, %d heads / %d kv, ffn %d, vocab %d (padded), %.1fM parameters "
              "(%.1fM in matmuls)", model_config.preset, model_config.num_layers,
              model_config.hidden_size, model_config.num_attention_heads, model_config.num_query_groups,

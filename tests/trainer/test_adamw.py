@@ -56,6 +56,31 @@ def test_stochastic_rounding_is_unbiased_and_lands_on_a_neighbour():
     assert abs(negative.mean().item() + x[0].item()) < 2e-5
 
 
+def test_recorded_weight_amaxes_are_the_updated_weights_largest_magnitudes(monkeypatch):
+    """``record_weight_amaxes``: each step raises the given tensors (zeroed by their owner between steps) to the
+    largest magnitude of those parameters' updated weights, over every slice of a parameter larger than one;
+    other parameters record nothing, and a skipped step leaves them as they were."""
+    monkeypatch.setattr(adamw, "SLICE", 128)  # the 300-element weight in three slices
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(n).bfloat16()) for n in (300, 40, 50)]
+    optimizer = LowPrecisionAdamW(params, 1e-2, (0.9, 0.95), 1e-8, 0.1, torch.bfloat16, torch.bfloat16)
+    amaxes = torch.zeros(2)
+    optimizer.record_weight_amaxes({params[0]: amaxes[0], params[2]: amaxes[1]})
+    for step in range(3):
+        amaxes.zero_()
+        for param in params:
+            param.grad = torch.randn_like(param)
+        with torch.no_grad():
+            params[0][250] = 5.0 + step  # the largest weight in the last slice
+        optimizer.step()
+        assert amaxes.tolist() == [params[0].abs().max().item(), params[2].abs().max().item()]
+        assert amaxes[0] > 4.9 + step
+    amaxes.zero_()
+    optimizer.found_inf = torch.tensor(1.0)
+    optimizer.step()
+    assert not amaxes.any()
+
+
 def test_bf16_moments_track_fp32_ones():
     bf16, low = trajectory(lambda p: LowPrecisionAdamW(p, **HYPER, exp_avg_dtype=torch.bfloat16,
                                                        exp_avg_sq_dtype=torch.bfloat16), steps=200)

@@ -48,9 +48,20 @@ KERNEL_CHECK = textwrap.dedent("""
                 differ = got != expected
                 assert differ.float().mean() < 0.01, differ.float().mean()
                 torch.testing.assert_close(got.float(), expected.float(), rtol=2 ** -7, atol=1e-30)
+    # weight amaxes: raised to the largest updated weight of the tensors given one (every other one of each
+    # launch), over every program of a tensor; untouched by a skipped launch
+    for launch_shape in launch_shapes:
+        ours = [[t.clone() for t in ts] for ts in tensors]
+        amaxes = torch.zeros(len(ours), device=DEVICE)
+        update([Work(*ts, hyper, 1000 * i + 12345, amaxes[i] if i % 2 else None) for i, ts in enumerate(ours)],
+               None, None, **launch_shape)
+        largest = [ts[0].abs().max().float() if i % 2 else 0.0 for i, ts in enumerate(ours)]
+        assert amaxes.tolist() == torch.tensor(largest).tolist()
     skipped = [[t.clone() for t in ts] for ts in tensors]
-    update([Work(*ts, hyper, 7) for ts in skipped], None, torch.tensor(1.0, device=DEVICE))
+    amaxes = torch.zeros(len(skipped), device=DEVICE)
+    update([Work(*ts, hyper, 7, amaxes[i]) for i, ts in enumerate(skipped)], None, torch.tensor(1.0, device=DEVICE))
     assert all(torch.equal(a, b) for ts, before in zip(skipped, tensors) for a, b in zip(ts, before))
+    assert not amaxes.any()
     print("ok")
 """)
 
@@ -59,5 +70,5 @@ KERNEL_CHECK = textwrap.dedent("""
 def test_triton_update_matches_the_tensor_code(interpret):
     """What CUDA runs (one launch for every parameter), by Triton's interpreter on the CPU and compiled on CUDA:
     the tensor-code update's results and random bits, for every mix of fp32 and bf16 weights, gradients and
-    moments."""
+    moments; the updated weights' amaxes where asked for."""
     run_kernel_check(KERNEL_CHECK, interpret)

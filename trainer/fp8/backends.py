@@ -42,6 +42,10 @@ def _no_update(chunks: list[torch.nn.Module]) -> None:
     """Nothing to do after a backward pass (the backend keeps its own state, or has none)."""
 
 
+def _ignore_optimizer(optimizer: torch.optim.Optimizer) -> None:
+    """The backend needs nothing from the optimizer."""
+
+
 def _plain_step(chunks: list[torch.nn.Module]) -> contextlib.AbstractContextManager:
     """A training step as configured (nothing changed around it)."""
     return contextlib.nullcontext()
@@ -51,14 +55,16 @@ def _plain_step(chunks: list[torch.nn.Module]) -> contextlib.AbstractContextMana
 class BackendParts:
     """What a backend builds for a run: its local GEMM, the context the forward pass runs in, what runs after
     each step's backward pass (delayed scaling's scale update), the context a training step over the model
-    chunks runs in, and how many leading steps of a run that context keeps eager (delayed scaling's
-    calibration)."""
+    chunks runs in, how many leading steps of a run that context keeps eager (delayed scaling's
+    calibration), and what it takes from the run's optimizer once built (delayed scaling: the weights'
+    amaxes, recorded by the update that writes the weights)."""
 
     gemm: LocalGemm
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     after_backward: Callable[[list[torch.nn.Module]], None] = _no_update
     step_context: Callable[[list[torch.nn.Module]], contextlib.AbstractContextManager] = _plain_step
     eager_steps: int = 0
+    attach_optimizer: Callable[[torch.optim.Optimizer], None] = _ignore_optimizer
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,8 @@ def _build_scaled_mm(config: FP8Config, recipe: str, eligible: Eligibility) -> B
     update = DelayedScalingUpdate(config.fp8_amax_history_len, config.fp8_amax_compute_algo, forward_dtype,
                                   grad_dtype, calibration)
     return BackendParts(DelayedScaledGemm(recipe_spec, eligible, calibration), after_backward=update,
-                        step_context=calibration.step_context, eager_steps=1)
+                        step_context=calibration.step_context, eager_steps=1,
+                        attach_optimizer=update.take_weight_amaxes_from)
 
 
 BACKENDS: dict[str, FP8Backend] = {

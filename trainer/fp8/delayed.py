@@ -11,10 +11,14 @@ before each GEMM). Transformer Engine's ``DelayedScaling`` recipe, done with tor
   and the backward pass (gradient; AOTAutograd keeps that buffer mutation inside the compiled backward
   graph);
 - after each step's backward pass :class:`DelayedScalingUpdate` appends every linear's amaxes (and its
-  weight's, taken there for all weights at once) to a history of ``--fp8-amax-history-len`` steps (one
-  tensor for all linears, a handful of kernels) and sets ``scale = fp8_max / amax`` from the history's max
-  (``--fp8-amax-compute-algo max``) or the latest amax (``most_recent``); an amax of 0 (a tensor not seen
-  yet) keeps the old scale.
+  weight's) to a history of ``--fp8-amax-history-len`` steps (one tensor for all linears, a handful of
+  kernels) and sets ``scale = fp8_max / amax`` from the history's max (``--fp8-amax-compute-algo max``) or
+  the latest amax (``most_recent``); an amax of 0 (a tensor not seen yet) keeps the old scale;
+- the weights' amaxes come from the optimizer's update that wrote the weights when it can record them
+  (:meth:`trainer.adamw.LowPrecisionAdamW.record_weight_amaxes`, for every FP8 weight this rank steps; on
+  CUDA its one AdamW kernel, which holds each weight in registers anyway); else — the first update of a
+  process, torch's AdamW, ZeRO-1 stepping some weights on other ranks — from a pass over every weight
+  (~1.1 ms a step of the 1.3b preset on an H200, bench/train_h200.md, eleventh run). The same values.
 
 The first step of every run (a resumed one too) *calibrates* (:class:`Calibration`): it runs current
 scaling, eagerly, and measures the amaxes the history starts from. Transformer Engine instead casts its
@@ -155,6 +159,13 @@ class DelayedScalingUpdate:
         self._history: torch.Tensor | None = None  # [history_len, linears, 3]
         self._maxima: torch.Tensor | None = None  # on the device: no host copy, so no wait, in the update
         self._steps = 0
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._recorded: torch.Tensor | None = None  # [linears]: the weight amaxes the optimizer's update recorded
+
+    def take_weight_amaxes_from(self, optimizer: torch.optim.Optimizer) -> None:
+        """Have ``optimizer`` record the weights' amaxes as it writes them, from the first update on, if it can
+        (``record_weight_amaxes``) and steps every FP8 weight of these chunks."""
+        self._optimizer = optimizer
 
     def __call__(self, chunks: list[nn.Module]) -> None:
         """Fold the amaxes seen since the last call into the history and set every linear's next scales."""
@@ -166,9 +177,24 @@ class DelayedScalingUpdate:
                 self._update([linear.fp8_scales for linear in self._linears])
         self.calibration.active = False
 
+    def _weight_amaxes(self) -> torch.Tensor:
+        """Every linear's weight amax [linears], fp32: as the optimizer's last update recorded it, else (no update
+        has recorded it yet) from a pass over the weights."""
+        if self._recorded is not None:
+            return self._recorded
+        return torch.stack(torch._foreach_norm([linear.weight for linear in self._linears], float("inf"))).float()
+
+    def _record_from_optimizer(self) -> None:
+        """Hand the optimizer the tensor to record the weights' amaxes in, if it can and steps every FP8 weight."""
+        record = getattr(self._optimizer, "record_weight_amaxes", None)
+        stepped = {id(param) for group in getattr(self._optimizer, "param_groups", []) for param in group["params"]}
+        if record is None or any(id(linear.weight) not in stepped for linear in self._linears):
+            return
+        self._recorded = torch.zeros(len(self._linears), device=self._linears[0].weight.device)
+        record({linear.weight: self._recorded[index] for index, linear in enumerate(self._linears)})
+
     def _update(self, states: list[DelayedScales]) -> None:
-        weight_amax = torch._foreach_norm([linear.weight for linear in self._linears], float("inf"))
-        amax = torch.stack([torch.cat([state.amax_input for state in states]), torch.stack(weight_amax).float(),
+        amax = torch.stack([torch.cat([state.amax_input for state in states]), self._weight_amaxes(),
                             torch.cat([state.amax_grad for state in states])], dim=1)
         if self._history is None:
             self._history = amax.new_zeros(self.history_len, *amax.shape)
@@ -182,4 +208,7 @@ class DelayedScalingUpdate:
         inverse = new.reciprocal()
         for operand in (INPUT, WEIGHT, GRAD):
             torch._foreach_copy_([state.inverses()[operand] for state in states], list(inverse[:, operand].unbind(0)))
-        torch._foreach_zero_([t for state in states for t in (state.amax_input, state.amax_grad)])
+        recorded = [] if self._recorded is None else [self._recorded]  # NOTE: the next optimizer step raises it
+        torch._foreach_zero_([t for state in states for t in (state.amax_input, state.amax_grad)] + recorded)
+        if self._recorded is None:
+            self._record_from_optimizer()

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from tests.trainer.conftest import read_metrics, tiny_config
-from trainer.fp8.delayed import (Calibration, DelayedScales, DelayedScalingUpdate, amax_of, cast_with_scale,
+from trainer.adamw import LowPrecisionAdamW
+from trainer.fp8.delayed import (WEIGHT, Calibration, DelayedScales, DelayedScalingUpdate, amax_of, cast_with_scale,
                                  swiglu_backward_cast)
 from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe, make_scaled_mm_gemm
 from trainer.fp8.scaling import E4M3, E5M2, Eligibility, fp8_max
@@ -256,6 +257,29 @@ def test_an_operand_not_seen_keeps_its_scale():
     assert state.scale.tolist() == [224.0, 5.0, 7.0] and state.inverse_input == 1 / 224 and state.inverse_grad == 1 / 7
 
 
+def test_the_weight_amaxes_come_from_the_optimizer_that_wrote_the_weights():
+    """The first update takes the weights' amaxes from a pass over them and hands the optimizer the tensor to
+    record them in; from then on the history gets what the optimizer's update recorded, the same values. An
+    optimizer that does not step every FP8 weight (ZeRO-1) is not asked."""
+    linears = fp8_linears(2)
+    for linear in linears:
+        linear.weight = torch.nn.Parameter(linear.weight.detach().bfloat16())
+    weights = [linear.weight for linear in linears]
+    for stepped, asked in ((weights, True), (weights[:1], False)):
+        optimizer = LowPrecisionAdamW(stepped, 0.5, (0.9, 0.95), 1e-8, 0.0, torch.bfloat16, torch.bfloat16)
+        update = DelayedScalingUpdate(4, "most_recent", E4M3, E5M2, Calibration())
+        update.take_weight_amaxes_from(optimizer)
+        _seen(linears, 4.0)
+        for step in range(3):
+            update([linears])
+            assert bool(optimizer.weight_amaxes) == asked
+            expected = torch.stack([linear.weight.abs().max().float() for linear in linears])
+            torch.testing.assert_close(update._history[step, :, WEIGHT], expected, rtol=0, atol=0)
+            for weight in stepped:
+                weight.grad = torch.randn_like(weight)
+            optimizer.step()  # moves the weights: the next update must see the new amaxes
+
+
 def test_a_run_with_delayed_scaling_trains_and_updates_its_scales(fp8_capable, tmp_path, monkeypatch):
     """The tiny model trains through train() with delayed scaling and bf16 weights (the configuration of the
     H200 speed runs), its blocks compiled: the first step calibrates (the same loss as current scaling, and
@@ -285,6 +309,26 @@ def test_a_run_with_delayed_scaling_trains_and_updates_its_scales(fp8_capable, t
     assert cache_saves == [2, 8]  # after the first compiled step (the first one calibrates eagerly), at the end
     assert all(linear.weight.dtype == torch.bfloat16 and linear.fp8_scales.scale.dtype == torch.float32
                and (linear.fp8_scales.scale != 1).all() for linear in linears)
+
+
+def test_a_run_takes_the_weight_amaxes_from_its_optimizer_and_trains_as_with_a_pass_over_the_weights(
+        fp8_capable, tmp_path, monkeypatch):
+    """Through train() with bf16 weights (our AdamW): the run hands its optimizer to delayed scaling, and its
+    losses equal, bit for bit, those of a run taking every weight amax from a pass over the weights."""
+    attached = []
+    monkeypatch.setattr(DelayedScalingUpdate, "take_weight_amaxes_from",
+                        lambda self, optimizer: (attached.append(optimizer), setattr(self, "_optimizer", optimizer)))
+    sections = {"model": {"hidden_size": 64, "ffn_hidden_size": 128, "num_attention_heads": 4},
+                "data": {"mock_data": True, "seq_length": 32}, "training": {"precision": "bf16"},
+                "optim": {"main_params_dtype": "bf16", "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"},
+                "fp8": {"fp8_format": "hybrid", "fp8_recipe": "delayed", "fp8_min_dim": 16}}
+    assert train(tiny_config(tmp_path / "recorded", **sections)).iteration == 8
+    assert len(attached) == 1 and attached[0].weight_amaxes  # every FP8 weight's amax recorded by the optimizer
+    monkeypatch.setattr(DelayedScalingUpdate, "take_weight_amaxes_from", lambda self, optimizer: None)
+    assert train(tiny_config(tmp_path / "passes", **sections)).iteration == 8
+    losses = [[r["loss"] for r in read_metrics(tmp_path / name / "metrics.jsonl") if "loss" in r]
+              for name in ("recorded", "passes")]
+    assert losses[0] == losses[1] and len(losses[0]) == 8
 
 
 def test_a_resumed_run_calibrates_again_and_continues_the_same_curve(fp8_capable, tmp_path, monkeypatch):
