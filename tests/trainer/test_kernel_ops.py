@@ -1,11 +1,16 @@
 """Our kernel ops without Triton (CPU-only installs): plain custom ops running the tensor code, registered
-without the warning ``torch.library.triton_op`` logs per op there."""
+without the warning ``torch.library.triton_op`` logs per op there; with Triton, launchers that hand their kernels
+whole tensors only."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import textwrap
+
+import pytest
+import torch
 
 from tests.trainer.triton_support import REPO
 
@@ -32,3 +37,54 @@ def test_without_triton_the_ops_are_custom_ops_running_tensor_code_and_say_nothi
                             timeout=300, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
     assert "Triton not available" not in result.stderr
+
+
+class _LaunchRecorder:
+    """Stands in for ``wrap_triton``: records every tensor a launcher hands a kernel, launches nothing."""
+
+    def __init__(self) -> None:
+        self.tensors: list[torch.Tensor] = []
+
+    def __call__(self, kernel):
+        return self
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.tensors += [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        return launch
+
+
+def _swiglu_cast() -> None:
+    from trainer.swiglu import triton_backward
+
+    triton_backward()(torch.randn(64, 256), torch.randn(64, 128), torch.tensor(4.0), torch.float8_e5m2)
+
+
+def _rotary_cast() -> None:
+    from tests.trainer.fp8.test_rotary_cast import tables
+    from trainer.fp8.rotary_cast import triton_rotary_cast
+
+    grads = [torch.randn(2, 96, heads, 32).bfloat16() for heads in (8, 4, 4)]
+    triton_rotary_cast()(*grads, *tables(2, 96, 32, torch.bfloat16), torch.tensor(4.0), torch.float8_e5m2, (4, 2, 32))
+
+
+def _transpose() -> None:
+    from trainer.fp8.transpose import triton_transpose
+
+    triton_transpose()(torch.randn(64, 96).to(torch.float8_e4m3fn))
+
+
+#: Each module defining a Triton op launcher, and a call of it on whole tensors.
+LAUNCHES = {"trainer.swiglu": _swiglu_cast, "trainer.fp8.rotary_cast": _rotary_cast,
+            "trainer.fp8.transpose": _transpose}
+
+
+@pytest.mark.parametrize("module", LAUNCHES)
+def test_no_launcher_hands_a_kernel_a_view_at_an_offset(module, monkeypatch):
+    """Given whole tensors, every launcher of our Triton ops passes its kernels whole tensors too: compiled, torch
+    2.11's Inductor clones a view at a storage offset that a user kernel writes by reading past the buffer it
+    materialised (pytorch#192226; the RoPE cast's slices of one amax buffer faulted on the H200)."""
+    recorder = _LaunchRecorder()
+    monkeypatch.setattr(importlib.import_module(module), "wrap_triton", recorder)
+    LAUNCHES[module]()
+    assert recorder.tensors and all(t.storage_offset() == 0 for t in recorder.tensors)

@@ -130,17 +130,20 @@ def triton_rotary_cast():
         blocks = triton.cdiv(tokens, tiling.tokens)
         # NOTE: one launch per source: q heads fill the first per_group slots of each group, k the next, v the last
         sources = ((dq, per_group, 0, True), (dk, 1, per_group, True), (dv, 1, per_group + 1, False))
-        amaxes = dq.new_empty(blocks * groups * (per_group + 2), dtype=torch.float32)
-        start = 0
+        amaxes = []
         for grad, heads_per_group, slot, rotate in sources:
             heads = grad.shape[2]
+            # NOTE: each launch its own amax buffer, never a slice of a shared one: compiled, torch 2.11's Inductor
+            # clones a kernel's mutated view at an offset reading past its buffer (pytorch#192226; on the H200 it
+            # faulted with 32-token tiles, bench/train_h200.md, eleventh run)
+            amax = dq.new_empty(blocks * heads, dtype=torch.float32)
             wrap_triton(rotary_backward_cast_kernel)[(blocks, heads)](
-                grad, cos, sin, out, scale, amaxes[start:start + blocks * heads], tokens, size, grad.stride(0),
-                grad.stride(1), grad.stride(2), cos.stride(0), cos.stride(1), out.shape[1], heads_per_group,
+                grad, cos, sin, out, scale, amax, tokens, size, grad.stride(0), grad.stride(1), grad.stride(2),
+                cos.stride(0), cos.stride(1), out.shape[1], heads_per_group,
                 # NOTE: the limit a constexpr: Inductor passes a float argument of a kernel it launches as fp64
                 group_width, slot, head_dim // 2, LIMIT=fp8_max(dtype), HALF_BLOCK=triton.next_power_of_2(head_dim // 2),
                 BLOCK=tiling.tokens, ROTATE=rotate, num_warps=tiling.warps)
-            start += blocks * heads
-        return out, amaxes.amax()
+            amaxes.append(amax.amax())
+        return out, torch.stack(amaxes).amax()
 
     return launch
