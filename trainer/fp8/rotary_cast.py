@@ -35,8 +35,8 @@ class Tiling:
 
 
 #: The launch shape used. NOTE: ``bench/fp8_kernels.py`` timed 32 tokens and 8 warps 102 µs a layer of the 1.3b
-#: preset on an H200 against 108 for this one, but the compiled FP8 run then failed with an illegal memory access
-#: (bench/train_h200.md, eleventh run; this shape or the SwiGLU cast's, not isolated): this one stays until then.
+#: preset on an H200 against 108 for this one; the compiled run with it faulted in Inductor's clone of a slice of
+#: the then shared amax buffer (see ``launch``), fixed since but not rerun (bench/train_h200.md, eleventh run).
 TILING = Tiling()
 
 
