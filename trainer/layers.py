@@ -124,19 +124,19 @@ class ColumnParallelLinear(_ShardedLinear):
     def swiglu(self, x: torch.Tensor) -> torch.Tensor:
         """``swiglu(self(x))`` for a ``[gate; up]`` weight (``stacked=2``: each shard holds both halves of its
         slice), through the local GEMM's fused version where it has one (FP8 delayed scaling's)."""
-        x = self.tp.column_input(x)
-        fused = getattr(self.gemm, "swiglu", None)
-        return swiglu(self._matmul(x)) if fused is None else fused(x, self.weight, self.fp8_scales)
+        return self._fused("swiglu", swiglu, x)
 
     def rotary_heads(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
                      shape: HeadShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """:func:`rotary_heads` of ``self(x)`` for a fused QKV weight, through the local GEMM's fused version
         where it has one (FP8 delayed scaling's: its backward casts the QKV gradient in RoPE's kernel)."""
+        return self._fused("rotary_heads", rotary_heads, x, rotary, shape)
+
+    def _fused(self, name: str, then: Callable, x: torch.Tensor, *args):
+        """``then(self(x), *args)``, or the local GEMM's method ``name`` computing it fused where it has one."""
         x = self.tp.column_input(x)
-        fused = getattr(self.gemm, "rotary_heads", None)
-        if fused is None:
-            return rotary_heads(self._matmul(x), rotary, shape)
-        return fused(x, self.weight, self.fp8_scales, rotary, shape)
+        fused = getattr(self.gemm, name, None)
+        return then(self._matmul(x), *args) if fused is None else fused(x, self.weight, self.fp8_scales, *args)
 
 
 class RowParallelLinear(_ShardedLinear):
