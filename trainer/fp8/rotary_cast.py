@@ -34,10 +34,10 @@ class Tiling:
     warps: int = 4
 
 
-#: The launch shape used. NOTE: ``bench/fp8_kernels.py`` timed 32 tokens and 8 warps 102 µs a layer of the 1.3b
-#: preset on an H200 against 108 for this one; the compiled run with it faulted in Inductor's clone of a slice of
-#: the then shared amax buffer (see ``launch``), fixed since but not rerun (bench/train_h200.md, eleventh run).
-TILING = Tiling()
+#: The launch shape used: ``bench/fp8_kernels.py`` timed 32 tokens and 8 warps 102 µs a layer of the 1.3b preset
+#: on an H200 against 108 for 64 tokens and 4 warps; the FP8 speed run trains with it (bench/train_h200.md,
+#: twelfth run; its first try faulted in Inductor's clone of a slice of the then shared amax buffer: see ``launch``).
+TILING = Tiling(tokens=32, warps=8)
 
 
 def qkv_gradient(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
