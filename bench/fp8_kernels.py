@@ -1,12 +1,14 @@
 """Launch shapes of our delayed-scaling FP8 kernels, swept side by side at the ``1.3b`` preset's shapes (seq
 4096, micro-batch 4: train_h200's speed shape), beside a device copy of the same bytes.
 
-    python3 bench/fp8_kernels.py            # one H200
+    python3 bench/fp8_kernels.py                 # one H200: every sweep
+    python3 bench/fp8_kernels.py --only transposed   # or some of: plain, cast, rotary, transposed
 
 Kernels: the SwiGLU backward that writes fc1's output gradient cast to FP8 with its amax (``cast``), the
 plain bf16 one (``plain``; bf16 runs), and the RoPE backward writing the QKV gradient cast to FP8
 (``rotary``; its ``dq``/``dk``/``dv`` as views of one ``[B, S, groups, heads + 2, head_dim]`` tensor, the
-model's layout, and as ``[B, H, S, D]`` tensors, cuDNN's). Each launch shape is timed from the kernels' own
+model's layout, and as ``[B, H, S, D]`` tensors, cuDNN's); and both casts writing the transposed copy too
+(``--fp8-transpose producers``), beside what they replace: the cast, then the tiled transposing kernel. Each launch shape is timed from the kernels' own
 GPU time in a torch.profiler trace (the ops' Python costs more than their kernels when called outside a
 compiled graph), checked to give the default shape's bytes and amax, and printed as µs per call, effective
 TB/s and the ratio to the default shape, measured in this one run. ``$OUT/fp8_kernels.json.gz`` gets the numbers.
@@ -14,6 +16,7 @@ TB/s and the ratio to the default shape, measured in this one run. ``$OUT/fp8_ke
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import functools
 import gzip
@@ -31,6 +34,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from trainer import swiglu  # noqa: E402
 from trainer.fp8 import rotary_cast  # noqa: E402
+from trainer.fp8.transpose import triton_transpose  # noqa: E402
 from trainer.layers import RotaryEmbedding  # noqa: E402
 
 TOKENS, HIDDEN, FFN, HEADS, HEAD_DIM, SEQ = 16384, 2048, 5632, 16, 128, 4096
@@ -86,17 +90,22 @@ def sweep(label: str, table: dict, key, shapes: list, call: Callable[[], object]
     return rows
 
 
-class _Slot:
-    """A one-entry table for :func:`sweep` over a module attribute (``rotary_cast.TILING``)."""
-
-    def __init__(self, module, name: str) -> None:
-        self.module, self.name = module, name
-
-    def __getitem__(self, _):
-        return getattr(self.module, self.name)
-
-    def __setitem__(self, _, value) -> None:
-        setattr(self.module, self.name, value)
+def sweep_transposed(label: str, table: dict, key, shapes: list, cast: Callable[..., tuple], names: tuple[str, ...],
+                     read_bytes: int, elements: int) -> list[dict]:
+    """:func:`sweep` of ``cast(transposed=True)`` (it reads ``read_bytes`` and writes ``elements`` FP8 bytes
+    twice), after timing what it replaces at today's shapes: ``cast()``, then the transposing kernel on its
+    output; the ratio printed last is that pair's time over the fastest shape's."""
+    out, _ = cast()
+    transpose = triton_transpose()
+    pair = kernel_microseconds(cast, names) + kernel_microseconds(lambda: transpose(out), ("fp8_transpose",))
+    moved = read_bytes + 2 * elements
+    copy_us = copy_microseconds(moved)
+    print(f"{label}: {moved / 1e6:.0f} MB moved; a copy of as many bytes: {copy_us:.1f} µs; the cast, then the "
+          f"transposing kernel: {pair:.1f} µs")
+    rows = sweep(label, table, key, shapes, functools.partial(cast, transposed=True), names, moved, copy_us)
+    fastest = min(row["us"] for row in rows)
+    print(f"{label}: the pair it replaces / its fastest shape: {pair / fastest:.3f}×")
+    return rows + [{"kernel": f"{label} replaced pair", "us": pair}]
 
 
 def copy_microseconds(moved_bytes: int) -> float:
@@ -106,7 +115,13 @@ def copy_microseconds(moved_bytes: int) -> float:
     return kernel_microseconds(lambda: target.copy_(source), ("copy", "Memcpy DtoD"))
 
 
+SWEEPS = ("plain", "cast", "rotary", "transposed")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", choices=SWEEPS, default=SWEEPS, help="the sweeps to run")
+    only = parser.parse_args().only
     torch.manual_seed(0)
     results = []
     fused = torch.randn(TOKENS, 2 * FFN, device="cuda").bfloat16()
@@ -117,6 +132,8 @@ def main() -> None:
     for kind, call, out_bytes in (
             ("plain", lambda: launch(fused, grad), 2),
             ("cast", lambda: launch(fused, grad, scale, torch.float8_e5m2), 1)):
+        if kind not in only:
+            continue
         moved = fused.numel() * 2 + grad.numel() * 2 + fused.numel() * out_bytes
         copy_us = copy_microseconds(moved)
         print(f"swiglu {kind}: {moved / 1e6:.0f} MB moved; a copy of as many bytes: {copy_us:.1f} µs "
@@ -124,6 +141,12 @@ def main() -> None:
         shapes = [swiglu.Tiling(e, w) for e, w in itertools.product(elements, (4, 8, 16))]
         results += sweep(f"swiglu {kind}", swiglu.TILING, kind, shapes, call, ("swiglu_backward", "reduce_kernel"),
                          moved, copy_us)
+    cast = functools.partial(launch, fused, grad, scale, torch.float8_e5m2)
+    shapes = [swiglu.Tiling(e, w, c) for e, w, c in itertools.product((2048, 4096, 8192), (4, 8), (32, 64, 128))]
+    if "transposed" in only:
+        results += sweep_transposed("swiglu transp.", swiglu.TILING, "transposed", shapes, cast,
+                                    ("swiglu_backward", "reduce_kernel"), fused.numel() * 2 + grad.numel() * 2,
+                                    fused.numel())
 
     rope = RotaryEmbedding(HEAD_DIM, 10000.0, SEQ).cuda()
     rope.reset_parameters()
@@ -140,10 +163,14 @@ def main() -> None:
     copy_us = copy_microseconds(moved)
     print(f"rotary: {moved / 1e6:.0f} MB moved; a copy of as many bytes: {copy_us:.1f} µs "
           f"({moved / copy_us / 1e6:.2f} TB/s)")
-    for name, grads in layouts.items():
+    for name, grads in layouts.items() if "rotary" in only else ():
         call = functools.partial(rotary, *grads, cos, sin, scale, torch.float8_e5m2, (HEADS, 1, HEAD_DIM))
-        results += sweep(f"rotary {name}", _Slot(rotary_cast, "TILING"), None, shapes, call,
+        results += sweep(f"rotary {name}", rotary_cast.TILING, "cast", shapes, call,
                          ("rotary_backward_cast",), moved, copy_us)
+    cast = functools.partial(rotary, *layouts["cudnn"], cos, sin, scale, torch.float8_e5m2, (HEADS, 1, HEAD_DIM))
+    if "transposed" in only:
+        results += sweep_transposed("rotary transp.", rotary_cast.TILING, "transposed", shapes, cast,
+                                    ("rotary_backward_cast",), 3 * TOKENS * HIDDEN * 2, 3 * TOKENS * HIDDEN)
     if os.environ.get("OUT"):
         with gzip.open(Path(os.environ["OUT"]) / "fp8_kernels.json.gz", "wt") as file:
             json.dump(results, file)

@@ -28,18 +28,21 @@ from trainer.kernel_ops import kernel_op
 
 @dataclass(frozen=True)
 class Tiling:
-    """The backward kernel's launch shape: ``elements`` per program (up to 1024 columns of as many rows as
-    fill it), ``warps`` warps. ``bench/fp8_kernels.py`` sweeps it on the GPU."""
+    """The backward kernel's launch shape: ``elements`` per program (up to ``columns`` columns of as many rows
+    as fill it), ``warps`` warps. ``bench/fp8_kernels.py`` sweeps it on the GPU."""
 
     elements: int = 2048
     warps: int = 8
+    columns: int = 1024
 
 
 #: The launch shapes used, of the plain kernel and of the one casting to FP8 with the amax: on an H200
 #: ``bench/fp8_kernels.py`` timed the cast 194 µs a layer of the 1.3b preset with 4096 elements a program against
 #: 212 with 2048 (the plain kernel is at the copy's bandwidth with 2048); the FP8 speed run trains with them
-#: (bench/train_h200.md, twelfth run).
-TILING = {"plain": Tiling(), "cast": Tiling(elements=4096)}
+#: (bench/train_h200.md, twelfth run). ``transposed``: the cast that also writes the transposed copy, in square
+#: tiles (each of its columns is a row there: 64 of them make a 64-byte run of FP8 bytes): 274 µs a layer, the
+#: fastest of 18 shapes swept, against 290 for the cast then the tiled transposing kernel.
+TILING = {"plain": Tiling(), "cast": Tiling(elements=4096), "transposed": Tiling(elements=4096, columns=64)}
 
 
 def swiglu(fused: torch.Tensor) -> torch.Tensor:
@@ -91,7 +94,8 @@ def reference_backward(fused: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
 def triton_backward():
     """The Triton launcher ``(fused, grad) -> [dgate | dup]``, and with ``scale, dtype`` that gradient rounded
     to ``fused``'s dtype, times ``scale``, saturated into ``dtype`` (delayed scaling's cast), with its amax;
-    or None where Triton is not importable.
+    with ``transposed`` too, the cast gradient, its transpose [2F, rows] row-major (the weight gradient GEMM's
+    operand) and the amax; or None where Triton is not importable.
 
     Built on first use, so ``TRITON_INTERPRET=1`` set before then runs it on the CPU (the tests do)."""
     try:
@@ -101,9 +105,9 @@ def triton_backward():
         return None
 
     @triton.jit
-    def swiglu_backward_kernel(fused_ptr, grad_ptr, out_ptr, scale_ptr, amax_ptr, rows, width, fused_stride,
-                               grad_stride, LIMIT: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
-                               CAST: tl.constexpr):
+    def swiglu_backward_kernel(fused_ptr, grad_ptr, out_ptr, transposed_ptr, scale_ptr, amax_ptr, rows, width,
+                               fused_stride, grad_stride, LIMIT: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+                               BLOCK_COLS: tl.constexpr, CAST: tl.constexpr, TRANSPOSED: tl.constexpr):
         row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)[:, None]
         col = tl.program_id(1) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
         mask = (row < rows) & (col < width)
@@ -123,19 +127,26 @@ def triton_backward():
             scale = tl.load(scale_ptr)
             dgate = tl.clamp(dgate * scale, -LIMIT, LIMIT, propagate_nan=tl.PropagateNan.ALL)
             dup = tl.clamp(dup * scale, -LIMIT, LIMIT, propagate_nan=tl.PropagateNan.ALL)
+        dgate, dup = dgate.to(out_ptr.dtype.element_ty), dup.to(out_ptr.dtype.element_ty)
         out_at = out_ptr + row * (2 * width) + col
-        tl.store(out_at, dgate.to(out_ptr.dtype.element_ty), mask=mask)
-        tl.store(out_at + width, dup.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_at, dgate, mask=mask)
+        tl.store(out_at + width, dup, mask=mask)
+        if TRANSPOSED:  # element (row, col) of the gradient at (col, row) of its transpose
+            transposed_at = transposed_ptr + col.to(tl.int64) * rows + row
+            tl.store(transposed_at, dgate, mask=mask)
+            tl.store(transposed_at + width * rows, dup, mask=mask)
 
     def launch(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor | None = None,
-               dtype: torch.dtype | None = None):
+               dtype: torch.dtype | None = None, transposed: bool = False):
         rows, width = grad.shape
         if fused.stride(-1) != 1 or grad.stride(-1) != 1:
             fused, grad = fused.contiguous(), grad.contiguous()
         out = torch.empty_like(fused, dtype=dtype or fused.dtype, memory_format=torch.contiguous_format)
+        # NOTE: without the transposed copy the kernel never writes transposed_ptr: `out` stands in for it
+        out_t = out.new_empty(2 * width, rows) if transposed else out
         cast = scale is not None
-        tiling = TILING["cast" if cast else "plain"]
-        block_cols = min(1024, triton.next_power_of_2(width))
+        tiling = TILING["transposed" if transposed else "cast" if cast else "plain"]
+        block_cols = min(tiling.columns, triton.next_power_of_2(width))
         block_rows = max(1, tiling.elements // block_cols)
         grid = (triton.cdiv(rows, block_rows), triton.cdiv(width, block_cols))
         # NOTE: without the cast the kernel never reads scale_ptr nor writes amax_ptr: `out` stands in for both
@@ -143,9 +154,11 @@ def triton_backward():
         # NOTE: wrap_triton: traced inside the ops, Inductor launches the kernel itself; the limit a constexpr, as
         # Inductor passes float arguments as fp64
         wrap_triton(swiglu_backward_kernel)[grid](
-            fused, grad, out, scale if cast else out, amaxes, rows, width, fused.stride(0), grad.stride(0),
+            fused, grad, out, out_t, scale if cast else out, amaxes, rows, width, fused.stride(0), grad.stride(0),
             LIMIT=torch.finfo(dtype).max if cast else 0.0, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, CAST=cast,
-            num_warps=tiling.warps)
+            TRANSPOSED=transposed, num_warps=tiling.warps)
+        if transposed:
+            return out, out_t, amaxes.amax()
         return (out, amaxes.amax()) if cast else out
 
     return launch

@@ -57,7 +57,9 @@ class _LaunchRecorder:
 def _swiglu_cast() -> None:
     from trainer.swiglu import triton_backward
 
-    triton_backward()(torch.randn(64, 256), torch.randn(64, 128), torch.tensor(4.0), torch.float8_e5m2)
+    for transposed in (False, True):
+        triton_backward()(torch.randn(64, 256), torch.randn(64, 128), torch.tensor(4.0), torch.float8_e5m2,
+                          transposed=transposed)
 
 
 def _rotary_cast() -> None:
@@ -65,7 +67,9 @@ def _rotary_cast() -> None:
     from trainer.fp8.rotary_cast import triton_rotary_cast
 
     grads = [torch.randn(2, 96, heads, 32).bfloat16() for heads in (8, 4, 4)]
-    triton_rotary_cast()(*grads, *tables(2, 96, 32, torch.bfloat16), torch.tensor(4.0), torch.float8_e5m2, (4, 2, 32))
+    for transposed in (False, True):
+        triton_rotary_cast()(*grads, *tables(2, 96, 32, torch.bfloat16), torch.tensor(4.0), torch.float8_e5m2,
+                             (4, 2, 32), transposed=transposed)
 
 
 def _transpose() -> None:

@@ -97,6 +97,16 @@ CAST_CHECK = textwrap.dedent("""
             got, amax = launch(fused, grad, scale, dtype)
             assert_cast_matches(got, amax, *swiglu_cast_reference(fused, grad, scale, dtype), dtype, DEVICE,
                                 same_bytes=True)
+        # the cast that also writes the transposed copy: its square tiles, and a shape masking rows and columns
+        for (dtype, scale), tiling in itertools.product(targets, (swiglu.TILING["transposed"],
+                                                                   Tiling(2048, warps=4, columns=32))):
+            swiglu.TILING["transposed"] = tiling
+            scale = torch.tensor(scale, device=DEVICE)
+            got, transposed, amax = launch(fused, grad, scale, dtype, transposed=True)
+            assert_cast_matches(got, amax, *swiglu_cast_reference(fused, grad, scale, dtype), dtype, DEVICE,
+                                same_bytes=True)
+            assert transposed.shape == (2 * width, rows) and transposed.is_contiguous()
+            assert torch.equal(transposed.float(), got.float().t())  # NOTE: FP8 to fp32 is exact
     print("ok")
 """)
 

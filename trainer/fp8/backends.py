@@ -108,7 +108,8 @@ def _build_torchao(config: FP8Config, recipe: str, eligible: Eligibility) -> Bac
 def _build_scaled_mm(config: FP8Config, recipe: str, eligible: Eligibility) -> BackendParts:
     forward_dtype, grad_dtype = FORMATS[config.fp8_format]
     recipe_spec = ScaledMMRecipe(forward_dtype, grad_dtype, rowwise=recipe == "blockwise",
-                                 transpose_kernel=config.fp8_transpose == "kernel")
+                                 transpose_kernel=config.fp8_transpose != "fused",
+                                 producer_transposes=config.fp8_transpose == "producers")
     if recipe != "delayed":
         return BackendParts(make_scaled_mm_gemm(recipe_spec, eligible))
     calibration = Calibration()
@@ -200,5 +201,7 @@ def select_fp8(config: FP8Config, device: torch.device, plain_gemm: str) -> FP8E
                    f"recipe {recipe}: {recipe_text}; backend {backend.name} ({backend.summary}"
                    f"{'; skipped: ' + '; '.join(notes) if notes else ''}); GEMMs with widths >= {config.fp8_min_dim} "
                    "and every dimension a multiple of 16, embedding and output layer in bf16")
+    if backend.name == "scaled_mm" and recipe != "blockwise":
+        description += f"; transposed FP8 copies: {config.fp8_transpose} (--fp8-transpose)"
     log.info("precision: %s", description)
     return FP8Engine(name, backend.compilable, description, parts)

@@ -129,15 +129,30 @@ def swiglu_backward_cast(fused: torch.Tensor, grad: torch.Tensor, scale: torch.T
     NOTE: a Triton op, not an opaque custom op: Inductor then allocates the output, knows it aligned, and the
     FP8 transpose after it loads 16 bytes a thread (behind the opaque op it took 188 instead of 92 µs a layer
     on the H200, bench/train_h200.md, tenth run)."""
-    launch = triton_backward() if fused.device.type == "cuda" else None
-    return swiglu_cast_reference(fused, grad, scale, dtype) if launch is None else launch(fused, grad, scale, dtype)
+    return _swiglu_launcher(fused.device)(fused, grad, scale, dtype)
 
 
-def swiglu_cast_reference(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
-                          dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`swiglu_backward_cast` in tensor code."""
+@kernel_op("blendforge::swiglu_backward_cast_transposed")
+def swiglu_backward_cast_transposed(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
+                                    dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`swiglu_backward_cast` with the cast gradient's transpose [2F, rows] (row-major, the weight
+    gradient GEMM's left operand) between the two: on CUDA written by the same kernel, so no transposing copy
+    reads the gradient again (``--fp8-transpose producers``)."""
+    return _swiglu_launcher(fused.device)(fused, grad, scale, dtype, transposed=True)
+
+
+def _swiglu_launcher(device: torch.device):
+    """The SwiGLU kernel's launcher on CUDA where Triton imports, else the tensor code (the same arguments)."""
+    return (triton_backward() if device.type == "cuda" else None) or swiglu_cast_reference
+
+
+def swiglu_cast_reference(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype,
+                          transposed: bool = False) -> tuple[torch.Tensor, ...]:
+    """:func:`swiglu_backward_cast` (with ``transposed``: :func:`swiglu_backward_cast_transposed`) in tensor
+    code."""
     rounded = reference_backward(fused, grad)
-    return cast_with_scale(rounded, scale, dtype), amax_of(rounded)
+    cast = cast_with_scale(rounded, scale, dtype)
+    return (cast, cast.t().contiguous(), amax_of(rounded)) if transposed else (cast, amax_of(rounded))
 
 
 def record_amax(running: torch.Tensor, amax: torch.Tensor) -> None:

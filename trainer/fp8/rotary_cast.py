@@ -34,10 +34,12 @@ class Tiling:
     warps: int = 4
 
 
-#: The launch shape used: ``bench/fp8_kernels.py`` timed 32 tokens and 8 warps 102 µs a layer of the 1.3b preset
-#: on an H200 against 108 for 64 tokens and 4 warps; the FP8 speed run trains with it (bench/train_h200.md,
-#: twelfth run; its first try faulted in Inductor's clone of a slice of the then shared amax buffer: see ``launch``).
-TILING = Tiling(tokens=32, warps=8)
+#: The launch shapes used, of the cast and of the cast that also writes the transposed copy. On an H200
+#: ``bench/fp8_kernels.py`` timed the cast 102 µs a layer of the 1.3b preset with 32 tokens and 8 warps against 108
+#: for 64 tokens and 4 warps (the FP8 speed run trains with it, bench/train_h200.md, twelfth run; its first try
+#: faulted in Inductor's clone of a slice of the then shared amax buffer: see ``launch``), and the transposing
+#: cast 142 µs with 32 tokens and 2 warps, against 162 for the cast then the tiled transposing kernel.
+TILING = {"cast": Tiling(tokens=32, warps=8), "transposed": Tiling(tokens=32, warps=2)}
 
 
 def qkv_gradient(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -52,11 +54,18 @@ def qkv_gradient(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torc
 
 
 def rotary_cast_reference(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torch.Tensor,
-                          sin: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype,
-                          shape: HeadShape) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`rotary_backward_cast` in tensor code."""
+                          sin: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, shape: HeadShape,
+                          transposed: bool = False) -> tuple[torch.Tensor, ...]:
+    """:func:`rotary_backward_cast` (with ``transposed``: :func:`rotary_backward_cast_transposed`) in tensor
+    code."""
     grad = qkv_gradient(dq, dk, dv, cos, sin, shape)
-    return cast_with_scale(grad, scale, dtype), amax_of(grad)
+    cast = cast_with_scale(grad, scale, dtype)
+    return (cast, cast.t().contiguous(), amax_of(grad)) if transposed else (cast, amax_of(grad))
+
+
+def _launcher(device: torch.device):
+    """The Triton launcher on CUDA where Triton imports, else the tensor code (the same arguments)."""
+    return (triton_rotary_cast() if device.type == "cuda" else None) or rotary_cast_reference
 
 
 @kernel_op("blendforge::rotary_backward_cast")
@@ -66,18 +75,25 @@ def rotary_backward_cast(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, c
     """The QKV gradient [tokens, width] (:func:`qkv_gradient`) times ``scale``, saturated into ``dtype``, and
     its amax (fp32, 0-d), from ``dq`` [B, S, groups·per_group, head_dim], ``dk`` and ``dv`` [B, S, groups,
     head_dim] and RoPE's tables ``cos``/``sin`` [B, S, 1, head_dim]."""
-    shape = (groups, per_group, head_dim)
-    launch = triton_rotary_cast() if dq.device.type == "cuda" else None
-    if launch is None:
-        return rotary_cast_reference(dq, dk, dv, cos, sin, scale, dtype, shape)
-    return launch(dq, dk, dv, cos, sin, scale, dtype, shape)
+    return _launcher(dq.device)(dq, dk, dv, cos, sin, scale, dtype, (groups, per_group, head_dim))
+
+
+@kernel_op("blendforge::rotary_backward_cast_transposed")
+def rotary_backward_cast_transposed(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torch.Tensor,
+                                    sin: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, groups: int,
+                                    per_group: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`rotary_backward_cast` with the cast gradient's transpose [width, tokens] (row-major, the weight
+    gradient GEMM's left operand) between the two: on CUDA written by the same kernels, so no transposing copy
+    reads the gradient again (``--fp8-transpose producers``)."""
+    return _launcher(dq.device)(dq, dk, dv, cos, sin, scale, dtype, (groups, per_group, head_dim), transposed=True)
 
 
 @functools.cache
 def triton_rotary_cast():
-    """The Triton launcher of :func:`rotary_backward_cast` (same arguments, the head shape as one tuple), or
-    None where Triton is not importable. Built on first use, so ``TRITON_INTERPRET=1`` set before then runs it
-    on the CPU; ``dtype`` may then be bf16 (the interpreter converts to FP8 wrongly)."""
+    """The Triton launcher of :func:`rotary_backward_cast` (same arguments, the head shape as one tuple; with
+    ``transposed``, that of :func:`rotary_backward_cast_transposed`), or None where Triton is not importable.
+    Built on first use, so ``TRITON_INTERPRET=1`` set before then runs it on the CPU; ``dtype`` may then be bf16
+    (the interpreter converts to FP8 wrongly)."""
     try:
         import triton
         import triton.language as tl
@@ -87,8 +103,9 @@ def triton_rotary_cast():
     @triton.jit
     def rotary_backward_cast_kernel(grad_ptr, cos_ptr, sin_ptr, out_ptr, scale_ptr, amax_ptr, tokens, seq_length,
                                     grad_stride_b, grad_stride_s, grad_stride_h, table_stride_b, table_stride_s,
-                                    out_width, heads_per_group, group_width, slot, half, LIMIT: tl.constexpr,
-                                    HALF_BLOCK: tl.constexpr, BLOCK: tl.constexpr, ROTATE: tl.constexpr):
+                                    out_width, heads_per_group, group_width, slot, half, transposed_ptr,
+                                    LIMIT: tl.constexpr, HALF_BLOCK: tl.constexpr, BLOCK: tl.constexpr,
+                                    ROTATE: tl.constexpr, TRANSPOSED: tl.constexpr):
         head = tl.program_id(1)
         token = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)[:, None]
         col = tl.arange(0, HALF_BLOCK)[None, :]
@@ -112,13 +129,19 @@ def triton_rotary_cast():
         scale = tl.load(scale_ptr)
         first = tl.clamp(first * scale, -LIMIT, LIMIT, propagate_nan=tl.PropagateNan.ALL)
         second = tl.clamp(second * scale, -LIMIT, LIMIT, propagate_nan=tl.PropagateNan.ALL)
+        first, second = first.to(out_ptr.dtype.element_ty), second.to(out_ptr.dtype.element_ty)
         column = (head // heads_per_group) * group_width + (head % heads_per_group + slot) * (2 * half)
         out_at = out_ptr + token.to(tl.int64) * out_width + column + col
-        tl.store(out_at, first.to(out_ptr.dtype.element_ty), mask=mask)
-        tl.store(out_at + half, second.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_at, first, mask=mask)
+        tl.store(out_at + half, second, mask=mask)
+        if TRANSPOSED:  # element (token, column) of the gradient at (column, token) of its transpose
+            transposed_at = transposed_ptr + (column + col).to(tl.int64) * tokens + token
+            tl.store(transposed_at, first, mask=mask)
+            tl.store(transposed_at + half * tokens, second, mask=mask)
 
     def launch(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-               scale: torch.Tensor, dtype: torch.dtype, shape: HeadShape) -> tuple[torch.Tensor, torch.Tensor]:
+               scale: torch.Tensor, dtype: torch.dtype, shape: HeadShape,
+               transposed: bool = False) -> tuple[torch.Tensor, ...]:
         groups, per_group, head_dim = shape
         batch, size = dq.shape[:2]
         tokens, group_width = batch * size, (per_group + 2) * head_dim
@@ -126,7 +149,9 @@ def triton_rotary_cast():
         if any(t.stride(-1) != 1 for t in (dq, dk, dv, cos, sin)) or cos.stride() != sin.stride():
             dq, dk, dv, cos, sin = (t.contiguous() for t in (dq, dk, dv, cos, sin))
         out = dq.new_empty(tokens, groups * group_width, dtype=dtype)
-        tiling = TILING
+        # NOTE: without the transposed copy the kernel never writes transposed_ptr: `out` stands in for it
+        out_t = out.new_empty(out.shape[1], tokens) if transposed else out
+        tiling = TILING["transposed" if transposed else "cast"]
         blocks = triton.cdiv(tokens, tiling.tokens)
         # NOTE: one launch per source: q heads fill the first per_group slots of each group, k the next, v the last
         sources = ((dq, per_group, 0, True), (dk, 1, per_group, True), (dv, 1, per_group + 1, False))
@@ -141,9 +166,11 @@ def triton_rotary_cast():
                 grad, cos, sin, out, scale, amax, tokens, size, grad.stride(0), grad.stride(1), grad.stride(2),
                 cos.stride(0), cos.stride(1), out.shape[1], heads_per_group,
                 # NOTE: the limit a constexpr: Inductor passes a float argument of a kernel it launches as fp64
-                group_width, slot, head_dim // 2, LIMIT=fp8_max(dtype), HALF_BLOCK=triton.next_power_of_2(head_dim // 2),
-                BLOCK=tiling.tokens, ROTATE=rotate, num_warps=tiling.warps)
+                group_width, slot, head_dim // 2, out_t, LIMIT=fp8_max(dtype),
+                HALF_BLOCK=triton.next_power_of_2(head_dim // 2), BLOCK=tiling.tokens, ROTATE=rotate,
+                TRANSPOSED=transposed, num_warps=tiling.warps)
             amaxes.append(amax.amax())
-        return out, torch.stack(amaxes).amax()
+        amax = torch.stack(amaxes).amax()
+        return (out, out_t, amax) if transposed else (out, amax)
 
     return launch

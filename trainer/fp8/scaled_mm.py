@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 
 from trainer.fp8.delayed import (GRAD, INPUT, WEIGHT, Calibration, DelayedScales, amax_of, cast_with_scale,
-                                  record_amax, swiglu_backward_cast)
+                                  record_amax, swiglu_backward_cast, swiglu_backward_cast_transposed)
 from trainer.fp8.scaling import ALIGNMENT, E4M3, Eligibility, quantize
-from trainer.fp8.rotary_cast import rotary_backward_cast
+from trainer.fp8.rotary_cast import rotary_backward_cast, rotary_backward_cast_transposed
 from trainer.fp8.transpose import fp8_transpose
 from trainer.layers import HeadShape, rotary_heads
 from trainer.swiglu import swiglu, swiglu_values
@@ -40,6 +40,7 @@ class ScaledMMRecipe:
     grad_dtype: torch.dtype
     rowwise: bool
     transpose_kernel: bool = False  # the backward's transposed copies by trainer.fp8.transpose's own kernel
+    producer_transposes: bool = False  # delayed: the SwiGLU and RoPE gradient kernels write their own transposes
 
 
 def fp8_matmul(a: torch.Tensor, b: torch.Tensor, a_inverse: torch.Tensor, b_inverse: torch.Tensor,
@@ -111,14 +112,16 @@ class _ScaledLinear(torch.autograd.Function):
         return (*_tensorwise_gradients(ctx, g_q, g_inverse, ctx.saved_tensors), None, None)
 
 
-def _tensorwise_gradients(ctx, g_q: torch.Tensor, g_inverse: torch.Tensor,
-                          saved: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``dx = dy · W`` and ``dW = dyᵀ · x`` from the FP8 output gradient (row-major) and the FP8 copies of
-    ``x`` and ``W`` the forward pass saved with their inverse scales (``saved``'s first four)."""
+def _tensorwise_gradients(ctx, g_q: torch.Tensor, g_inverse: torch.Tensor, saved: tuple[torch.Tensor, ...],
+                          g_transposed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``dx = dy · W`` and ``dW = dyᵀ · x`` from the FP8 output gradient (row-major; ``g_transposed``: its
+    transpose, row-major, where its producer wrote one) and the FP8 copies of ``x`` and ``W`` the forward pass
+    saved with their inverse scales (``saved``'s first four)."""
     x_q, w_cols, x_inverse, w_inverse = saved[:4]  # w_cols: Wᵀ [K, N], column-major
     transposed = fp8_transpose if ctx.transpose_kernel else _transposed
     grad_x = fp8_matmul(g_q, w_cols.contiguous().t(), g_inverse, w_inverse, ctx.x_dtype)  # W [N, K] column-major
-    grad_weight = fp8_matmul(transposed(g_q), transposed(x_q).t(), g_inverse, x_inverse, ctx.weight_dtype)
+    g_rows = transposed(g_q) if g_transposed is None else g_transposed
+    grad_weight = fp8_matmul(g_rows, transposed(x_q).t(), g_inverse, x_inverse, ctx.weight_dtype)
     return grad_x, grad_weight
 
 
@@ -129,7 +132,7 @@ def _delayed_forward(ctx, x: torch.Tensor, weight: torch.Tensor, recipe: ScaledM
     """The forward GEMM of a delayed-scaling linear: the product and ``x``'s amax. Saves for the backward
     the FP8 operands and the scales, then with ``save_product`` the product, then the tensors in ``keep``."""
     ctx.x_dtype, ctx.weight_dtype, ctx.grad_dtype = x.dtype, weight.dtype, recipe.grad_dtype
-    ctx.transpose_kernel = recipe.transpose_kernel
+    ctx.transpose_kernel, ctx.producer_transposes = recipe.transpose_kernel, recipe.producer_transposes
     x = x.contiguous()
     x_q, x_amax = cast_with_scale(x, scales[INPUT], recipe.forward_dtype), amax_of(x)
     w_cols = cast_with_scale(weight.contiguous(), scales[WEIGHT], recipe.forward_dtype).t()
@@ -173,9 +176,10 @@ class _DelayedScaledSwiGLULinear(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor, _amax_grad: torch.Tensor | None):
         saved = ctx.saved_tensors
         scales, g_inverse, amax_grad, fused = saved[4:8]
-        g_q, amax = swiglu_backward_cast(fused, grad.contiguous(), scales[GRAD], ctx.grad_dtype)
+        cast = swiglu_backward_cast_transposed if ctx.producer_transposes else swiglu_backward_cast
+        g_q, *g_transposed, amax = cast(fused, grad.contiguous(), scales[GRAD], ctx.grad_dtype)
         record_amax(amax_grad, amax)
-        return (*_tensorwise_gradients(ctx, g_q, g_inverse, saved), *[None] * 7)
+        return (*_tensorwise_gradients(ctx, g_q, g_inverse, saved, *g_transposed), *[None] * 7)
 
 
 class _DelayedScaledRotaryLinear(torch.autograd.Function):
@@ -195,9 +199,10 @@ class _DelayedScaledRotaryLinear(torch.autograd.Function):
     def backward(ctx, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, _amax_grad: torch.Tensor | None):
         saved = ctx.saved_tensors
         scales, g_inverse, amax_grad, cos, sin = saved[4:9]
-        g_q, amax = rotary_backward_cast(dq, dk, dv, cos, sin, scales[GRAD], ctx.grad_dtype, *ctx.shape)
+        cast = rotary_backward_cast_transposed if ctx.producer_transposes else rotary_backward_cast
+        g_q, *g_transposed, amax = cast(dq, dk, dv, cos, sin, scales[GRAD], ctx.grad_dtype, *ctx.shape)
         record_amax(amax_grad, amax)
-        return (*_tensorwise_gradients(ctx, g_q, g_inverse, saved), *[None] * 11)
+        return (*_tensorwise_gradients(ctx, g_q, g_inverse, saved, *g_transposed), *[None] * 11)
 
 
 def _output_dtype(x: torch.Tensor) -> torch.dtype:

@@ -70,6 +70,14 @@ def test_delayed_scaling_on_scaled_mm_is_delayed(fp8_capable, caplog):
     assert isinstance(engine.parts.after_backward, DelayedScalingUpdate) and hasattr(GEMMS["fp8_scaled_mm"], "new_scales")
 
 
+def test_fp8_transpose_producers_has_the_gradient_kernels_write_their_transposes(fp8_capable):
+    config = FP8Config(fp8_format="hybrid", fp8_backend="scaled_mm", fp8_transpose="producers")
+    engine = select_fp8(config, torch.device("cpu"), "plain")
+    recipe = GEMMS[engine.gemm_name].recipe
+    assert recipe.producer_transposes and recipe.transpose_kernel
+    assert "transposed FP8 copies: producers (--fp8-transpose)" in engine.description
+
+
 def test_delayed_scaling_on_torchao_runs_tensorwise_and_says_so(fp8_capable, caplog, monkeypatch):
     stand_in = replace(backends.BACKENDS["torchao"], needs_module=None,
                        build=lambda config, recipe, eligible: backends.BackendParts(F.linear))

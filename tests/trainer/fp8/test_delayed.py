@@ -5,6 +5,7 @@ history into scales as Transformer Engine's recipe does, and a run trains with i
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -355,3 +356,40 @@ def test_a_resumed_run_calibrates_again_and_continues_the_same_curve(fp8_capable
                          for name in ("resumed", "straight"))
     assert resumed[:4] == straight[:4] and resumed[4:] != straight[4:]  # after the resume: a calibrating step 5
     assert max(abs(a - b) / a for a, b in zip(resumed, straight)) < 0.01
+
+
+CUDA_DEVICE = pytest.param("cuda", marks=(pytest.mark.gpu,
+                                          pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")))
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA_DEVICE])
+def test_gradient_transposes_written_by_their_producers_change_no_bit(device):
+    """``--fp8-transpose producers``: the weight gradients of the fc1 (SwiGLU) and QKV (RoPE) linears from the
+    transposed gradient copies their backward kernels write equal, bit for bit, those from the transposing
+    kernel's copies, eager and compiled (on CUDA: the Triton kernels, launched by Inductor when compiled)."""
+    from tests.trainer.fp8.test_rotary_cast import tables
+
+    torch.manual_seed(0)
+    kernel = dataclasses.replace(RECIPE, transpose_kernel=True)
+    gemms = [DelayedScaledGemm(recipe, Eligibility(16), Calibration(active=False))
+             for recipe in (kernel, dataclasses.replace(kernel, producer_transposes=True))]
+    parallel, rotary, shape = ParallelState(torch.device(device)), tables(2, 32, 16, torch.bfloat16, device), (2, 2, 16)
+    blocks = {"swiglu": (2 * 48, 2, lambda linear, h: linear.swiglu(h).square().sum()),
+              "rotary": (2 * 4 * 16, 1, lambda linear, h: sum(t.square().sum()
+                                                              for t in linear.rotary_heads(h, rotary, shape)))}
+    for width, stacked, block in blocks.values():
+        base = ColumnParallelLinear(64, width, parallel, 0.05, gemms[0], stacked=stacked).to(device)
+        with torch.no_grad():
+            base.reset_parameters()
+        base.weight = torch.nn.Parameter(base.weight.detach().bfloat16())
+        base.fp8_scales = scales(64.0, 2048.0, 2.0 ** 12).to(device)
+        x = torch.randn(2, 32, 64, dtype=torch.bfloat16, device=device)
+        for run in (block, torch.compile(block)):
+            grads = []
+            for gemm in gemms:
+                linear, h = copy.deepcopy(base), x.clone().requires_grad_()
+                linear.gemm = gemm
+                run(linear, h).backward()
+                grads.append((h.grad, linear.weight.grad, linear.fp8_scales.amax_grad))
+            assert grads[0][1].abs().sum() > 0
+            assert all(torch.equal(got, want) for got, want in zip(*grads))

@@ -60,6 +60,7 @@ KERNEL_CHECK = textwrap.dedent("""
     from trainer.fp8 import rotary_cast
     from trainer.fp8.rotary_cast import Tiling, rotary_cast_reference, triton_rotary_cast
     launch = triton_rotary_cast()
+    defaults = dict(rotary_cast.TILING)
     torch.manual_seed(0)
     # NOTE: Triton's interpreter converts to FP8 wrongly (e5m2: 120 -> 64): there the cast targets bf16 (the
     # scaling, saturation, amax and layout are the same code), on CUDA the FP8 formats
@@ -75,14 +76,20 @@ KERNEL_CHECK = textwrap.dedent("""
         dv = qkv[:, :, :, per_group + 1]  # a strided slice, as the model's v
         dv[-1, -1, -1, -1] = 3e4  # one saturating element
         cos, sin = tables(batch, size, head_dim, torch.bfloat16, DEVICE)
-        # NOTE: the default launch shape, and programs of more tokens than some shapes have (masked tokens)
-        for (dtype, scale), tiling in itertools.product(targets, (rotary_cast.TILING, Tiling(tokens=128, warps=4))):
-            rotary_cast.TILING = tiling
+        # NOTE: the default launch shapes, and programs of more tokens than some shapes have (masked tokens)
+        masking = dict.fromkeys(defaults, Tiling(tokens=128, warps=4))
+        for (dtype, scale), tilings in itertools.product(targets, (defaults, masking)):
+            rotary_cast.TILING.update(tilings)
             scale = torch.tensor(scale, device=DEVICE)
             got, amax = launch(dq, dk, dv, cos, sin, scale, dtype, shape)
             # NOTE: the kernel's rotation fuses multiply-adds the tensor code rounds twice: not always the same bytes
             assert_cast_matches(got, amax, *rotary_cast_reference(dq, dk, dv, cos, sin, scale, dtype, shape), dtype,
                                 DEVICE, same_bytes=False)
+            # the same kernels also writing the transposed copy: the same bytes, and their transpose
+            same, transposed, same_amax = launch(dq, dk, dv, cos, sin, scale, dtype, shape, transposed=True)
+            assert torch.equal(same.view(torch.uint8), got.view(torch.uint8)) and torch.equal(same_amax, amax)
+            assert transposed.shape == got.shape[::-1] and transposed.is_contiguous()
+            assert torch.equal(transposed.float(), got.float().t())  # NOTE: FP8 to fp32 is exact
     print("ok")
 """)
 
