@@ -8,10 +8,11 @@ Kernels: the SwiGLU backward that writes fc1's output gradient cast to FP8 with 
 plain bf16 one (``plain``; bf16 runs), and the RoPE backward writing the QKV gradient cast to FP8
 (``rotary``; its ``dq``/``dk``/``dv`` as views of one ``[B, S, groups, heads + 2, head_dim]`` tensor, the
 model's layout, and as ``[B, H, S, D]`` tensors, cuDNN's); and both casts writing the transposed copy too
-(``--fp8-transpose producers``), beside what they replace: the cast, then the tiled transposing kernel. Each launch shape is timed from the kernels' own
-GPU time in a torch.profiler trace (the ops' Python costs more than their kernels when called outside a
-compiled graph), checked to give the default shape's bytes and amax, and printed as µs per call, effective
-TB/s and the ratio to the default shape, measured in this one run. ``$OUT/fp8_kernels.json.gz`` gets the numbers.
+(``--fp8-transpose producers``), beside what they replace: the cast, then the tiled transposing kernel. Each
+launch shape is timed from the kernels' own GPU time in a torch.profiler trace (the ops' Python costs more than
+their kernels when called outside a compiled graph), checked to give the default shape's bytes and amax, and
+printed as µs per call, effective TB/s and the ratio to the default shape, measured in this one run.
+``$OUT/fp8_kernels.json.gz`` gets the numbers.
 """
 
 from __future__ import annotations
