@@ -4,8 +4,8 @@ what Inductor compiles from its formula, beside a hand-written Triton kernel and
     python3 bench/norm_backward.py      # one H200
 
 Why: in the FP8 step's profile (``bench/train_h200.md``, twelfth run) each layer's two RMSNorm backward kernels
-take ~97 µs each — ~1.3 TB/s for the 268 MB the backward must move — 4.6 ms of a ~200 ms step (4.2 of the bf16
-step). The pattern is a block's ``h → (rms_norm(h) · w)`` with the residual stream's gradient ``dres`` added:
+take ~97 µs each — ~2.8 TB/s for the 268 MB the backward must move, where a copy reaches ~4.2 — 4.6 ms of a
+~200 ms step (4.2 of the bf16 step): at the copy's pace ~1.5 ms a step less. The pattern is a block's ``h → (rms_norm(h) · w)`` with the residual stream's gradient ``dres`` added:
 
     dh = dres + rstd · (g − x̂ · mean(x̂ · g)),   dw = Σ_tokens dn · x̂,   g = dn · w,  x̂ = h · rstd
 
