@@ -20,9 +20,13 @@ a kernel in the trainer would have to do too.
 from __future__ import annotations
 
 import functools
-import statistics
+import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.adamw_kernel import median_ms  # noqa: E402
 
 TOKENS, HIDDEN, EPS = 16384, 2048, 1e-5
 CALLS, ROUNDS = 20, 5
@@ -91,19 +95,8 @@ def check(got: tuple[torch.Tensor, torch.Tensor], inputs: tuple[torch.Tensor, ..
 
 
 def microseconds(call) -> float:
-    """Median over :data:`ROUNDS` of the mean GPU time of :data:`CALLS` back-to-back calls (CUDA events)."""
-    for _ in range(3):
-        call()
-    times = []
-    for _ in range(ROUNDS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(CALLS):
-            call()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / CALLS * 1000)
-    return statistics.median(times)
+    """Mean GPU time of one ``call()`` in :data:`CALLS` back-to-back calls: median over :data:`ROUNDS` rounds."""
+    return median_ms(lambda: [call() for _ in range(CALLS)], ROUNDS) / CALLS * 1000
 
 
 def main() -> None:
