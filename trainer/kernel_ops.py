@@ -1,4 +1,5 @@
-"""How our hand-written Triton kernels become torch ops: :func:`kernel_op`.
+"""How our hand-written Triton kernels become torch ops: :func:`kernel_op`, whose bodies run :func:`launcher`'s
+choice.
 
 Where Triton is importable the op is a ``torch.library.triton_op``: compiled, AOTAutograd traces its body and
 Inductor launches the kernels itself (no dispatcher or Python launcher per call; bench/train_h200.md, tenth
@@ -32,3 +33,9 @@ def kernel_op(name: str) -> Callable[[Callable], Callable]:
         return op
 
     return register
+
+
+def launcher(factory: Callable[[], Callable | None], reference: Callable, device: torch.device) -> Callable:
+    """What a kernel op's body runs on ``device``: the Triton launcher ``factory()`` builds (None without Triton)
+    on CUDA, else ``reference``, the same computation in tensor code with the same arguments."""
+    return (factory() if device.type == "cuda" else None) or reference

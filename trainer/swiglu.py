@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.library import wrap_triton
 
-from trainer.kernel_ops import kernel_op
+from trainer.kernel_ops import kernel_op, launcher
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,7 @@ def swiglu_backward(fused: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     """``[dgate | dup]`` [rows, 2F] of ``silu(gate) * up`` from ``fused = [gate | up]`` [rows, 2F] and the
     output gradient [rows, F], computed in fp32 and returned in ``fused``'s dtype: on CUDA the Triton kernel,
     elsewhere (or without Triton) :func:`reference_backward`."""
-    launch = triton_backward() if fused.device.type == "cuda" else None
-    return reference_backward(fused, grad) if launch is None else launch(fused, grad)
+    return launcher(triton_backward, reference_backward, fused.device)(fused, grad)
 
 
 def reference_backward(fused: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from trainer.fp8.scaling import fp8_max
-from trainer.kernel_ops import kernel_op
+from trainer.kernel_ops import kernel_op, launcher
 from trainer.swiglu import reference_backward, triton_backward
 
 #: Index of each operand's scale and amax in the per-linear tensors.
@@ -129,7 +129,7 @@ def swiglu_backward_cast(fused: torch.Tensor, grad: torch.Tensor, scale: torch.T
     NOTE: a Triton op, not an opaque custom op: Inductor then allocates the output, knows it aligned, and the
     FP8 transpose after it loads 16 bytes a thread (behind the opaque op it took 188 instead of 92 µs a layer
     on the H200, bench/train_h200.md, tenth run)."""
-    return _swiglu_launcher(fused.device)(fused, grad, scale, dtype)
+    return launcher(triton_backward, swiglu_cast_reference, fused.device)(fused, grad, scale, dtype)
 
 
 @kernel_op("blendforge::swiglu_backward_cast_transposed")
@@ -138,21 +138,22 @@ def swiglu_backward_cast_transposed(fused: torch.Tensor, grad: torch.Tensor, sca
     """:func:`swiglu_backward_cast` with the cast gradient's transpose [2F, rows] (row-major, the weight
     gradient GEMM's left operand) between the two: on CUDA written by the same kernel, so no transposing copy
     reads the gradient again (``--fp8-transpose producers``)."""
-    return _swiglu_launcher(fused.device)(fused, grad, scale, dtype, transposed=True)
-
-
-def _swiglu_launcher(device: torch.device):
-    """The SwiGLU kernel's launcher on CUDA where Triton imports, else the tensor code (the same arguments)."""
-    return (triton_backward() if device.type == "cuda" else None) or swiglu_cast_reference
+    return launcher(triton_backward, swiglu_cast_reference, fused.device)(fused, grad, scale, dtype, transposed=True)
 
 
 def swiglu_cast_reference(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype,
                           transposed: bool = False) -> tuple[torch.Tensor, ...]:
     """:func:`swiglu_backward_cast` (with ``transposed``: :func:`swiglu_backward_cast_transposed`) in tensor
     code."""
-    rounded = reference_backward(fused, grad)
-    cast = cast_with_scale(rounded, scale, dtype)
-    return (cast, cast.t().contiguous(), amax_of(rounded)) if transposed else (cast, amax_of(rounded))
+    return cast_outputs(reference_backward(fused, grad), scale, dtype, transposed)
+
+
+def cast_outputs(grad: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype,
+                 transposed: bool) -> tuple[torch.Tensor, ...]:
+    """What a casting op returns for ``grad``, in tensor code: :func:`cast_with_scale` of it, then with
+    ``transposed`` that cast's transpose (row-major), then :func:`amax_of` it."""
+    cast = cast_with_scale(grad, scale, dtype)
+    return (cast, cast.t().contiguous(), amax_of(grad)) if transposed else (cast, amax_of(grad))
 
 
 def record_amax(running: torch.Tensor, amax: torch.Tensor) -> None:

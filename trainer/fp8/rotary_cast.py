@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import torch
 from torch.library import wrap_triton
 
-from trainer.fp8.delayed import amax_of, cast_with_scale
+from trainer.fp8.delayed import cast_outputs
 from trainer.fp8.scaling import fp8_max
-from trainer.kernel_ops import kernel_op
+from trainer.kernel_ops import kernel_op, launcher
 from trainer.layers import HeadShape, rotary_backward
 
 
@@ -58,14 +58,7 @@ def rotary_cast_reference(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, 
                           transposed: bool = False) -> tuple[torch.Tensor, ...]:
     """:func:`rotary_backward_cast` (with ``transposed``: :func:`rotary_backward_cast_transposed`) in tensor
     code."""
-    grad = qkv_gradient(dq, dk, dv, cos, sin, shape)
-    cast = cast_with_scale(grad, scale, dtype)
-    return (cast, cast.t().contiguous(), amax_of(grad)) if transposed else (cast, amax_of(grad))
-
-
-def _launcher(device: torch.device):
-    """The Triton launcher on CUDA where Triton imports, else the tensor code (the same arguments)."""
-    return (triton_rotary_cast() if device.type == "cuda" else None) or rotary_cast_reference
+    return cast_outputs(qkv_gradient(dq, dk, dv, cos, sin, shape), scale, dtype, transposed)
 
 
 @kernel_op("blendforge::rotary_backward_cast")
@@ -75,7 +68,8 @@ def rotary_backward_cast(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, c
     """The QKV gradient [tokens, width] (:func:`qkv_gradient`) times ``scale``, saturated into ``dtype``, and
     its amax (fp32, 0-d), from ``dq`` [B, S, groups·per_group, head_dim], ``dk`` and ``dv`` [B, S, groups,
     head_dim] and RoPE's tables ``cos``/``sin`` [B, S, 1, head_dim]."""
-    return _launcher(dq.device)(dq, dk, dv, cos, sin, scale, dtype, (groups, per_group, head_dim))
+    launch = launcher(triton_rotary_cast, rotary_cast_reference, dq.device)
+    return launch(dq, dk, dv, cos, sin, scale, dtype, (groups, per_group, head_dim))
 
 
 @kernel_op("blendforge::rotary_backward_cast_transposed")
@@ -85,7 +79,8 @@ def rotary_backward_cast_transposed(dq: torch.Tensor, dk: torch.Tensor, dv: torc
     """:func:`rotary_backward_cast` with the cast gradient's transpose [width, tokens] (row-major, the weight
     gradient GEMM's left operand) between the two: on CUDA written by the same kernels, so no transposing copy
     reads the gradient again (``--fp8-transpose producers``)."""
-    return _launcher(dq.device)(dq, dk, dv, cos, sin, scale, dtype, (groups, per_group, head_dim), transposed=True)
+    launch = launcher(triton_rotary_cast, rotary_cast_reference, dq.device)
+    return launch(dq, dk, dv, cos, sin, scale, dtype, (groups, per_group, head_dim), transposed=True)
 
 
 @functools.cache

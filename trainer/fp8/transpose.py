@@ -31,7 +31,7 @@ import functools
 import torch
 from torch.library import wrap_triton
 
-from trainer.kernel_ops import kernel_op
+from trainer.kernel_ops import kernel_op, launcher
 
 #: Tile edge of the Triton transpose: 128 × 128 bytes, loaded and stored 16 bytes a thread at a time.
 BLOCK = 128
@@ -41,8 +41,12 @@ BLOCK = 128
 def fp8_transpose(matrix: torch.Tensor) -> torch.Tensor:
     """``matrix.t().contiguous()`` for a 2-D tensor of 1-byte elements (FP8), always a new tensor: on CUDA
     the tiled Triton kernel, elsewhere (or without Triton) a copy in tensor code."""
-    launch = triton_transpose() if matrix.device.type == "cuda" else None
-    return matrix.t().clone(memory_format=torch.contiguous_format) if launch is None else launch(matrix)
+    return launcher(triton_transpose, _transpose_reference, matrix.device)(matrix)
+
+
+def _transpose_reference(matrix: torch.Tensor) -> torch.Tensor:
+    """:func:`fp8_transpose` in tensor code."""
+    return matrix.t().clone(memory_format=torch.contiguous_format)
 
 
 @functools.cache
