@@ -13,12 +13,11 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]  # NOTE: not tests.conftest's, so the GPU cases run with --noconftest
 
+#: The marks of a parameter case that runs on CUDA: a ``gpu`` test, skipped without a GPU.
+ON_CUDA = (pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))
+
 #: ``interpret`` for a test parametrized over both places a kernel check runs (the CUDA one is a ``gpu`` test).
-INTERPRETER_AND_CUDA = [
-    pytest.param(True, id="interpreter"),
-    pytest.param(False, id="cuda", marks=(pytest.mark.gpu,
-                                          pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))),
-]
+INTERPRETER_AND_CUDA = [pytest.param(True, id="interpreter"), pytest.param(False, id="cuda", marks=ON_CUDA)]
 
 
 def run_kernel_check(code: str, interpret: bool) -> None:

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.trainer.conftest import read_metrics, tiny_config
+from tests.trainer.triton_support import ON_CUDA
 from trainer.adamw import LowPrecisionAdamW
 from trainer.fp8.delayed import (WEIGHT, Calibration, DelayedScales, DelayedScalingUpdate, amax_of, cast_with_scale,
                                  swiglu_backward_cast)
@@ -358,11 +359,7 @@ def test_a_resumed_run_calibrates_again_and_continues_the_same_curve(fp8_capable
     assert max(abs(a - b) / a for a, b in zip(resumed, straight)) < 0.01
 
 
-CUDA_DEVICE = pytest.param("cuda", marks=(pytest.mark.gpu,
-                                          pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")))
-
-
-@pytest.mark.parametrize("device", ["cpu", CUDA_DEVICE])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=ON_CUDA)])
 def test_gradient_transposes_written_by_their_producers_change_no_bit(device):
     """``--fp8-transpose producers``: the weight gradients of the fc1 (SwiGLU) and QKV (RoPE) linears from the
     transposed gradient copies their backward kernels write equal, bit for bit, those from the transposing

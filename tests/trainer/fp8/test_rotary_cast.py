@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.trainer.fp8.test_delayed import GEMM, assert_close_but_for_fp8_steps, scales
-from tests.trainer.triton_support import INTERPRETER_AND_CUDA, run_kernel_check
+from tests.trainer.triton_support import INTERPRETER_AND_CUDA, ON_CUDA, run_kernel_check
 from trainer.fp8.delayed import amax_of, cast_with_scale
 from trainer.fp8.rotary_cast import qkv_gradient, rotary_backward_cast
 from trainer.layers import ColumnParallelLinear, RotaryEmbedding, rotary_heads
@@ -99,8 +99,7 @@ def test_triton_kernel_matches_the_tensor_code(interpret):
     run_kernel_check(KERNEL_CHECK, interpret)
 
 
-CUDA_BF16 = pytest.param("cuda", torch.bfloat16, id="cuda-bf16", marks=(
-    pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")))
+CUDA_BF16 = pytest.param("cuda", torch.bfloat16, id="cuda-bf16", marks=ON_CUDA)
 
 
 @pytest.mark.parametrize("device, dtype", [("cpu", torch.float32), ("cpu", torch.bfloat16), CUDA_BF16])
