@@ -59,6 +59,12 @@ def median_ms(action: Callable[[], None], repeats: int) -> float:
     return statistics.median(times)
 
 
+def per_call_microseconds(call: Callable[[], object], calls: int = 20, rounds: int = 5) -> float:
+    """GPU µs of one ``call()`` among ``calls`` back-to-back ones (so its launch overlaps the previous call's
+    work): the :func:`median_ms` of ``rounds`` such rounds, per call."""
+    return median_ms(lambda: [call() for _ in range(calls)], rounds) / calls * 1000
+
+
 def bf16_parameters(shapes: list[tuple[int, ...]]) -> list[torch.nn.Parameter]:
     """bf16 parameters of ``shapes`` on the GPU with random bf16 gradients."""
     params = []

@@ -10,26 +10,16 @@ Results: ``bench/gemm_layouts.md``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.adamw_kernel import per_call_microseconds as microseconds  # noqa: E402
+
 TOKENS, HIDDEN, FFN = 16384, 2048, 5632
-CALLS = 30
-
-
-def microseconds(call: Callable[[], torch.Tensor]) -> float:
-    """Mean GPU time of ``call()`` over :data:`CALLS` calls, after a warm-up, from CUDA events."""
-    for _ in range(5):
-        call()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(CALLS):
-        call()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / CALLS * 1000
 
 
 def products() -> dict[str, list[tuple[str, Callable[[], torch.Tensor], int]]]:

@@ -26,10 +26,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.adamw_kernel import median_ms  # noqa: E402
+from bench.adamw_kernel import per_call_microseconds as microseconds  # noqa: E402
 
 TOKENS, HIDDEN, EPS = 16384, 2048, 1e-5
-CALLS, ROUNDS = 20, 5
 
 
 def formula(h: torch.Tensor, w: torch.Tensor, dn: torch.Tensor, dres: torch.Tensor,
@@ -92,11 +91,6 @@ def check(got: tuple[torch.Tensor, torch.Tensor], inputs: tuple[torch.Tensor, ..
     torch.testing.assert_close(got[0].double(), want_dh.to(torch.bfloat16).double(), rtol=2 ** -7, atol=1e-3,
                                msg=lambda m: f"{label} dh: {m}")
     torch.testing.assert_close(got[1].double(), want_dw, rtol=1e-4, atol=1e-2, msg=lambda m: f"{label} dw: {m}")
-
-
-def microseconds(call) -> float:
-    """Mean GPU time of one ``call()`` in :data:`CALLS` back-to-back calls: median over :data:`ROUNDS` rounds."""
-    return median_ms(lambda: [call() for _ in range(CALLS)], ROUNDS) / CALLS * 1000
 
 
 def main() -> None:
