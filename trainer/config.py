@@ -181,12 +181,12 @@ class FP8Config:
                             "torch (torchao.float8 when it imports, else scaled_mm), torchao, scaled_mm "
                             "(trainer.fp8.BACKENDS).", "--fp8-backend")
     fp8_transpose: Literal["fused", "kernel", "producers"] = knob(
-        "kernel", "scaled_mm backend: how the transposed FP8 copies of the weight gradient's operands are made: "
-        "by a separate tiled Triton kernel (trainer/fp8/transpose.py; 1.8% more tokens/s than fused on an H200, "
-        "~15% more peak memory: the forward keeps the transposed input), or fused into the kernel producing "
-        "the tensor by torch.compile; producers: as kernel, but under delayed scaling the SwiGLU and RoPE "
-        "backward kernels write the transposed copies of the fc1 and QKV output gradients themselves (no "
-        "transposing pass over them).", "--fp8-transpose")
+        "producers", "scaled_mm backend: how the transposed FP8 copies of the weight gradient's operands are made: "
+        "kernel: by a separate tiled Triton kernel (trainer/fp8/transpose.py; 1.8% more tokens/s than fused on an "
+        "H200, ~15% more peak memory: the forward keeps the transposed input); producers: as kernel, but under "
+        "delayed scaling the SwiGLU and RoPE backward kernels write the transposed copies of the fc1 and QKV output "
+        "gradients themselves (no transposing pass over them; 0.3% more tokens/s than kernel on an H200); fused: "
+        "by torch.compile inside the kernel producing the tensor.", "--fp8-transpose")
     fp8_min_dim: int = knob(512, "GEMMs with an input or output width below this stay bf16 (the casts would cost "
                             "more than the FP8 GEMM saves); widths not divisible by 16 always do.", "--fp8-min-dim")
 
