@@ -2,12 +2,13 @@
 4096, micro-batch 4: train_h200's speed shape), beside a device copy of the same bytes.
 
     python3 bench/fp8_kernels.py                 # one H200: every sweep
-    python3 bench/fp8_kernels.py --only transposed   # or some of: plain, cast, rotary, transposed
+    python3 bench/fp8_kernels.py --only transposed   # or some of: plain, cast, rotary, rotary-plain, transposed
 
 Kernels: the SwiGLU backward that writes fc1's output gradient cast to FP8 with its amax (``cast``), the
 plain bf16 one (``plain``; bf16 runs), and the RoPE backward writing the QKV gradient cast to FP8
 (``rotary``; its ``dq``/``dk``/``dv`` as views of one ``[B, S, groups, heads + 2, head_dim]`` tensor, the
-model's layout, and as ``[B, H, S, D]`` tensors, cuDNN's); and both casts writing the transposed copy too
+model's layout, and as ``[B, H, S, D]`` tensors, cuDNN's) or in bf16 (``rotary-plain``, bf16 runs: cuDNN's
+layout); and both casts writing the transposed copy too
 (``--fp8-transpose producers``), beside what they replace: the cast, then the tiled transposing kernel. Each
 launch shape is timed from the kernels' own GPU time in a torch.profiler trace (the ops' Python costs more than
 their kernels when called outside a compiled graph), checked to give the default shape's bytes and amax, and
@@ -33,8 +34,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from trainer import swiglu  # noqa: E402
-from trainer.fp8 import rotary_cast  # noqa: E402
+from trainer import rotary, swiglu  # noqa: E402
 from trainer.fp8.transpose import triton_transpose  # noqa: E402
 from trainer.layers import RotaryEmbedding  # noqa: E402
 
@@ -116,7 +116,7 @@ def copy_microseconds(moved_bytes: int) -> float:
     return kernel_microseconds(lambda: target.copy_(source), ("copy", "Memcpy DtoD"))
 
 
-SWEEPS = ("plain", "cast", "rotary", "transposed")
+SWEEPS = ("plain", "cast", "rotary", "rotary-plain", "transposed")
 
 
 def main() -> None:
@@ -158,20 +158,25 @@ def main() -> None:
     layouts = {"model": (model[:, :, :, 0], model[:, :, :, 1], model[:, :, :, 2]),
                "cudnn": tuple(torch.randn(batch, HEADS, SEQ, HEAD_DIM, device="cuda").bfloat16().transpose(1, 2)
                               for _ in range(3))}
-    rotary = rotary_cast.triton_rotary_cast()
-    shapes = [rotary_cast.Tiling(t, w) for t, w in itertools.product((16, 32, 64, 128), (2, 4, 8))]
-    moved = 3 * TOKENS * HIDDEN * 2 + 3 * TOKENS * HIDDEN
-    copy_us = copy_microseconds(moved)
-    print(f"rotary: {moved / 1e6:.0f} MB moved; a copy of as many bytes: {copy_us:.1f} µs "
-          f"({moved / copy_us / 1e6:.2f} TB/s)")
-    for name, grads in layouts.items() if "rotary" in only else ():
-        call = functools.partial(rotary, *grads, cos, sin, scale, torch.float8_e5m2, (HEADS, 1, HEAD_DIM))
-        results += sweep(f"rotary {name}", rotary_cast.TILING, "cast", shapes, call,
-                         ("rotary_backward_cast",), moved, copy_us)
-    cast = functools.partial(rotary, *layouts["cudnn"], cos, sin, scale, torch.float8_e5m2, (HEADS, 1, HEAD_DIM))
+    launch = rotary.triton_rotary_backward()
+    shapes = [rotary.Tiling(t, w) for t, w in itertools.product((16, 32, 64, 128), (2, 4, 8))]
+    head_shape = (HEADS, 1, HEAD_DIM)
+    for kind, out_bytes in (("rotary", 1), ("rotary-plain", 2)):
+        if kind not in only:
+            continue
+        moved = 3 * TOKENS * HIDDEN * 2 + 3 * TOKENS * HIDDEN * out_bytes
+        copy_us = copy_microseconds(moved)
+        print(f"{kind}: {moved / 1e6:.0f} MB moved; a copy of as many bytes: {copy_us:.1f} µs "
+              f"({moved / copy_us / 1e6:.2f} TB/s)")
+        cast = (scale, torch.float8_e5m2) if kind == "rotary" else ()
+        for name, grads in layouts.items() if kind == "rotary" else [("cudnn", layouts["cudnn"])]:
+            call = functools.partial(launch, *grads, cos, sin, head_shape, *cast)
+            results += sweep(f"{kind} {name}", rotary.TILING, "cast" if cast else "plain", shapes, call,
+                             ("rotary_backward",), moved, copy_us)
+    cast = functools.partial(launch, *layouts["cudnn"], cos, sin, head_shape, scale, torch.float8_e5m2)
     if "transposed" in only:
-        results += sweep_transposed("rotary transp.", rotary_cast.TILING, "transposed", shapes, cast,
-                                    ("rotary_backward_cast",), 3 * TOKENS * HIDDEN * 2, 3 * TOKENS * HIDDEN)
+        results += sweep_transposed("rotary transp.", rotary.TILING, "transposed", shapes, cast,
+                                    ("rotary_backward",), 3 * TOKENS * HIDDEN * 2, 3 * TOKENS * HIDDEN)
     if os.environ.get("OUT"):
         with gzip.open(Path(os.environ["OUT"]) / "fp8_kernels.json.gz", "wt") as file:
             json.dump(results, file)

@@ -29,11 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.train_h200 import SPEED_SHAPE, parse_run, train, write_blend  # noqa: E402
 
 #: Substrings of kernel names → family, first match wins (FP8 GEMMs: cuBLAS's ``nvjet_…_q…`` kernels; our
-#: hand-written Triton kernels by their names).
+#: hand-written Triton kernels by their names: RoPE's backward, casting or not, is ``rotary_backward_kernel``,
+#: under ``triton`` since session 12 — before, the casting one was ``fp8 casts``).
 FAMILIES = (("attention", ("cudnn", "fmha", "flash", "sdpa")), ("optimizer", ("multi_tensor", "adam")),
             ("gemm", ("nvjet", "gemm", "xmma", "cutlass", "cublas")),
-            ("fp8 casts (triton)", ("scaled_mm", "rotary_backward_cast")), ("fp8 transposes", ("fp8_transpose",)),
-            ("triton", ("triton", "swiglu")), ("reduce", ("reduce",)))
+            ("fp8 casts (triton)", ("scaled_mm",)), ("fp8 transposes", ("fp8_transpose",)),
+            ("triton", ("triton", "swiglu", "rotary")), ("reduce", ("reduce",)))
 
 
 def family(name: str) -> str:

@@ -43,7 +43,8 @@ INDUCTOR_OPTIONS = {"coordinate_descent_tuning": True}
 
 #: The modules defining the Triton ops the compiled blocks run (``trainer.kernel_ops.kernel_op``; their sources go
 #: into every cache key).
-TRITON_OP_MODULES = ("trainer.swiglu", "trainer.fp8.delayed", "trainer.fp8.rotary_cast", "trainer.fp8.transpose")
+TRITON_OP_MODULES = ("trainer.swiglu", "trainer.rotary", "trainer.fp8.delayed", "trainer.fp8.rotary_cast",
+                     "trainer.fp8.transpose")
 
 
 def kernel_fingerprint(modules: tuple[str, ...] = TRITON_OP_MODULES) -> str:

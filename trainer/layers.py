@@ -1,5 +1,5 @@
 """Building blocks of the GPT that know about tensor parallelism: parallel linears, the vocab-parallel
-embedding, RMSNorm and rotary embeddings.
+embedding, RMSNorm and the rotary embeddings' tables (their application: :mod:`trainer.rotary`).
 
 Each parallel layer takes the :class:`~trainer.parallel_state.ParallelState` and stores only its shard
 and calls the collectives of :class:`~trainer.parallel.collectives.TensorParallel` around its GEMM.
@@ -23,6 +23,7 @@ from torch import nn
 from trainer.errors import ConfigError
 from trainer.parallel.collectives import TensorParallel
 from trainer.parallel_state import ParallelState
+from trainer.rotary import HeadShape, rotary_heads
 from trainer.swiglu import swiglu
 
 #: A local GEMM computes ``x @ weight.T`` for one shard (``torch.nn.functional.linear``'s contract). A GEMM
@@ -31,9 +32,6 @@ from trainer.swiglu import swiglu
 #: ``swiglu(x, weight, scales)`` method: ``swiglu`` of its product, fused (see ColumnParallelLinear.swiglu), and
 #: a ``rotary_heads(x, weight, scales, rotary, shape)`` one (see ColumnParallelLinear.rotary_heads).
 LocalGemm = Callable[..., torch.Tensor]
-
-#: The local head layout of a fused QKV output: (key/value groups, query heads per group, head size).
-HeadShape = tuple[int, int, int]
 
 GEMMS: dict[str, LocalGemm] = {
     "plain": F.linear,
@@ -212,32 +210,6 @@ class RotaryEmbedding(nn.Module):
     def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin [B, S, 1, head_dim] for ``position_ids`` [B, S], computed once per forward pass."""
         return self.cos[position_ids].unsqueeze(2).to(dtype), self.sin[position_ids].unsqueeze(2).to(dtype)
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` [B, S, heads, head_dim] by the tables of :class:`RotaryEmbedding`."""
-    first, second = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-second, first), dim=-1) * sin
-
-
-def rotary_backward(grad: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """The gradient of :func:`apply_rotary`'s input from its output's ``grad``: ``grad·cos`` plus the
-    transposed half-rotation of ``grad·sin`` (``[g₂; −g₁]``), in fp32."""
-    grad = grad.float()
-    first, second = (grad * sin).chunk(2, dim=-1)
-    return grad * cos + torch.cat((second, -first), dim=-1)
-
-
-def rotary_heads(qkv: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
-                 shape: HeadShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q, k (rotated) and v [B, S, heads, head_dim] from a fused QKV output [B, S, width] laid out per group as
-    ``[q heads…, k, v]`` (the qkv weight's row layout)."""
-    groups, per_group, head_dim = shape
-    batch, size = qkv.shape[:2]
-    qkv = qkv.view(batch, size, groups, per_group + 2, head_dim)
-    q = apply_rotary(qkv[:, :, :, :per_group].reshape(batch, size, groups * per_group, head_dim), *rotary)
-    k = apply_rotary(qkv[:, :, :, per_group], *rotary)
-    return q, k, qkv[:, :, :, per_group + 1]
 
 
 def scaled_init_std(std: float, num_layers: int) -> float:

@@ -20,6 +20,7 @@ WITHOUT_TRITON = textwrap.dedent("""
     import torch
     from trainer.kernel_ops import HAVE_TRITON
     from trainer.fp8.transpose import fp8_transpose
+    from trainer.rotary import rotary_heads, rotary_heads_values
     from trainer.swiglu import reference_backward, swiglu_backward
     assert not HAVE_TRITON
     matrix = (torch.randn(32, 48) * 8).to(torch.float8_e4m3fn)
@@ -28,6 +29,11 @@ WITHOUT_TRITON = textwrap.dedent("""
     compiled = torch.compile(swiglu_backward)
     assert torch.equal(swiglu_backward(fused, grad), reference_backward(fused, grad))
     torch.testing.assert_close(compiled(fused, grad), reference_backward(fused, grad))
+    qkv = torch.randn(1, 3, 4 * 8, requires_grad=True)
+    tables = torch.randn(1, 3, 1, 8), torch.randn(1, 3, 1, 8)
+    gradients = [torch.autograd.grad(sum(t.sum() for t in f(qkv, tables, (1, 2, 8))), qkv)[0]
+                 for f in (rotary_heads, rotary_heads_values)]
+    torch.testing.assert_close(*gradients)
     print("ok")
 """)
 
@@ -62,14 +68,15 @@ def _swiglu_cast() -> None:
                           transposed=transposed)
 
 
-def _rotary_cast() -> None:
-    from tests.trainer.fp8.test_rotary_cast import tables
-    from trainer.fp8.rotary_cast import triton_rotary_cast
+def _rotary() -> None:
+    from tests.trainer.test_rotary import tables
+    from trainer.rotary import triton_rotary_backward
 
     grads = [torch.randn(2, 96, heads, 32).bfloat16() for heads in (8, 4, 4)]
+    launch, inputs = triton_rotary_backward(), (*grads, *tables(2, 96, 32, torch.bfloat16), (4, 2, 32))
+    launch(*inputs)
     for transposed in (False, True):
-        triton_rotary_cast()(*grads, *tables(2, 96, 32, torch.bfloat16), torch.tensor(4.0), torch.float8_e5m2,
-                             (4, 2, 32), transposed=transposed)
+        launch(*inputs, torch.tensor(4.0), torch.float8_e5m2, transposed=transposed)
 
 
 def _transpose() -> None:
@@ -79,7 +86,7 @@ def _transpose() -> None:
 
 
 #: Each module defining a Triton op launcher, and a call of it on whole tensors.
-LAUNCHES = {"trainer.swiglu": _swiglu_cast, "trainer.fp8.rotary_cast": _rotary_cast,
+LAUNCHES = {"trainer.swiglu": _swiglu_cast, "trainer.rotary": _rotary,
             "trainer.fp8.transpose": _transpose}
 
 

@@ -27,7 +27,7 @@ from trainer.fp8.delayed import (GRAD, INPUT, WEIGHT, Calibration, DelayedScales
 from trainer.fp8.scaling import ALIGNMENT, E4M3, Eligibility, quantize
 from trainer.fp8.rotary_cast import rotary_backward_cast, rotary_backward_cast_transposed
 from trainer.fp8.transpose import fp8_transpose
-from trainer.layers import HeadShape, rotary_heads
+from trainer.rotary import HeadShape, rotary_heads, rotary_heads_values
 from trainer.swiglu import swiglu, swiglu_values
 
 
@@ -193,7 +193,7 @@ class _DelayedScaledRotaryLinear(torch.autograd.Function):
         product, x_amax = _delayed_forward(ctx, x, weight, recipe, out_dtype, scales, x_inverse, w_inverse,
                                            g_inverse, amax_grad, keep=(cos, sin))
         ctx.shape = shape
-        return *rotary_heads(product.view(batch, -1, product.shape[-1]), (cos, sin), shape), x_amax
+        return *rotary_heads_values(product.view(batch, -1, product.shape[-1]), (cos, sin), shape), x_amax
 
     @staticmethod
     def backward(ctx, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, _amax_grad: torch.Tensor | None):

@@ -364,7 +364,7 @@ def test_gradient_transposes_written_by_their_producers_change_no_bit(device):
     """``--fp8-transpose producers``: the weight gradients of the fc1 (SwiGLU) and QKV (RoPE) linears from the
     transposed gradient copies their backward kernels write equal, bit for bit, those from the transposing
     kernel's copies, eager and compiled (on CUDA: the Triton kernels, launched by Inductor when compiled)."""
-    from tests.trainer.fp8.test_rotary_cast import tables
+    from tests.trainer.test_rotary import tables
 
     torch.manual_seed(0)
     kernel = dataclasses.replace(RECIPE, transpose_kernel=True)

@@ -1,7 +1,7 @@
-"""The QKV gradient of delayed FP8 scaling written by RoPE's backward kernel: the tensor-code gradient equals
-autograd's through the model's rotary split, the op is delayed scaling's cast of it, its Triton kernel
-(Triton's interpreter on the CPU, compiled on CUDA) matches the tensor code on awkward shapes and layouts, and
-``qkv.rotary_heads`` trains as ``rotary_heads(qkv(x))`` does, eager and compiled."""
+"""The QKV gradient of delayed FP8 scaling written by RoPE's backward kernel: the op is delayed scaling's cast of
+the tensor-code gradient, the kernel in its casting form (Triton's interpreter on the CPU, compiled on CUDA)
+matches the tensor code on awkward shapes and layouts, and ``qkv.rotary_heads`` trains as
+``rotary_heads(qkv(x))`` does, eager and compiled."""
 
 from __future__ import annotations
 
@@ -14,29 +14,11 @@ import torch
 from tests.trainer.fp8.test_delayed import GEMM, assert_close_but_for_fp8_steps, scales
 from tests.trainer.triton_support import INTERPRETER_AND_CUDA, ON_CUDA, run_kernel_check
 from trainer.fp8.delayed import amax_of, cast_with_scale
-from trainer.fp8.rotary_cast import qkv_gradient, rotary_backward_cast
-from trainer.layers import ColumnParallelLinear, RotaryEmbedding, rotary_heads
+from tests.trainer.test_rotary import tables
+from trainer.fp8.rotary_cast import rotary_backward_cast
+from trainer.layers import ColumnParallelLinear
 from trainer.parallel_state import ParallelState
-
-
-def tables(batch: int, size: int, head_dim: int, dtype: torch.dtype, device: str = "cpu"):
-    """RoPE's cos and sin [B, S, 1, head_dim] as the model computes them, at shuffled positions."""
-    rope = RotaryEmbedding(head_dim, 10000.0, 4 * size).to(device)
-    rope.reset_parameters()
-    positions = torch.stack([torch.randperm(4 * size, device=device)[:size] for _ in range(batch)])
-    return rope(positions, dtype)
-
-
-@pytest.mark.parametrize("shape", [(2, 2, 16), (3, 1, 8), (1, 4, 24)])
-def test_the_tensor_code_gradient_is_autograds_through_the_rotary_split(shape):
-    groups, per_group, head_dim = shape
-    torch.manual_seed(0)
-    qkv = torch.randn(2, 5, groups * (per_group + 2) * head_dim, dtype=torch.float64, requires_grad=True)
-    rotary = tables(2, 5, head_dim, torch.float64)
-    heads = rotary_heads(qkv, rotary, shape)
-    grads = [torch.randn_like(h) for h in heads]
-    torch.autograd.backward(heads, grads)
-    torch.testing.assert_close(qkv_gradient(*grads, *rotary, shape), qkv.grad.view(10, -1))
+from trainer.rotary import qkv_gradient, rotary_heads
 
 
 @pytest.mark.parametrize("dtype", [torch.float8_e5m2, torch.float8_e4m3fn])
@@ -55,12 +37,13 @@ def test_the_op_is_delayed_scalings_cast_of_the_rounded_gradient(dtype):
 KERNEL_CHECK = textwrap.dedent("""
     import itertools
     import torch
-    from tests.trainer.fp8.test_rotary_cast import tables
+    from tests.trainer.test_rotary import tables
     from tests.trainer.triton_support import assert_cast_matches
-    from trainer.fp8 import rotary_cast
-    from trainer.fp8.rotary_cast import Tiling, rotary_cast_reference, triton_rotary_cast
-    launch = triton_rotary_cast()
-    defaults = dict(rotary_cast.TILING)
+    from trainer import rotary
+    from trainer.fp8.rotary_cast import rotary_cast_reference
+    from trainer.rotary import Tiling, triton_rotary_backward
+    launch = triton_rotary_backward()
+    defaults = {mode: rotary.TILING[mode] for mode in ("cast", "transposed")}
     torch.manual_seed(0)
     # NOTE: Triton's interpreter converts to FP8 wrongly (e5m2: 120 -> 64): there the cast targets bf16 (the
     # scaling, saturation, amax and layout are the same code), on CUDA the FP8 formats
@@ -79,14 +62,14 @@ KERNEL_CHECK = textwrap.dedent("""
         # NOTE: the default launch shapes, and programs of more tokens than some shapes have (masked tokens)
         masking = dict.fromkeys(defaults, Tiling(tokens=128, warps=4))
         for (dtype, scale), tilings in itertools.product(targets, (defaults, masking)):
-            rotary_cast.TILING.update(tilings)
+            rotary.TILING.update(tilings)
             scale = torch.tensor(scale, device=DEVICE)
-            got, amax = launch(dq, dk, dv, cos, sin, scale, dtype, shape)
+            got, amax = launch(dq, dk, dv, cos, sin, shape, scale, dtype)
             # NOTE: the kernel's rotation fuses multiply-adds the tensor code rounds twice: not always the same bytes
-            assert_cast_matches(got, amax, *rotary_cast_reference(dq, dk, dv, cos, sin, scale, dtype, shape), dtype,
+            assert_cast_matches(got, amax, *rotary_cast_reference(dq, dk, dv, cos, sin, shape, scale, dtype), dtype,
                                 DEVICE, same_bytes=False)
             # the same kernels also writing the transposed copy: the same bytes, and their transpose
-            same, transposed, same_amax = launch(dq, dk, dv, cos, sin, scale, dtype, shape, transposed=True)
+            same, transposed, same_amax = launch(dq, dk, dv, cos, sin, shape, scale, dtype, transposed=True)
             assert torch.equal(same.view(torch.uint8), got.view(torch.uint8)) and torch.equal(same_amax, amax)
             assert transposed.shape == got.shape[::-1] and transposed.is_contiguous()
             assert torch.equal(transposed.float(), got.float().t())  # NOTE: FP8 to fp32 is exact
