@@ -11,7 +11,7 @@ ratios against SDPA, measured side by side in this one run; and for each TE vari
 (‖got − want‖ / ‖want‖) of its output and of the three input gradients against SDPA's bf16 results.
 
 NOTE: Transformer Engine is imported before anything loads torch's cuDNN: the other way round its import fails
-on the H200 image (trainer/run.py says so too).
+on the H200 image (trainer/run.py says so too). Both attentions then run the cuDNN TE's kit loaded (9.14).
 """
 
 from __future__ import annotations
@@ -76,7 +76,9 @@ def main() -> None:
     inputs = [torch.randn(shape, **bf16).requires_grad_() for _ in range(3)]
     grad = torch.randn(BATCH, SEQ, HEADS * HEAD_DIM, **bf16)
     flops = 4 * BATCH * HEADS * SEQ * SEQ * HEAD_DIM / 2 * 3.5  # causal; backward 2.5x the forward
-    print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, TE {te.__version__}")
+    # NOTE: no torch.backends.cudnn.version(): with TE's cuDNN loaded first it raises (torch built against 9.19,
+    # TE's kit brings 9.14 on the H200); NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2 makes TE log its backend and cuDNN version
+    print(f"torch {torch.__version__}")
     want = forward_backward(sdpa, inputs, grad)
     variants = {"torch SDPA cuDNN bf16": sdpa, "TE DotProductAttention bf16": te_attention(False),
                 "TE DotProductAttention FP8 (fp8_dpa)": te_attention(True)}
