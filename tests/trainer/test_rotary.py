@@ -22,6 +22,19 @@ def tables(batch: int, size: int, head_dim: int, dtype: torch.dtype, device: str
     return rope(positions, dtype)
 
 
+def kernel_cases(device: str):
+    """``(shape, dq, dk, dv, cos, sin)`` in the layouts the kernel meets, bf16 on ``device``: ``dq`` and ``dv`` as
+    views of one ``[B, S, groups, heads + 2, head_dim]`` tensor (``dv`` a strided slice, as the model's v), ``dk``
+    heads outermost; the shapes with a partial token tile, a half of 12 (masked columns), and the 1.3b preset's
+    head layout with more tokens than one tile."""
+    for batch, size, groups, per_group, head_dim in [(2, 5, 2, 2, 16), (1, 70, 3, 1, 24), (2, 96, 4, 1, 128)]:
+        qkv = torch.randn(batch, size, groups, per_group + 2, head_dim, device=device).bfloat16()
+        dq = qkv[:, :, :, :per_group].reshape(batch, size, groups * per_group, head_dim)
+        dk = qkv[:, :, :, per_group].transpose(1, 2).contiguous().transpose(1, 2)
+        yield ((groups, per_group, head_dim), dq, dk, qkv[:, :, :, per_group + 1],
+               *tables(batch, size, head_dim, torch.bfloat16, device))
+
+
 @pytest.mark.parametrize("shape", [(2, 2, 16), (3, 1, 8), (1, 4, 24)])
 def test_the_tensor_code_gradient_is_autograds_through_the_rotary_split(shape):
     groups, per_group, head_dim = shape
@@ -62,21 +75,14 @@ def test_rotary_heads_trains_as_its_formula_eager_and_compiled(device, dtype):
 
 KERNEL_CHECK = textwrap.dedent("""
     import torch
-    from tests.trainer.test_rotary import tables
+    from tests.trainer.test_rotary import kernel_cases
     from trainer import rotary
     from trainer.rotary import Tiling, qkv_gradient, triton_rotary_backward
     launch = triton_rotary_backward()
     default = rotary.TILING["plain"]
     torch.manual_seed(0)
-    # (batch, sequence, groups, query heads per group, head size): a partial token tile, a half of 12 (masked
-    # columns), the 1.3b preset's head layout with more tokens than one tile
-    for batch, size, groups, per_group, head_dim in [(2, 5, 2, 2, 16), (1, 70, 3, 1, 24), (2, 96, 4, 1, 128)]:
-        shape = (groups, per_group, head_dim)
-        qkv = torch.randn(batch, size, groups, per_group + 2, head_dim, device=DEVICE).bfloat16()
-        dq = qkv[:, :, :, :per_group].reshape(batch, size, groups * per_group, head_dim)
-        dk = qkv[:, :, :, per_group].transpose(1, 2).contiguous().transpose(1, 2)  # heads outermost
-        dv = qkv[:, :, :, per_group + 1]  # a strided slice, as the model's v
-        cos, sin = tables(batch, size, head_dim, torch.bfloat16, DEVICE)
+    for shape, dq, dk, dv, cos, sin in kernel_cases(DEVICE):
+        head_dim = shape[2]
         want = qkv_gradient(dq, dk, dv, cos, sin, shape)
         # NOTE: the default launch shape, and programs of more tokens than some shapes have (masked tokens)
         for tiling in (default, Tiling(tokens=128, warps=4)):

@@ -37,7 +37,7 @@ def test_the_op_is_delayed_scalings_cast_of_the_rounded_gradient(dtype):
 KERNEL_CHECK = textwrap.dedent("""
     import itertools
     import torch
-    from tests.trainer.test_rotary import tables
+    from tests.trainer.test_rotary import kernel_cases
     from tests.trainer.triton_support import assert_cast_matches
     from trainer import rotary
     from trainer.fp8.rotary_cast import rotary_cast_reference
@@ -49,16 +49,8 @@ KERNEL_CHECK = textwrap.dedent("""
     # scaling, saturation, amax and layout are the same code), on CUDA the FP8 formats
     targets = [(torch.bfloat16, 2.0 ** 120)] if DEVICE == "cpu" else [(torch.float8_e5m2, 2.0 ** 10),
                                                                       (torch.float8_e4m3fn, 30.0)]
-    # (batch, sequence, groups, query heads per group, head size): a partial token tile, a half of 12 (masked
-    # columns), the 1.3b preset's head layout with more tokens than one tile
-    for batch, size, groups, per_group, head_dim in [(2, 5, 2, 2, 16), (1, 70, 3, 1, 24), (2, 96, 4, 1, 128)]:
-        shape = (groups, per_group, head_dim)
-        qkv = torch.randn(batch, size, groups, per_group + 2, head_dim, device=DEVICE).bfloat16()
-        dq = qkv[:, :, :, :per_group].reshape(batch, size, groups * per_group, head_dim)
-        dk = qkv[:, :, :, per_group].transpose(1, 2).contiguous().transpose(1, 2)  # heads outermost
-        dv = qkv[:, :, :, per_group + 1]  # a strided slice, as the model's v
+    for shape, dq, dk, dv, cos, sin in kernel_cases(DEVICE):
         dv[-1, -1, -1, -1] = 3e4  # one saturating element
-        cos, sin = tables(batch, size, head_dim, torch.bfloat16, DEVICE)
         # NOTE: the default launch shapes, and programs of more tokens than some shapes have (masked tokens)
         masking = dict.fromkeys(defaults, Tiling(tokens=128, warps=4))
         for (dtype, scale), tilings in itertools.product(targets, (defaults, masking)):
