@@ -185,7 +185,7 @@ class FP8Config:
         "kernel: by a separate tiled Triton kernel (trainer/fp8/transpose.py; 1.8% more tokens/s than fused on an "
         "H200, ~15% more peak memory: the forward keeps the transposed input); producers: as kernel, but under "
         "delayed scaling the SwiGLU and RoPE backward kernels write the transposed copies of the fc1 and QKV output "
-        "gradients themselves (no transposing pass over them; 0.3% more tokens/s than kernel on an H200); fused: "
+        "gradients themselves (no transposing pass over them; 0.3–1.1% more tokens/s than kernel on an H200); fused: "
         "by torch.compile inside the kernel producing the tensor.", "--fp8-transpose")
     fp8_min_dim: int = knob(512, "GEMMs with an input or output width below this stay bf16 (the casts would cost "
                             "more than the FP8 GEMM saves); widths not divisible by 16 always do.", "--fp8-min-dim")
