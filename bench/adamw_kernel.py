@@ -103,9 +103,10 @@ def main() -> None:
         results[label] = median_ms(ours.step, args.repeats)
     # FP8 delayed scaling's runs: the kernel also raises each block GEMM weight's amax (one atomic max a program)
     ours.kernel = adamw_kernel.update
-    blocks = params[1:-2]  # NOTE: the embedding, the final norm and the output layer stay bf16
-    amaxes = torch.zeros(len(blocks), device="cuda")
-    ours.record_weight_amaxes({param: amaxes[index] for index, param in enumerate(blocks) if param.dim() == 2})
+    # NOTE: the block matrices: the embedding and the output layer stay bf16, norms are vectors
+    matrices = [param for param in params[1:-2] if param.dim() == 2]
+    amaxes = torch.zeros(len(matrices), device="cuda")
+    ours.record_weight_amaxes(dict(zip(matrices, amaxes)))
     results["ours (default) recording weight amaxes"] = median_ms(ours.step, args.repeats)
     del ours, params
 

@@ -168,10 +168,10 @@ def main() -> None:
         copy_us = copy_microseconds(moved)
         print(f"{kind}: {moved / 1e6:.0f} MB moved; a copy of as many bytes: {copy_us:.1f} µs "
               f"({moved / copy_us / 1e6:.2f} TB/s)")
-        cast = (scale, torch.float8_e5m2) if kind == "rotary" else ()
+        cast_args = (scale, torch.float8_e5m2) if kind == "rotary" else ()
         for name, grads in layouts.items() if kind == "rotary" else [("cudnn", layouts["cudnn"])]:
-            call = functools.partial(launch, *grads, cos, sin, head_shape, *cast)
-            results += sweep(f"{kind} {name}", rotary.TILING, "cast" if cast else "plain", shapes, call,
+            call = functools.partial(launch, *grads, cos, sin, head_shape, *cast_args)
+            results += sweep(f"{kind} {name}", rotary.TILING, "cast" if cast_args else "plain", shapes, call,
                              ("rotary_backward",), moved, copy_us)
     cast = functools.partial(launch, *layouts["cudnn"], cos, sin, head_shape, scale, torch.float8_e5m2)
     if "transposed" in only:
