@@ -5,7 +5,7 @@ the gradient of that copy: ~12 bytes per logit, 6.4 GB at 16k tokens × 32k voca
 Llama-3's 128k. Here the tokens go through in chunks: each chunk's logits are computed, turned into
 its loss and, when a gradient is wanted, straight into the gradients of the hidden states and of the
 output weight (``softmax − one-hot`` never outlives its chunk). The backward pass only scales what the
-forward pass stored. The GEMMs are the same three as the plain path's, so the speed is too.
+forward pass stored, in place. The GEMMs are the same three as the plain path's, so the speed is too.
 
 NOTE: a single tensor-parallel shard of the vocabulary is assumed (``tp_size == 1``); the
 vocabulary-parallel loss needs the max and sum of every shard's logits first.
@@ -48,9 +48,12 @@ def chunk_loss_and_grad(logits: torch.Tensor, labels: torch.Tensor, mask: torch.
 
 
 def accumulate_product(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """``total += a @ b``; on CUDA the GEMM adds its fp32 accumulator straight into an fp32 ``total``
-    (no product in ``a``'s dtype, no separate add kernel)."""
-    if total.is_cuda and total.dtype == torch.float32 and a.dtype != torch.float32:
+    """``total += a @ b`` as one GEMM that adds its fp32 accumulator into ``total`` (no product tensor, no
+    add kernel: ~90 µs a chunk of the 1.3b preset's bf16 output-layer gradient on an H200) where it can:
+    same dtypes, or on CUDA an fp32 ``total`` and bf16 ``a``, ``b``."""
+    if total.dtype == a.dtype:
+        total.addmm_(a, b)
+    elif total.is_cuda and total.dtype == torch.float32:
         torch.addmm(total, a, b, out_dtype=torch.float32, out=total)
     else:
         total += a @ b
@@ -78,14 +81,20 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                     grad_hidden[start:start + rows] = grad @ w
                 if want_weight:
                     accumulate_product(grad_weight, grad.t(), h)
-        ctx.save_for_backward(grad_hidden, grad_weight)
+        # NOTE: on ctx, not save_for_backward: backward drops them, so the weight's gradient it scales in place
+        # is taken as the parameter's .grad with no copy (no other reference is left)
+        ctx.grads = [grad_hidden, grad_weight]
         return total
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, grad_total: torch.Tensor):
-        grad_hidden, grad_weight = ctx.saved_tensors
-        scaled = [None if g is None else g * grad_total.to(g.dtype) for g in (grad_hidden, grad_weight)]
-        return scaled[0], scaled[1], None, None, None, None
+        grads, ctx.grads = ctx.grads, None
+        for grad in grads:
+            if grad is not None:  # NOTE: a one-tensor foreach op reads the 0-d factor on the device and moves 16
+                # bytes at a time; ``grad * grad_total`` went element by element (~2.5x longer on an H200)
+                torch._foreach_mul_([grad], grad_total.to(grad.dtype))
+        return grads[0], grads[1], None, None, None, None
 
 
 def fused_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor,
