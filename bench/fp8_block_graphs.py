@@ -103,13 +103,13 @@ def main() -> None:
     x = torch.randn(2, args.seq_length, args.hidden_size, dtype=torch.bfloat16, requires_grad=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         rotary = RotaryEmbedding(config.head_dim, 10_000.0, args.seq_length)(positions, torch.bfloat16)
-        out = torch.compile(layer, backend=backend)(x, rotary, None)
-    out.float().square().mean().backward()
+        residual, branch = torch.compile(layer, backend=backend)(x, torch.zeros_like(x), rotary, None)
+    (residual + branch).float().square().mean().backward()
 
     print(f"block d={args.hidden_size} ffn={args.ffn_hidden_size} seq={args.seq_length}, scaled_mm {args.recipe}, "
           "bf16 weights")
     print("saved for the backward pass:")
-    for line in saved_tensors(graphs["forward"].graph, user_outputs=1):
+    for line in saved_tensors(graphs["forward"].graph, user_outputs=2):
         print(f"  {line}")
     forward, backward = op_families(graphs["forward"].graph), op_families(graphs["backward"].graph)
     print(f"\n{'op family':20} {'forward':>8} {'backward':>9}")

@@ -4,7 +4,8 @@
 Per block rather than the whole model: one graph compiled once serves every layer (the layers share
 code and shapes), compile time stays that of one block, and the embedding, the output GEMMs and the
 optimizer stay eager. Inside a block Inductor fuses RMSNorm, RoPE, SwiGLU, the residual adds and the
-FP8 scaling/casts around the GEMMs. The fused loss's softmax step (``trainer.cross_entropy``) compiles
+FP8 scaling/casts around the GEMMs. The final norm compiles too, with the last block's residual add: eager,
+its fp32 steps were ~1 ms a step of the 1.3b preset on an H200 (ten kernels), compiled ~0.15. The fused loss's softmax step (``trainer.cross_entropy``) compiles
 into one reduction and one pass writing the gradient of the logits. ``nn.Module.compile`` keeps
 parameter names, so checkpoints of a compiled run load into an eager one and back.
 
@@ -76,11 +77,13 @@ def should_compile(mode: str, device: torch.device, why_eager: str | None) -> bo
 
 
 def compile_model(model: GPT) -> None:
-    """Compile every block of ``model`` in place (their state-dict keys are unchanged) and its fused loss's
-    per-chunk step, with the compile caches keyed on our Triton ops' sources too (:func:`tag_caches`)."""
+    """Compile every block of ``model`` and its final norm in place (their state-dict keys are unchanged) and
+    its fused loss's per-chunk step, with the compile caches keyed on our Triton ops' sources too
+    (:func:`tag_caches`)."""
     tag_caches()
-    for layer in model.layers:
-        layer.compile(options=INDUCTOR_OPTIONS)
+    for module in [*model.layers, model.final_norm]:
+        if module is not None:
+            module.compile(options=INDUCTOR_OPTIONS)
     model.chunk_loss = compile_chunk_loss()
 
 

@@ -180,8 +180,12 @@ class RMSNorm(nn.Module):
         """Weight of ones."""
         nn.init.ones_(self.weight)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x`` normalised and scaled in fp32, returned in ``x``'s dtype (one rounding)."""
+    def forward(self, x: torch.Tensor, addend: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` (plus ``addend``: the final norm takes the last block's MLP output still to be added, so that
+        compiled, the add and the norm are one kernel) normalised and scaled in fp32, returned in the dtype of
+        ``x`` (one rounding)."""
+        if addend is not None:
+            x = x + addend
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)  # fused kernel where torch has one
         return (normed * self.weight).to(x.dtype)
 

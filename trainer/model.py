@@ -82,7 +82,12 @@ class SwiGLU(nn.Module):
 
 
 class TransformerLayer(nn.Module):
-    """Pre-norm block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``."""
+    """Pre-norm block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))`` — with that last add left to the
+    next block (or the final norm), which takes ``(residual, branch)`` and adds them before its first norm.
+
+    NOTE: the block-end add as a kernel of its own read two hidden-state tensors and wrote one (60 µs a layer
+    of the 1.3b preset on an H200); added in the next compiled block it fuses into that block's first norm
+    kernel, as the mid-block add fuses into the second norm (bench/train_h200.md, fourteenth run)."""
 
     def __init__(self, config: ModelConfig, parallel: ParallelState, attention: AttentionBackend,
                  gemm: LocalGemm) -> None:
@@ -92,10 +97,13 @@ class TransformerLayer(nn.Module):
         self.mlp_norm = RMSNorm(config.hidden_size, config.norm_epsilon)
         self.mlp = SwiGLU(config, parallel, gemm)
 
-    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
-                cu_seqlens: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, residual: torch.Tensor, branch: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
+                cu_seqlens: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The block's input is ``residual + branch`` (the previous block's residual stream and MLP output);
+        returns this block's residual stream and MLP output, still to be added."""
+        x = residual + branch
         x = x + self.attn(self.attn_norm(x), rotary, cu_seqlens)
-        return x + self.mlp(self.mlp_norm(x))
+        return x, self.mlp(self.mlp_norm(x))
 
 
 @dataclass(frozen=True)
@@ -167,13 +175,16 @@ class GPT(nn.Module):
         kind = position_ids.device.type
         dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else torch.float32
         x = self.embedding(inputs).to(residual_dtype(self.config, dtype)) if self.embedding is not None else inputs
+        # NOTE: zeros, not None, as the first block's branch, and needing a gradient as the later blocks' branch does
+        # (Dynamo guards on both): every block then runs the same compiled graph, compiled once
+        branch = torch.zeros_like(x, requires_grad=torch.is_grad_enabled())
         rotary = self.rope(position_ids, dtype)
         for layer in self.layers:
             if self.recompute and torch.is_grad_enabled():
-                x = checkpoint(layer, x, rotary, cu_seqlens, use_reentrant=False)
+                x, branch = checkpoint(layer, x, branch, rotary, cu_seqlens, use_reentrant=False)
             else:
-                x = layer(x, rotary, cu_seqlens)
-        return self.final_norm(x) if self.final_norm is not None else x
+                x, branch = layer(x, branch, rotary, cu_seqlens)
+        return self.final_norm(x, branch) if self.final_norm is not None else x + branch
 
     def forward(self, inputs: torch.Tensor, position_ids: torch.Tensor,
                 cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:

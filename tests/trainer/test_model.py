@@ -165,7 +165,7 @@ def test_residual_stream_is_in_the_compute_dtype_unless_fp32_is_asked():
     for fp32_residual in (False, True):
         model = tiny(fp32_residual_connection=fp32_residual)
         dtypes = []
-        model.layers[0].register_forward_hook(lambda module, args, out: dtypes.append((args[0].dtype, out.dtype)))
+        model.layers[0].register_forward_hook(lambda module, args, out: dtypes.append((args[0].dtype, out[0].dtype)))
         with torch.autocast("cpu", dtype=torch.bfloat16):
             seen[fp32_residual] = model.hidden_states(tokens, positions(2)).float()
         residual = torch.float32 if fp32_residual else torch.bfloat16
