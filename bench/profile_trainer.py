@@ -30,8 +30,10 @@ from bench.train_h200 import SPEED_SHAPE, parse_run, train, write_blend  # noqa:
 
 #: Substrings of kernel names → family, first match wins (FP8 GEMMs: cuBLAS's ``nvjet_…_q…`` kernels; our
 #: hand-written Triton kernels by their names: RoPE's backward, casting or not, is ``rotary_backward_kernel``,
-#: under ``triton`` since session 12 — before, the casting one was ``fp8 casts``).
-FAMILIES = (("attention", ("cudnn", "fmha", "flash", "sdpa")), ("optimizer", ("multi_tensor", "adam")),
+#: under ``triton`` since session 12 — before, the casting one was ``fp8 casts``; the gradient norm's
+#: ``sum_of_squares_kernel`` under ``optimizer`` since session 13, as torch's ``multi_tensor`` norms it replaced).
+FAMILIES = (("attention", ("cudnn", "fmha", "flash", "sdpa")),
+            ("optimizer", ("multi_tensor", "adam", "sum_of_squares")),
             ("gemm", ("nvjet", "gemm", "xmma", "cutlass", "cublas")),
             ("fp8 casts (triton)", ("scaled_mm",)), ("fp8 transposes", ("fp8_transpose",)),
             ("triton", ("triton", "swiglu", "rotary")), ("reduce", ("reduce",)))

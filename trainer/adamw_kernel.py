@@ -23,15 +23,13 @@ import triton
 import triton.language as tl
 
 from trainer.adamw import Work
+from trainer.multi_tensor import TRITON_DTYPES, aligned, at, program_table
 
 #: Elements per loop iteration, iterations per program, warps per program: ``bench/adamw_kernel.py`` sweeps
 #: them on the GPU (an iteration's block sits in registers: larger ones lower the occupancy).
 BLOCK = 2048
 BLOCKS_PER_PROGRAM = 8
 NUM_WARPS = 8
-
-#: Byte alignment every address of an aligned launch has (lets Triton load 16 bytes at a time).
-ALIGNMENT = 16
 
 
 @triton.jit
@@ -42,18 +40,6 @@ def _hash32(x):
     x = x ^ (x >> 16)
     x = x * 0x5BD1E995
     return x ^ (x >> 15)
-
-
-@triton.jit
-def _at(base, start, ALIGNED: tl.constexpr):
-    """``base + start`` with the 16-byte alignment hint of an aligned launch.
-
-    NOTE: the hint goes on the pointer itself, after the offset: hinted on the integer address, or with the
-    offset added per lane, Triton 3.5 loses it and loads 2 bytes at a time (SASS: ``LDG.E.U16``)."""
-    pointer = base + start
-    if ALIGNED:
-        pointer = tl.multiple_of(pointer, 16)
-    return pointer
 
 
 @triton.jit
@@ -99,8 +85,8 @@ def adamw_update_kernel(table_ptr, chunks_ptr, hyper_ptr, grad_scale_ptr, found_
     largest = tl.zeros([BLOCK], dtype=tl.float32)
     for index in range(BLOCKS_PER_PROGRAM):
         start = (chunk * BLOCKS_PER_PROGRAM + index) * BLOCK
-        param_ptr, grad_ptr = _at(param_base, start, ALIGNED), _at(grad_base, start, ALIGNED)
-        exp_avg_ptr, exp_avg_sq_ptr = _at(exp_avg_base, start, ALIGNED), _at(exp_avg_sq_base, start, ALIGNED)
+        param_ptr, grad_ptr = at(param_base, start, ALIGNED), at(grad_base, start, ALIGNED)
+        exp_avg_ptr, exp_avg_sq_ptr = at(exp_avg_base, start, ALIGNED), at(exp_avg_sq_base, start, ALIGNED)
         remaining = count - start
         if ALIGNED:  # a multiple of 16 elements: the mask is constant over each 16-byte vector
             remaining = tl.multiple_of(remaining, 16)
@@ -132,31 +118,13 @@ def adamw_update_kernel(table_ptr, chunks_ptr, hyper_ptr, grad_scale_ptr, found_
 
 
 def _signature(work: Work) -> tuple:
-    """What one launch needs alike: the dtypes, and whether every address is 16-byte aligned and the element
-    count a multiple of 16 (then loads and stores move 16 bytes at a time)."""
+    """What one launch needs alike: the dtypes, and whether it is :func:`~trainer.multi_tensor.aligned`."""
     tensors = (work.param, work.grad, work.exp_avg, work.exp_avg_sq)
-    aligned = all(t.data_ptr() % ALIGNMENT == 0 for t in tensors) and work.param.numel() % ALIGNMENT == 0
-    return (*(t.dtype for t in tensors), aligned)
+    return (*(t.dtype for t in tensors), aligned(tensors))
 
-
-_TRITON_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16}
 
 #: Entries of a tensor's row of the launch table.
 ROW = 7
-
-#: Chunk tables by (device, element counts, chunk size): the parameters' sizes do not change between steps.
-_CHUNKS: dict[tuple, torch.Tensor] = {}
-
-
-def _chunks(numels: tuple[int, ...], device: torch.device, size: int) -> torch.Tensor:
-    """``[tensor index, chunk index]`` of every program (int32, flattened), built once per set of sizes."""
-    if (device, numels, size) not in _CHUNKS:
-        counts = torch.tensor([triton.cdiv(n, size) for n in numels], device=device)
-        tensor = torch.repeat_interleave(torch.arange(len(numels), device=device), counts)
-        first_chunk = torch.cumsum(counts, 0) - counts
-        index = torch.arange(tensor.numel(), device=device) - first_chunk[tensor]
-        _CHUNKS[(device, numels, size)] = torch.stack([tensor, index], dim=1).to(torch.int32).reshape(-1)
-    return _CHUNKS[(device, numels, size)]
 
 
 def update(works: list[Work], grad_scale: torch.Tensor | None, found_inf: torch.Tensor | None, *,
@@ -175,12 +143,12 @@ def update(works: list[Work], grad_scale: torch.Tensor | None, found_inf: torch.
         hyper = torch.tensor([w.hyper for w in group], dtype=torch.float32)
         # NOTE: non-blocking from pageable memory is staged at once and waits for no queued GPU work
         table, hyper = table.to(device, non_blocking=True), hyper.to(device, non_blocking=True)
-        chunks = _chunks(tuple(w.param.numel() for w in group), device, block * blocks_per_program)
+        chunks = program_table(tuple(w.param.numel() for w in group), device, block * blocks_per_program)
         adamw_update_kernel[(chunks.numel() // 2,)](
             table, chunks, hyper, hyper if grad_scale is None else grad_scale,
             hyper if found_inf is None else found_inf, HAS_GRAD_SCALE=grad_scale is not None,
             HAS_FOUND_INF=found_inf is not None, HAS_AMAX=any(w.amax is not None for w in group),
-            ROW=ROW, PARAM_DTYPE=_TRITON_DTYPES[param_dtype],
-            GRAD_DTYPE=_TRITON_DTYPES[grad_dtype],
-            EXP_AVG_DTYPE=_TRITON_DTYPES[exp_avg_dtype], EXP_AVG_SQ_DTYPE=_TRITON_DTYPES[exp_avg_sq_dtype],
+            ROW=ROW, PARAM_DTYPE=TRITON_DTYPES[param_dtype],
+            GRAD_DTYPE=TRITON_DTYPES[grad_dtype],
+            EXP_AVG_DTYPE=TRITON_DTYPES[exp_avg_dtype], EXP_AVG_SQ_DTYPE=TRITON_DTYPES[exp_avg_sq_dtype],
             ALIGNED=aligned, BLOCK=block, BLOCKS_PER_PROGRAM=blocks_per_program, num_warps=num_warps)

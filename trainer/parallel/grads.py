@@ -32,8 +32,10 @@ the TP group; and the gradient norm counts them once.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -41,6 +43,8 @@ from torch import nn
 
 from trainer.config import ParallelConfig
 from trainer.parallel_state import ParallelState
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BUCKET = 40_000_000  # parameters; Megatron's default (at least 1M × DP)
 
@@ -81,6 +85,23 @@ def _owners(sizes: list[int], dp_size: int) -> list[int]:
     return owners
 
 
+def _foreach_sum_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Σ x² over every element of ``tensors`` (0-d fp32), from torch's per-tensor norms."""
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors)).float()).square()
+
+
+def _sum_of_squares_function(device: torch.device) -> Callable[[list[torch.Tensor]], torch.Tensor]:
+    """The gradient norm's sum of squares: one Triton launch on CUDA (:mod:`trainer.grad_norm_kernel`), torch's
+    per-tensor norms elsewhere or without Triton (logged)."""
+    if device.type == "cuda":
+        try:
+            from trainer.grad_norm_kernel import sum_of_squares
+            return sum_of_squares
+        except ImportError as error:
+            log.warning("the gradient norm runs as torch's per-tensor norms (a launch per ~21M elements): %s", error)
+    return _foreach_sum_of_squares
+
+
 class GradReducer:
     """Gradient buffers, their reduction over the DP group, the global norm, clipping and (ZeRO-1) the
     weight broadcast, for the parameters of this rank's model chunks."""
@@ -105,6 +126,7 @@ class GradReducer:
             for bucket, owner in zip(self.buckets, _owners(sizes, parallel.dp_size)):
                 bucket.owner = owner
         self._bucket_of = {id(p): bucket for bucket in self.buckets for p in bucket.params}
+        self._sum_of_squares = _sum_of_squares_function(parallel.device)
         self._next = 0
         if self.overlap_grad or self.main_grads:
             for param, _ in params:
@@ -214,8 +236,7 @@ class GradReducer:
         the device (read without waiting: clipping happens inside the optimizer step,
         :func:`trainer.optim.clipped_step`)."""
         counted = [grad for bucket in self.buckets if self._counted(bucket) for grad in self._grads(bucket)]
-        norms = torch._foreach_norm(counted) if counted else [torch.zeros((), device=self.parallel.device)]
-        square = torch.linalg.vector_norm(torch.stack(norms).float()).square()
+        square = self._sum_of_squares(counted) if counted else torch.zeros((), device=self.parallel.device)
         if self.parallel.world_size > 1:
             dist.all_reduce(square)
         return square.sqrt()
