@@ -66,6 +66,20 @@ def per_call_microseconds(call: Callable[[], object], calls: int = 20, rounds: i
     return median_ms(lambda: [call() for _ in range(calls)], rounds) / calls * 1000
 
 
+def launch_shapes(default: tuple[int, int, int], sweep: str) -> dict[str, tuple[int, int, int]]:
+    """Labelled launch shapes (BLOCK, blocks a program, warps) of a one-launch kernel: ``default`` first, then each
+    ``BLOCKxBLOCKS_PER_PROGRAMxWARPS`` entry of the comma-separated ``sweep``."""
+    shapes = {"ours {}x{}x{} (default)".format(*default): default}
+    shapes.update({f"ours {entry}": tuple(int(n) for n in entry.split("x")) for entry in sweep.split(",") if entry})
+    return shapes
+
+
+def write_results(name: str, results: dict[str, float]) -> None:
+    """Every number of a bench into ``$OUT/<name>.json``, when ``$OUT`` is set."""
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], f"{name}.json").write_text(json.dumps(results, indent=1))
+
+
 def bf16_parameters(shapes: list[tuple[int, ...]]) -> list[torch.nn.Parameter]:
     """bf16 parameters of ``shapes`` on the GPU with random bf16 gradients."""
     params = []
@@ -95,9 +109,7 @@ def main() -> None:
     ours.grad_scale = torch.ones((), device="cuda")
     ours.found_inf = torch.zeros((), device="cuda")
     default = (adamw_kernel.BLOCK, adamw_kernel.BLOCKS_PER_PROGRAM, adamw_kernel.NUM_WARPS)
-    launches = {"ours {}x{}x{} (default)".format(*default): default}
-    launches.update({f"ours {entry}": tuple(int(n) for n in entry.split("x")) for entry in args.sweep.split(",") if entry})
-    for label, (block, per_program, warps) in launches.items():
+    for label, (block, per_program, warps) in launch_shapes(default, args.sweep).items():
         ours.kernel = functools.partial(adamw_kernel.update, block=block, blocks_per_program=per_program,
                                         num_warps=warps)
         results[label] = median_ms(ours.step, args.repeats)
@@ -127,8 +139,7 @@ def main() -> None:
     torch_ms, copy_ms = results["torch fused AdamW (round to nearest)"], results["device copy of the same bytes"]
     print(f"ours default / torch fused: {torch_ms / results[default_label]:.2f}x faster; best launch {best!r}: "
           f"{torch_ms / results[best]:.2f}x; default at {copy_ms / results[default_label]:.0%} of the copy's bandwidth")
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "adamw_kernel.json").write_text(json.dumps(results, indent=1))
+    write_results("adamw_kernel", results)
 
 
 if __name__ == "__main__":

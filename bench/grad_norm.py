@@ -14,17 +14,16 @@ and ours against torch's, measured side by side in this one run, and each sum's 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.adamw_kernel import bf16_parameters, median_ms, parameter_shapes, per_call_microseconds  # noqa: E402
+from bench.adamw_kernel import (bf16_parameters, launch_shapes, median_ms, parameter_shapes,  # noqa: E402
+                                per_call_microseconds, write_results)
 from trainer import grad_norm_kernel  # noqa: E402
-from trainer.parallel.grads import _foreach_sum_of_squares  # noqa: E402
+from trainer.parallel.grads import foreach_sum_of_squares  # noqa: E402
 from trainer.presets import PRESETS  # noqa: E402
 
 
@@ -40,18 +39,17 @@ def main() -> None:
     moved = 2 * count
     results: dict[str, float] = {}
     default = (grad_norm_kernel.BLOCK, grad_norm_kernel.BLOCKS_PER_PROGRAM, grad_norm_kernel.NUM_WARPS)
-    launches = {"ours {}x{}x{} (default)".format(*default): default}
-    launches.update({f"ours {entry}": tuple(int(n) for n in entry.split("x")) for entry in args.sweep.split(",") if entry})
+    launches = launch_shapes(default, args.sweep)
     exact = sum(grad.double().square().sum() for grad in grads)
     # NOTE: torch's bf16 norms are rounded to bf16 before they are squared and summed: ~1e-3 off
-    errors = {"torch _foreach_norm": abs(float(_foreach_sum_of_squares(grads)) / float(exact) - 1)}
+    errors = {"torch _foreach_norm": abs(float(foreach_sum_of_squares(grads)) / float(exact) - 1)}
     for label, (block, per_program, warps) in launches.items():
         got = grad_norm_kernel.sum_of_squares(grads, block=block, blocks_per_program=per_program, num_warps=warps)
         errors[label] = abs(float(got) / float(exact) - 1)
         assert errors[label] < 1e-5, (label, errors[label])
         results[label] = per_call_microseconds(lambda: grad_norm_kernel.sum_of_squares(
             grads, block=block, blocks_per_program=per_program, num_warps=warps)) / 1000
-    results["torch _foreach_norm"] = per_call_microseconds(lambda: _foreach_sum_of_squares(grads)) / 1000
+    results["torch _foreach_norm"] = per_call_microseconds(lambda: foreach_sum_of_squares(grads)) / 1000
     source = torch.empty(moved // 2, device="cuda", dtype=torch.uint8)
     target = torch.empty_like(source)
     results["device copy moving as many bytes"] = median_ms(lambda: target.copy_(source), 20)
@@ -65,8 +63,7 @@ def main() -> None:
     torch_ms = results["torch _foreach_norm"]
     print(f"ours default / torch _foreach_norm: {torch_ms / results[default_label]:.2f}x faster; best launch "
           f"{best!r}: {torch_ms / results[best]:.2f}x")
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "grad_norm.json").write_text(json.dumps(results, indent=1))
+    write_results("grad_norm", results)
 
 
 if __name__ == "__main__":

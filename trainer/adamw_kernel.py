@@ -135,7 +135,7 @@ def update(works: list[Work], grad_scale: torch.Tensor | None, found_inf: torch.
     launches: dict[tuple, list[Work]] = {}
     for work in works:
         launches.setdefault(_signature(work), []).append(work)
-    for (param_dtype, grad_dtype, exp_avg_dtype, exp_avg_sq_dtype, aligned), group in launches.items():
+    for (param_dtype, grad_dtype, exp_avg_dtype, exp_avg_sq_dtype, is_aligned), group in launches.items():
         device = group[0].param.device
         table = torch.tensor([[w.param.data_ptr(), w.grad.data_ptr(), w.exp_avg.data_ptr(), w.exp_avg_sq.data_ptr(),
                                w.param.numel(), w.key, 0 if w.amax is None else w.amax.data_ptr()] for w in group],
@@ -151,4 +151,4 @@ def update(works: list[Work], grad_scale: torch.Tensor | None, found_inf: torch.
             ROW=ROW, PARAM_DTYPE=TRITON_DTYPES[param_dtype],
             GRAD_DTYPE=TRITON_DTYPES[grad_dtype],
             EXP_AVG_DTYPE=TRITON_DTYPES[exp_avg_dtype], EXP_AVG_SQ_DTYPE=TRITON_DTYPES[exp_avg_sq_dtype],
-            ALIGNED=aligned, BLOCK=block, BLOCKS_PER_PROGRAM=blocks_per_program, num_warps=num_warps)
+            ALIGNED=is_aligned, BLOCK=block, BLOCKS_PER_PROGRAM=blocks_per_program, num_warps=num_warps)

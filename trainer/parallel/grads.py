@@ -85,7 +85,7 @@ def _owners(sizes: list[int], dp_size: int) -> list[int]:
     return owners
 
 
-def _foreach_sum_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
+def foreach_sum_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
     """Σ x² over every element of ``tensors`` (0-d fp32), from torch's per-tensor norms."""
     return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors)).float()).square()
 
@@ -99,7 +99,7 @@ def _sum_of_squares_function(device: torch.device) -> Callable[[list[torch.Tenso
             return sum_of_squares
         except ImportError as error:
             log.warning("the gradient norm runs as torch's per-tensor norms (a launch per ~21M elements): %s", error)
-    return _foreach_sum_of_squares
+    return foreach_sum_of_squares
 
 
 class GradReducer:
