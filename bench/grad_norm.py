@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.adamw_kernel import (bf16_parameters, launch_shapes, median_ms, parameter_shapes,  # noqa: E402
-                                per_call_microseconds, write_results)
+                                per_call_microseconds, warm_up, write_results)
 from trainer import grad_norm_kernel  # noqa: E402
 from trainer.parallel.grads import foreach_sum_of_squares  # noqa: E402
 from trainer.presets import PRESETS  # noqa: E402
@@ -34,6 +34,7 @@ def main() -> None:
     parser.add_argument("--sweep", default="2048x8x8,4096x4x8,4096x16x8,8192x8x16,2048x16x4",
                         help="launch shapes BLOCKxBLOCKS_PER_PROGRAMxWARPS to time besides the default ('' for none)")
     args = parser.parse_args()
+    warm_up()
     grads = [param.grad for param in bf16_parameters(parameter_shapes(args.preset, args.vocab_size))]
     count = sum(grad.numel() for grad in grads)
     moved = 2 * count

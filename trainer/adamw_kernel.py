@@ -82,7 +82,8 @@ def adamw_update_kernel(table_ptr, chunks_ptr, hyper_ptr, grad_scale_ptr, found_
     weight_decay, correction1, correction2_sqrt = tl.load(hyper + 4), tl.load(hyper + 5), tl.load(hyper + 6)
     grad_factor = tl.div_rn(1.0, tl.load(grad_scale_ptr)) if HAS_GRAD_SCALE else 1.0
     offsets = tl.arange(0, BLOCK)
-    largest = tl.zeros([BLOCK], dtype=tl.float32)
+    largest = 0.0  # NOTE: a scalar, each block's max folded in: a [BLOCK] vector took 79 registers, not 64, and the
+    # update 6-7% longer recording amaxes (bench/adamw_kernel.md, session 13)
     for index in range(BLOCKS_PER_PROGRAM):
         start = (chunk * BLOCKS_PER_PROGRAM + index) * BLOCK
         param_ptr, grad_ptr = at(param_base, start, ALIGNED), at(grad_base, start, ALIGNED)
@@ -108,13 +109,13 @@ def adamw_update_kernel(table_ptr, chunks_ptr, hyper_ptr, grad_scale_ptr, found_
         _store(exp_avg_ptr, offsets, mask, first, bits >> 16)
         _store(exp_avg_sq_ptr, offsets, mask, second, more_bits & 0xFFFF)
         if HAS_AMAX:
-            largest = tl.maximum(largest, tl.where(mask, tl.abs(weight), 0.0))
+            largest = tl.maximum(largest, tl.max(tl.abs(weight)))  # NOTE: masked lanes hold 0
     if HAS_AMAX:
         amax_address = tl.load(row + 6)
         if amax_address != 0:  # NOTE: relaxed: nothing in the kernel reads it (acq_rel, the default, fences every
             # program's stores first: on the H200 the update took 30% longer recording amaxes, 10% with relaxed —
             # bench/adamw_kernel.md, session 12)
-            tl.atomic_max(amax_address.to(tl.pointer_type(tl.float32)), tl.max(largest, axis=0), sem="relaxed")
+            tl.atomic_max(amax_address.to(tl.pointer_type(tl.float32)), largest, sem="relaxed")
 
 
 def _signature(work: Work) -> tuple:
