@@ -55,6 +55,9 @@ def test_a_compile_cache_file_serves_a_fresh_process_every_graph(tmp_path):
     graphs = [[tuple(map(int, found)) for found in re.findall(counts, log)]
               for log in logs]  # (from the cache, compiled) after the first step, then at the end
     assert "not there yet" in logs[0] and graphs[0][-1][0] == 0 and graphs[0][-1][1] > 0
+    # a block's forward and backward and the final norm's: every block runs one graph (the first one's zero
+    # branch needs a gradient as the others' does, or Dynamo compiles the whole block a second time)
+    assert graphs[0][-1] == (0, 4)
     assert "loaded" in logs[1] and graphs[1][-1] == (graphs[0][-1][1], 0)
     cache.write_bytes(b"not a cache")  # a damaged file costs the compilation it would have saved, nothing more
     result = run_cli("trainer", *flags, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor_third")})
