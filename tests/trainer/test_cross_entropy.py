@@ -54,6 +54,21 @@ def test_under_bf16_autocast_it_stays_close_to_the_plain_path(small_chunks):
     torch.testing.assert_close(fused, plain, rtol=1e-3, atol=1e-3)
 
 
+def test_bf16_weights_get_bf16_gradients_close_to_the_plain_path(small_chunks):
+    """--main-params-dtype bf16: the weight gradient accumulates chunk by chunk inside the GEMM, in bf16, and the
+    backward scales it in place; both gradients stay within bf16 rounding of the fp32 plain path's."""
+    hidden, weight, labels, mask = inputs(4)
+    plain = token_loss_sum(hidden @ weight.T, labels, mask)
+    (plain * 0.37).backward()
+    expected = (hidden.grad.clone(), weight.grad.clone())
+    hidden_bf16 = hidden.detach().bfloat16().requires_grad_()
+    weight_bf16 = weight.detach().bfloat16().requires_grad_()
+    (fused_loss_sum(hidden_bf16, weight_bf16, labels, mask) * 0.37).backward()
+    assert hidden_bf16.grad.dtype == weight_bf16.grad.dtype == torch.bfloat16
+    for got, want in zip((hidden_bf16.grad, weight_bf16.grad), expected):
+        torch.testing.assert_close(got.float(), want, rtol=0.05, atol=0.02 * want.abs().max().item())
+
+
 def test_the_compiled_chunk_step_equals_the_eager_one():
     """What --compile runs (one reduction + one gradient pass) against the eager expressions, bf16 logits."""
     generator = torch.Generator().manual_seed(3)
