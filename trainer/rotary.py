@@ -124,6 +124,7 @@ def triton_rotary_backward():
         import triton.language as tl
     except ImportError:
         return None
+    from trainer.fp8.scaling import fp8_max  # NOTE: here: trainer.fp8's package imports this module
 
     @triton.jit
     def rotary_backward_kernel(grad_ptr, cos_ptr, sin_ptr, out_ptr, scale_ptr, amax_ptr, tokens, seq_length,
@@ -193,7 +194,7 @@ def triton_rotary_backward():
                 grad, cos, sin, out, scale if cast else out, amax, tokens, size, grad.stride(0), grad.stride(1),
                 grad.stride(2), cos.stride(0), cos.stride(1), out.shape[1], heads_per_group,
                 # NOTE: the limit a constexpr: Inductor passes a float argument of a kernel it launches as fp64
-                group_width, slot, head_dim // 2, out_t, LIMIT=torch.finfo(dtype).max if cast else 0.0,
+                group_width, slot, head_dim // 2, out_t, LIMIT=fp8_max(dtype) if cast else 0.0,
                 HALF_BLOCK=triton.next_power_of_2(head_dim // 2), BLOCK=tiling.tokens, ROTATE=rotate, CAST=cast,
                 TRANSPOSED=transposed, num_warps=tiling.warps)
             if cast:
