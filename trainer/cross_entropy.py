@@ -13,9 +13,12 @@ vocabulary-parallel loss needs the max and sum of every shard's logits first.
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 import torch
+
+log = logging.getLogger(__name__)
 
 #: ``(logits, labels, mask, want_grad) -> (loss sum, d loss / d logits or None)`` of one chunk.
 ChunkLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], tuple[torch.Tensor, "torch.Tensor | None"]]
@@ -47,14 +50,18 @@ def chunk_loss_and_grad(logits: torch.Tensor, labels: torch.Tensor, mask: torch.
     return loss, grad.to(logits.dtype)
 
 
-def accumulate_product(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """``total += a @ b`` as one GEMM that adds its fp32 accumulator into ``total`` (no product tensor, no
-    add kernel: ~90 µs a chunk of the 1.3b preset's bf16 output-layer gradient on an H200) where it can:
-    same dtypes, or on CUDA an fp32 ``total`` and bf16 ``a``, ``b``."""
+def accumulate_product(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, first: bool = False) -> None:
+    """``total += a @ b`` (``total = a @ b`` when ``first``: its old contents are ignored, so it needs no zeroing)
+    as one GEMM that adds its fp32 accumulator into ``total`` (no product tensor, no add kernel: ~90 µs a chunk of
+    the 1.3b preset's bf16 output-layer gradient on an H200) where it can: same dtypes, or on CUDA an fp32
+    ``total`` and bf16 ``a``, ``b``."""
+    beta = 0 if first else 1  # NOTE: beta 0 never reads ``total``: garbage (even NaN) in it cannot propagate
     if total.dtype == a.dtype:
-        total.addmm_(a, b)
+        total.addmm_(a, b, beta=beta)
     elif total.is_cuda and total.dtype == torch.float32:
-        torch.addmm(total, a, b, out_dtype=torch.float32, out=total)
+        torch.addmm(total, a, b, beta=beta, out_dtype=torch.float32, out=total)
+    elif first:
+        total.copy_(a @ b)
     else:
         total += a @ b
 
@@ -69,7 +76,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         want_grad = want_hidden or want_weight
         w = weight.to(compute_dtype)
         grad_hidden = torch.empty_like(hidden) if want_hidden else None
-        grad_weight = torch.zeros_like(weight) if want_weight else None
+        grad_weight = torch.empty_like(weight) if want_weight else None  # NOTE: the first chunk overwrites it
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         rows = chunk_rows(weight.shape[0])
         for start in range(0, hidden.shape[0], rows):
@@ -80,7 +87,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                 if want_hidden:
                     grad_hidden[start:start + rows] = grad @ w
                 if want_weight:
-                    accumulate_product(grad_weight, grad.t(), h)
+                    accumulate_product(grad_weight, grad.t(), h, first=start == 0)
         # NOTE: on ctx, not save_for_backward: backward drops them, so the weight's gradient it scales in place
         # is taken as the parameter's .grad with no copy (no other reference is left)
         ctx.grads = [grad_hidden, grad_weight]
@@ -111,7 +118,17 @@ def fused_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Ten
                                                 loss_mask.flatten().float(), compute, chunk_loss)
 
 
-def compile_chunk_loss() -> ChunkLoss:
-    """:func:`chunk_loss_and_grad` compiled (static shapes: a run's chunks have at most two, the full one
-    and the last), what ``--compile`` uses beside the compiled blocks."""
+def compile_chunk_loss(vocab: int, device: torch.device) -> ChunkLoss:
+    """What ``--compile`` runs for the per-chunk step: on CUDA, for vocabularies up to
+    :data:`trainer.loss_kernel.MAX_VOCAB`, the one-pass Triton kernel (two logit-sized transfers instead of
+    three); otherwise :func:`chunk_loss_and_grad` compiled (static shapes: a run's chunks have at most two, the
+    full one and the last) into one reduction and one gradient pass."""
+    if device.type == "cuda":
+        try:
+            from trainer.loss_kernel import MAX_VOCAB, one_pass_chunk_loss
+            if vocab <= MAX_VOCAB:
+                return one_pass_chunk_loss
+        except ImportError as error:  # NOTE: CUDA builds of torch bring Triton; a custom build may not
+            log.warning("the fused loss runs Inductor's two passes over the logits, not the one-pass kernel: %s",
+                        error)
     return torch.compile(chunk_loss_and_grad, dynamic=False)

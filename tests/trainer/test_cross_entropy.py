@@ -75,7 +75,7 @@ def test_the_compiled_chunk_step_equals_the_eager_one():
     logits = (torch.randn(64, 96, generator=generator) * 4).to(torch.bfloat16)
     labels = torch.randint(0, 96, (64,), generator=generator)
     mask = (torch.rand(64, generator=generator) > 0.3).float()
-    compiled = cross_entropy.compile_chunk_loss()
+    compiled = cross_entropy.compile_chunk_loss(96, torch.device("cpu"))
     for want_grad in (True, False):
         loss, grad = compiled(logits, labels, mask, want_grad)
         expected_loss, expected_grad = cross_entropy.chunk_loss_and_grad(logits, labels, mask, want_grad)
@@ -89,3 +89,18 @@ def test_the_compiled_chunk_step_equals_the_eager_one():
     one_hot = torch.nn.functional.one_hot(labels, 96).float()
     torch.testing.assert_close(compiled(logits, labels, mask, True)[1].float(),
                                (probabilities - one_hot) * mask[:, None], rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
+                                    (torch.float32, torch.bfloat16)], ids=["fp32", "bf16", "fp32-total-bf16-operands"])
+def test_the_first_product_overwrites_whatever_the_total_held(dtypes):
+    """The output layer's weight gradient starts as an uninitialised tensor: the first chunk's GEMM must ignore its
+    contents (NaN here), the next ones add to it."""
+    total_dtype, operand_dtype = dtypes
+    generator = torch.Generator().manual_seed(5)
+    a, b, c = (torch.randn(16, 8, generator=generator).to(operand_dtype) for _ in range(3))
+    total = torch.full((8, 8), float("nan"), dtype=total_dtype)
+    cross_entropy.accumulate_product(total, a.t(), b, first=True)
+    cross_entropy.accumulate_product(total, a.t(), c)
+    want = a.double().t() @ b.double() + a.double().t() @ c.double()
+    torch.testing.assert_close(total.double(), want, rtol=0.02, atol=0.05)
