@@ -13,12 +13,9 @@ vocabulary-parallel loss needs the max and sum of every shard's logits first.
 
 from __future__ import annotations
 
-import logging
 from typing import Callable
 
 import torch
-
-log = logging.getLogger(__name__)
 
 #: ``(logits, labels, mask, want_grad) -> (loss sum, d loss / d logits or None)`` of one chunk.
 ChunkLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], tuple[torch.Tensor, "torch.Tensor | None"]]
@@ -118,17 +115,7 @@ def fused_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Ten
                                                 loss_mask.flatten().float(), compute, chunk_loss)
 
 
-def compile_chunk_loss(vocab: int, device: torch.device) -> ChunkLoss:
-    """What ``--compile`` runs for the per-chunk step: on CUDA, for vocabularies up to
-    :data:`trainer.loss_kernel.MAX_VOCAB`, the one-pass Triton kernel (two logit-sized transfers instead of
-    three); otherwise :func:`chunk_loss_and_grad` compiled (static shapes: a run's chunks have at most two, the
-    full one and the last) into one reduction and one gradient pass."""
-    if device.type == "cuda":
-        try:
-            from trainer.loss_kernel import MAX_VOCAB, one_pass_chunk_loss
-            if vocab <= MAX_VOCAB:
-                return one_pass_chunk_loss
-        except ImportError as error:  # NOTE: CUDA builds of torch bring Triton; a custom build may not
-            log.warning("the fused loss runs Inductor's two passes over the logits, not the one-pass kernel: %s",
-                        error)
+def compile_chunk_loss() -> ChunkLoss:
+    """:func:`chunk_loss_and_grad` compiled (static shapes: a run's chunks have at most two, the full one
+    and the last), what ``--compile`` uses beside the compiled blocks."""
     return torch.compile(chunk_loss_and_grad, dynamic=False)
