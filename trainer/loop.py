@@ -4,12 +4,6 @@ logging, checkpoints and clean stops. ``train(config)`` is what ``trainer run`` 
 A step (counted from 1, after the optimizer update) takes ``global_batch / (micro_batch × DP)``
 micro-batches; the loss is the mean over every unmasked token of the global batch, so accumulating
 micro-batches gives the same gradient as one large batch.
-
-Steps are pipelined: the host queues step k+1 before it reads step k's loss and gradient norm (the update
-itself is skipped on the device when they are not finite), so the GPU never idles while Python logs, loads
-the next batch and launches its first kernels. In a profile of the 1.3b preset on an H200 that was ~1.9 ms
-a step of idle GPU (bench/train_h200.md, fifteenth run). A step after which the weights are read — an
-evaluation, a checkpoint, a stop, the last step — is read before anything else is queued.
 """
 
 from __future__ import annotations
@@ -19,7 +13,6 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -42,34 +35,12 @@ OOM_HINT = ("lower --micro-batch-size (--global-batch-size stays reached by grad
 
 @dataclass
 class StepResult:
-    """What one optimizer step measured: ``seconds`` from the previous step's values reaching the host (or
-    the end of the pause before it) to this step's."""
+    """What one optimizer step measured."""
 
-    step: int
     loss: float
     grad_norm: float
     lr: float
     seconds: float
-
-
-@dataclass
-class QueuedStep:
-    """A step whose work is on the device's queue: :meth:`values` waits for its loss and gradient norm."""
-
-    step: int
-    lr: float
-    read: Callable[[], list[float]]
-
-    def values(self) -> tuple[float, float]:
-        """The step's mean token loss and gradient norm; raises :class:`TrainingDiverged` when either is not
-        finite (the update was skipped on the device)."""
-        loss, grad_norm = self.read()
-        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-            raise TrainingDiverged(
-                f"step {self.step}: loss {loss}, gradient norm {grad_norm}; the step was not applied and the last "
-                "checkpoint is untouched. Resume from it with a lower --lr, a longer --lr-warmup-iters or "
-                "--clip-grad 1.0; check the data around this step with the corpus blend command logged at start")
-        return loss, grad_norm
 
 
 @dataclass
@@ -109,25 +80,27 @@ def _micro_batches(run: Run, split: str, count: int) -> list[dict[str, torch.Ten
     return batches
 
 
-def queue_step(run: Run) -> QueuedStep:
-    """Queue one optimizer step over a global batch (forward, backward, clipping, update) and return without
-    waiting for the device; the update is skipped there unless the loss and gradient norm are finite."""
-    try:
-        batches = _micro_batches(run, "train", run.accumulation)
-        tokens = run.engine.global_tokens(batches)
-        values = torch.stack([run.engine.forward_backward(batches, tokens) / tokens,
-                              run.engine.reducer.global_norm()])
-        finite = torch.isfinite(values).all()
-        read_values = fetch_later(values)  # NOTE: the copy is queued before the update: read while it runs
-        step = run.iteration + 1
-        lr = run.schedule(step)
-        set_learning_rate(run.optimizer, lr)
-        clipped_step(run.optimizer, values[1], run.config.optim.clip_grad or math.inf, finite)
-        run.engine.reducer.gather_weights()
-    except torch.OutOfMemoryError:
-        raise OutOfMemory(f"out of memory at step {run.iteration + 1}: {OOM_HINT}") from None
+def train_step(run: Run) -> StepResult:
+    """One optimizer step over a global batch; raises :class:`TrainingDiverged` before applying a bad one."""
+    started = time.perf_counter()
+    batches = _micro_batches(run, "train", run.accumulation)
+    tokens = run.engine.global_tokens(batches)
+    values = torch.stack([run.engine.forward_backward(batches, tokens) / tokens, run.engine.reducer.global_norm()])
+    finite = torch.isfinite(values).all()
+    read_values = fetch_later(values)  # NOTE: read after the update is queued, so the GPU never waits for Python
+    step = run.iteration + 1
+    lr = run.schedule(step)
+    set_learning_rate(run.optimizer, lr)
+    clipped_step(run.optimizer, values[1], run.config.optim.clip_grad or math.inf, finite)
+    run.engine.reducer.gather_weights()
+    loss, grad_norm = read_values()
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        raise TrainingDiverged(
+            f"step {step}: loss {loss}, gradient norm {grad_norm}; the step was not applied and the last "
+            "checkpoint is untouched. Resume from it with a lower --lr, a longer --lr-warmup-iters or "
+            "--clip-grad 1.0; check the data around this step with the corpus blend command logged at start")
     run.iteration = step
-    return QueuedStep(step, lr, read_values)
+    return StepResult(loss, grad_norm, lr, time.perf_counter() - started)
 
 
 def evaluate(run: Run, split: str) -> float | None:
@@ -156,27 +129,15 @@ class _Window:
 
     def record(self, run: Run, last: StepResult) -> dict:
         tokens = len(self.losses) * run.global_batch_size * run.data.seq_length
-        record = {"step": last.step, "loss": sum(self.losses) / len(self.losses), "lr": last.lr,
+        record = {"step": run.iteration, "loss": sum(self.losses) / len(self.losses), "lr": last.lr,
                   "grad_norm": last.grad_norm,
                   **throughput(tokens, self.seconds, run.flops_per_token, run.parallel.world_size, run.peak_tflops),
-                  "consumed_samples": last.step * run.global_batch_size}
+                  "consumed_samples": run.iteration * run.global_batch_size}
         if run.parallel.device.type == "cuda":  # the peak of these steps: an eager first step's stays its own
             record["peak_memory_gib"] = torch.cuda.max_memory_allocated(run.parallel.device) / 2**30
             torch.cuda.reset_peak_memory_stats(run.parallel.device)
         self.__init__()
         return record
-
-
-def _read(run: Run, queued: QueuedStep, window: _Window, sink: MetricsSink, clock: float) -> tuple[StepResult, float]:
-    """Wait for ``queued``'s values, add them to ``window`` and log it when due; returns the step's result and
-    the time its values arrived (the next step's ``seconds`` count from there)."""
-    loss, grad_norm = queued.values()
-    arrived = time.perf_counter()
-    result = StepResult(queued.step, loss, grad_norm, queued.lr, arrived - clock)
-    window.add(result)
-    if queued.step % run.config.logging.log_interval == 0 or queued.step == run.config.training.train_iters:
-        sink.write(window.record(run, result))
-    return result, arrived
 
 
 def _evaluate_and_log(run: Run, sink: MetricsSink, split: str = "valid") -> None:
@@ -187,41 +148,34 @@ def _evaluate_and_log(run: Run, sink: MetricsSink, split: str = "valid") -> None
 
 def _loop(run: Run, sink: MetricsSink, profiler: StepProfiler, stop,
           collection: GarbageCollection) -> tuple[str, float | None]:
-    """Steps until ``--train-iters`` or a stop request; returns (why it stopped, last loss). Each step's values
-    are read once the next step is queued, unless the weights are needed first (module docstring)."""
+    """Steps until ``--train-iters`` or a stop request; returns (why it stopped, last loss)."""
     config, window, last, steps = run.config, _Window(), None, 0
-    unread: QueuedStep | None = None
-    clock = time.perf_counter()
     while run.iteration < config.training.train_iters:
         profiler.before_step(run.iteration + 1)
-        queued = queue_step(run)
+        try:
+            last = train_step(run)
+        except torch.OutOfMemoryError:
+            raise OutOfMemory(f"out of memory at step {run.iteration + 1}: {OOM_HINT}") from None
         steps += 1
         if steps == 1 + run.fp8.parts.eager_steps and run.compile_cache:
             save_compiled(run.compile_cache)  # the training graphs, kept even if this run is killed later
         profiler.after_step(run.iteration)
         collection.after_step(run.iteration)
-        if unread is not None:
-            last, clock = _read(run, unread, window, sink, clock)
+        window.add(last)
+        if run.iteration % config.logging.log_interval == 0 or run.iteration == config.training.train_iters:
+            sink.write(window.record(run, last))
+        if config.logging.eval_iters and run.iteration % config.logging.eval_interval == 0:
+            collection.before_pause()
+            _evaluate_and_log(run, sink)
         reason = stop.check(run.iteration)
         if run.engine.any_rank(reason is not None) and reason is None:
             reason = "another rank asked to stop"  # every rank must save and stop at the same step
-        evaluate_now = bool(config.logging.eval_iters) and run.iteration % config.logging.eval_interval == 0
         interval = config.checkpoint.save_interval
-        save_now = bool(config.checkpoint.save) and bool(reason or (interval and run.iteration % interval == 0))
-        if not (evaluate_now or save_now or reason or run.iteration == config.training.train_iters):
-            unread = queued
-            continue
-        unread = None
-        last, clock = _read(run, queued, window, sink, clock)
-        if evaluate_now:
-            collection.before_pause()
-            _evaluate_and_log(run, sink)
-        if save_now:
+        if config.checkpoint.save and (reason or (interval and run.iteration % interval == 0)):
             collection.before_pause()
             save(run)
         if reason:
             return reason, last.loss
-        clock = time.perf_counter()  # NOTE: an evaluation or a checkpoint is no step's time
     return "completed", last.loss if last else None
 
 

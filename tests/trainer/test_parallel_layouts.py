@@ -18,7 +18,7 @@ from tests.trainer.parallel_support import assert_same_curve, curve, layout_over
 from trainer import checkpoint
 from trainer.config import ModelConfig
 from trainer.config_loading import load_config, merge
-from trainer.loop import queue_step, train
+from trainer.loop import train, train_step
 from trainer.optim import clipped_step
 from trainer.parallel.state_dict import named_parameters
 from trainer.run import build_run, model_vocab_size
@@ -49,7 +49,7 @@ def zero_probe(overrides: dict, out: str) -> None:
     during the backward pass, and a checksum of the weights after two steps."""
     run = build_run(load_config(None, overrides))
     engine = run.engine
-    queue_step(run).values()
+    train_step(run)
     batches = [next(run.batches("train")) for _ in range(run.accumulation)]
     engine.reducer.start_step()
     engine._run(batches, engine.global_tokens(batches), backward=True)
