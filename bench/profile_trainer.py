@@ -9,7 +9,9 @@ Each run entry is a ``train_h200.py --speed-runs`` entry. Steps 7-8 are traced (
 per-family totals, the longest idle gaps with the kernels around them, whether the host keeps ahead of the
 compiled forward passes, and the top kernels; ``$OUT``
 gets each run's log and gzipped trace. Profiled steps run a little slower than unprofiled ones: compare
-families and busy time between runs, take tokens/s from ``train_h200.py``.
+families and busy time between runs, take tokens/s from ``train_h200.py``. The first ~2 ms of the window are
+the GPU waiting for the host's first launches (copies, embedding, first block): tracing starts on a drained GPU,
+and a loop that kept the GPU fed across steps showed the same gap (bench/train_h200.md, fifteenth run).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ Phases (each trains through the CLI exactly as users launch it, on a blend of th
   ``--speed-runs`` entry (``bf16``, ``fp8:BACKEND:RECIPE``; ``+bf16-weights`` for bf16 weights and moments as
   the baselines keep them, ``+fp32-grads`` after it for their gradients summed in fp32, ``+transpose-fused``
   for FP8's transposed copies written by Inductor's producing kernels, ``+transpose-kernel`` for all of them by
-  our tiled kernel (the default: fc1's and QKV's gradients' by our SwiGLU and RoPE kernels); ``@N`` for
+  our tiled kernel (the default: fc1's and QKV's gradients' by our SwiGLU and RoPE kernels), ``+manual-gc`` for
+  Python's collector off during the steps (``--manual-gc``); ``@N`` for
   micro-batch N, reported apart),
   torch.compile per block where the backend allows and the fused loss on (the CUDA defaults);
   steady-state tokens/s, MFU and peak memory over the steps after ``--warmup``, every step's rate, and the
@@ -111,7 +112,8 @@ BF16_WEIGHTS = ["--main-params-dtype", "bf16", "--exp-avg-dtype", "bf16", "--exp
 RUN_SUFFIXES = {"bf16-weights": ("_bf16w", BF16_WEIGHTS),
                 "fp32-grads": ("_fp32g", ["--accumulate-allreduce-grads-in-fp32"]),
                 "transpose-fused": ("_tf", ["--fp8-transpose", "fused"]),
-                "transpose-kernel": ("_tk", ["--fp8-transpose", "kernel"])}
+                "transpose-kernel": ("_tk", ["--fp8-transpose", "kernel"]),
+                "manual-gc": ("_mgc", ["--manual-gc"])}
 
 
 def parse_run(spec: str) -> tuple[str, list[str]]:
