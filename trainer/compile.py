@@ -6,9 +6,9 @@ code and shapes), compile time stays that of one block, and the embedding, the o
 optimizer stay eager. Inside a block Inductor fuses RMSNorm, RoPE, SwiGLU, the residual adds and the
 FP8 scaling/casts around the GEMMs. The final norm compiles too, with the last block's residual add: eager,
 its fp32 steps were ten kernels, ~1.1 ms a step of the 1.3b preset on an H200; compiled, two, ~0.13 ms. The
-fused loss's softmax step (``trainer.cross_entropy``) compiles into one kernel: the log-sum-exp, then the gradient of
-the logits written in their dtype (a one-pass Triton kernel holding each row in registers was no faster in the step:
-bench/train_h200.md, fifteenth run). ``nn.Module.compile`` keeps parameter names, so checkpoints of a compiled run
+fused loss's softmax step (``trainer.cross_entropy``) compiles into one looped kernel over the logits (the
+log-sum-exp, then their gradient written in their dtype) and a small one for the loss (a one-pass Triton kernel
+holding each row in registers was no faster in the step: bench/train_h200.md, fifteenth run). ``nn.Module.compile`` keeps parameter names, so checkpoints of a compiled run
 load into an eager one and back.
 
 The cache file is PyTorch's portable "mega-cache" (``torch.compiler.save_cache_artifacts``): the FX
