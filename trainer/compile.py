@@ -8,8 +8,8 @@ FP8 scaling/casts around the GEMMs. The final norm compiles too, with the last b
 its fp32 steps were ten kernels, ~1.1 ms a step of the 1.3b preset on an H200; compiled, two, ~0.13 ms. The
 fused loss's softmax step (``trainer.cross_entropy``) compiles into one looped kernel over the logits (the
 log-sum-exp, then their gradient written in their dtype) and a small one for the loss (a one-pass Triton kernel
-holding each row in registers was no faster in the step: bench/train_h200.md, fifteenth run). ``nn.Module.compile`` keeps parameter names, so checkpoints of a compiled run
-load into an eager one and back.
+holding each row in registers was no faster in the step: bench/train_h200.md, fifteenth run).
+``nn.Module.compile`` keeps parameter names, so checkpoints of a compiled run load into an eager one and back.
 
 The cache file is PyTorch's portable "mega-cache" (``torch.compiler.save_cache_artifacts``): the FX
 graphs Inductor compiled, their Triton kernels and autotuning results, keyed by graph and software, so a
