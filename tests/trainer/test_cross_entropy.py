@@ -9,6 +9,8 @@ from trainer import cross_entropy
 from trainer.cross_entropy import chunk_rows, fused_loss_sum
 from trainer.model import token_loss_sum
 
+from tests.trainer.triton_support import ON_CUDA
+
 
 @pytest.fixture
 def small_chunks(monkeypatch):
@@ -93,14 +95,17 @@ def test_the_compiled_chunk_step_equals_the_eager_one():
 
 @pytest.mark.parametrize("dtypes", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
                                     (torch.float32, torch.bfloat16)], ids=["fp32", "bf16", "fp32-total-bf16-operands"])
-def test_the_first_product_overwrites_whatever_the_total_held(dtypes):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=ON_CUDA)])
+def test_the_first_product_overwrites_whatever_the_total_held(dtypes, device):
     """The output layer's weight gradient starts as an uninitialised tensor: the first chunk's GEMM must ignore its
-    contents (NaN here), the next ones add to it."""
+    contents (NaN here), the next ones add to it. On CUDA an fp32 total of bf16 operands (fp32 master weights) takes
+    ``addmm``'s ``out_dtype`` path, the CPU a product and an add."""
     total_dtype, operand_dtype = dtypes
     generator = torch.Generator().manual_seed(5)
-    a, b, c = (torch.randn(16, 8, generator=generator).to(operand_dtype) for _ in range(3))
-    total = torch.full((8, 8), float("nan"), dtype=total_dtype)
+    a, b, c = (torch.randn(16, 8, generator=generator).to(operand_dtype).to(device) for _ in range(3))
+    total = torch.full((8, 8), float("nan"), dtype=total_dtype, device=device)
     cross_entropy.accumulate_product(total, a.t(), b, first=True)
     cross_entropy.accumulate_product(total, a.t(), c)
     want = a.double().t() @ b.double() + a.double().t() @ c.double()
     torch.testing.assert_close(total.double(), want, rtol=0.02, atol=0.05)
+    assert total.dtype == total_dtype
