@@ -39,47 +39,51 @@ def schedules() -> dict[str, Callable[[], object]]:
     dy = torch.randn(TOKENS, HIDDEN, **bf16)
     main, side = torch.cuda.current_stream(), torch.cuda.Stream()
 
+    def fc2_weight_gradient() -> torch.Tensor:
+        return dy.t() @ h
+
+    def fc2_input_gradient() -> torch.Tensor:
+        return dy @ w2
+
+    def on_side(product: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """``product()`` queued on the second stream after everything queued so far on the main one."""
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            return product()
+
     def fc1_backward(dh: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         dy1 = swiglu_backward(y, dh)
         return dy1 @ w1, dy1.t() @ x
 
     def autograd_order():
-        dw2 = dy.t() @ h
-        return dw2, fc1_backward(dy @ w2)
+        dw2 = fc2_weight_gradient()
+        return dw2, fc1_backward(fc2_input_gradient())
 
-    def beside(weight_gradient: Callable[[], torch.Tensor]) -> Callable[[], object]:
-        def run():
-            side.wait_stream(main)
-            with torch.cuda.stream(side):
-                dw2 = weight_gradient()
-            out = fc1_backward(dy @ w2)
-            main.wait_stream(side)
-            return dw2, out
-        return run
+    def fc2_weight_gradient_beside():
+        dw2 = on_side(fc2_weight_gradient)
+        out = fc1_backward(fc2_input_gradient())
+        main.wait_stream(side)
+        return dw2, out
 
     def both_weight_gradients_beside():
-        dh = dy @ w2
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            dw2 = dy.t() @ h
+        dh = fc2_input_gradient()
+        dw2 = on_side(fc2_weight_gradient)
         dy1 = swiglu_backward(y, dh)
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            dw1 = dy1.t() @ x
+        dw1 = on_side(lambda: dy1.t() @ x)
         dx = dy1 @ w1
         main.wait_stream(side)
         return dw2, dw1, dx
 
     def transposed():
         dw2 = (h.t() @ dy).t().contiguous()
-        return dw2, fc1_backward(dy @ w2)
+        return dw2, fc1_backward(fc2_input_gradient())
 
     return {"autograd's order, one stream": autograd_order,
-            "fc2 weight gradient on a second stream": beside(lambda: dy.t() @ h),
+            "fc2 weight gradient on a second stream": fc2_weight_gradient_beside,
             "both weight gradients on a second stream": both_weight_gradients_beside,
             "fc2 weight gradient transposed, then copied": transposed,
-            "(fc2 weight gradient alone)": lambda: dy.t() @ h,
-            "(fc2 input gradient alone)": lambda: dy @ w2}
+            "(fc2 weight gradient alone)": fc2_weight_gradient,
+            "(fc2 input gradient alone)": fc2_input_gradient}
 
 
 def main() -> None:
