@@ -84,6 +84,19 @@ def per_call_microseconds(call: Callable[[], object], calls: int = 20, rounds: i
     return median_ms(lambda: [call() for _ in range(calls)], rounds) / calls * 1000
 
 
+def interleaved_medians(table: dict[str, Callable[[], object]], rounds: int,
+                        calls: int = 20) -> tuple[dict[str, float], dict[str, float]]:
+    """Per entry of ``table``: µs per call, the median over ``rounds`` rounds of ``calls`` back-to-back calls
+    (:func:`per_call_microseconds`), and the rounds' spread (max / min − 1). The entries take turns round by
+    round, as the chip's power state drifts by several % a minute."""
+    times: dict[str, list[float]] = {label: [] for label in table}
+    for _ in range(rounds):
+        for label, call in table.items():
+            times[label].append(per_call_microseconds(call, calls=calls, rounds=1))
+    return ({label: statistics.median(values) for label, values in times.items()},
+            {label: max(values) / min(values) - 1 for label, values in times.items()})
+
+
 def launch_shapes(default: tuple[int, int, int], sweep: str) -> dict[str, tuple[int, int, int]]:
     """Labelled launch shapes (BLOCK, blocks a program, warps) of a one-launch kernel: ``default`` first, then each
     ``BLOCKxBLOCKS_PER_PROGRAMxWARPS`` entry of the comma-separated ``sweep``."""

@@ -12,7 +12,6 @@ over 9 interleaved rounds of 10 back-to-back calls.
 
 from __future__ import annotations
 
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +21,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.adamw_kernel import per_call_microseconds as microseconds, write_results  # noqa: E402
+from bench.adamw_kernel import interleaved_medians, write_results  # noqa: E402
 
 BATCH, SEQ, HEADS, HEAD_DIM = 4, 4096, 16, 128
 ROUNDS = 9
@@ -77,15 +76,10 @@ def main() -> None:
         table[f"{label}: forward + backward"] = forward_backward
     for call in table.values():  # warm-up: cuDNN's graph builds
         call()
-    rounds: dict[str, list[float]] = {label: [] for label in table}
-    for _ in range(ROUNDS):  # NOTE: interleaved rounds, as the chip's power state drifts by several % a minute
-        for label, call in table.items():
-            rounds[label].append(microseconds(call, calls=10, rounds=1))
-    results = {label: statistics.median(times) for label, times in rounds.items()}
+    results, spreads = interleaved_medians(table, ROUNDS, calls=10)
     for label, us in results.items():
         reference = results[next(iter(table)).split(":")[0] + ":" + label.split(":")[1]]
-        spread = max(rounds[label]) / min(rounds[label]) - 1
-        print(f"{label:58s} {us:8.1f} µs {reference / us:6.3f}×  (rounds spread {spread:.1%})", flush=True)
+        print(f"{label:58s} {us:8.1f} µs {reference / us:6.3f}×  (rounds spread {spreads[label]:.1%})", flush=True)
     write_results("attention_layouts", results)
 
 

@@ -13,7 +13,6 @@ Each chain is timed as µs per call, the median over 9 interleaved rounds of 20 
 
 from __future__ import annotations
 
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.adamw_kernel import per_call_microseconds as microseconds, write_results  # noqa: E402
+from bench.adamw_kernel import interleaved_medians, write_results  # noqa: E402
 from trainer.swiglu import swiglu_backward, swiglu_values  # noqa: E402
 
 TOKENS, HIDDEN, FFN = 16384, 2048, 5632
@@ -68,15 +67,10 @@ def main() -> None:
     table = chains()
     for call in table.values():  # warm-up: cuBLAS's heuristics, the kernels' compiles
         call()
-    rounds: dict[str, list[float]] = {label: [] for label in table}
-    for _ in range(ROUNDS):  # NOTE: interleaved rounds, as the chip's power state drifts by several % a minute
-        for label, call in table.items():
-            rounds[label].append(microseconds(call, calls=20, rounds=1))
-    results = {label: statistics.median(times) for label, times in rounds.items()}
+    results, spreads = interleaved_medians(table, ROUNDS, calls=20)
     for label, us in results.items():
         reference = results[label.split(",")[0] + f", 1 slice(s) of {TOKENS} tokens"]
-        spread = max(rounds[label]) / min(rounds[label]) - 1
-        print(f"{label:40s} {us:8.1f} µs {reference / us:6.3f}×  (rounds spread {spread:.1%})", flush=True)
+        print(f"{label:40s} {us:8.1f} µs {reference / us:6.3f}×  (rounds spread {spreads[label]:.1%})", flush=True)
     write_results("mlp_token_chunks", results)
 
 

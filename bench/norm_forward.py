@@ -7,42 +7,27 @@ Why: in a bf16 step the block's first add + norm kernel (its inputs are the comp
 block's residual stream and MLP output) took 81–85 µs against 65 for the second (the sum written in place into the
 attention-out GEMM's output), for the same 268 MB moved (bench/train_h200.md, session 16): ~0.4 ms a step. Each
 pattern is compiled as the trainer compiles it (``trainer.compile.INDUCTOR_OPTIONS``) and under other options;
-printed: the norm kernel's µs (median of 20 calls in a profile) and its ratio to a device copy of as many bytes.
+printed: the norm kernel's µs (mean of 20 calls in a profile) and its ratio to a device copy of as many bytes.
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.adamw_kernel import write_results  # noqa: E402
+from bench.fp8_kernels import kernel_microseconds  # noqa: E402
 from trainer.compile import INDUCTOR_OPTIONS  # noqa: E402
 from trainer.layers import RMSNorm  # noqa: E402
 
 TOKENS, HIDDEN = 16384, 2048
-CALLS = 20
 OPTIONS = {"trainer's": INDUCTOR_OPTIONS, "no coordinate descent": {},
            "coordinate descent, all directions, radius 2": {**INDUCTOR_OPTIONS,
                                                             "coordinate_descent_check_all_directions": True,
                                                             "coordinate_descent_search_radius": 2}}
-
-
-def kernel_microseconds(call: Callable[[], object], match: str) -> float:
-    """Median µs of the kernels whose names contain ``match`` over ``CALLS`` calls of ``call`` in a profile."""
-    call()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as trace:
-        for _ in range(CALLS):
-            call()
-        torch.cuda.synchronize()
-    times = [event.device_time for event in trace.events() if match in event.name and event.device_time > 0]
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -65,13 +50,13 @@ def main() -> None:
     results = {}
     pair = torch.randn(2, TOKENS, HIDDEN, **bf16)
     copy_target = torch.empty_like(pair)
-    results["device copy of the same bytes"] = kernel_microseconds(lambda: copy_target.copy_(pair), "Memcpy")
+    results["device copy of the same bytes"] = kernel_microseconds(lambda: copy_target.copy_(pair), ("Memcpy",))
     for label, options in OPTIONS.items():
         for name, pattern, args in (("first", first_norm, (residual, branch)),
                                     ("second", second_norm, (residual, attn_out))):
             torch._dynamo.reset()
             compiled = torch.compile(pattern, options=options)
-            results[f"{name} norm, {label}"] = kernel_microseconds(lambda: compiled(*args), "rms_norm")
+            results[f"{name} norm, {label}"] = kernel_microseconds(lambda: compiled(*args), ("rms_norm",))
     copy = results["device copy of the same bytes"]
     for label, us in results.items():
         print(f"{label:58s} {us:7.1f} µs  {copy / us:5.2f}× the copy's pace", flush=True)

@@ -12,7 +12,6 @@ fill the third wave. µs per call, the median over 9 interleaved rounds of 20 ba
 
 from __future__ import annotations
 
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.adamw_kernel import per_call_microseconds as microseconds, write_results  # noqa: E402
+from bench.adamw_kernel import interleaved_medians, write_results  # noqa: E402
 
 TOKENS, HIDDEN, FFN = 16384, 2048, 5632
 FULL_ROWS = 1536  # 12 rows of 128-row tiles × 22 columns of 256 = 264 tiles, two waves on 132 SMs
@@ -60,15 +59,10 @@ def main() -> None:
         error = (call()[:FULL_ROWS if label.startswith("(") else None].float()
                  - reference[:FULL_ROWS if label.startswith("(") else None]).abs().max().item()
         print(f"{label}: max |diff| against one GEMM {error:.3e}")
-    rounds: dict[str, list[float]] = {label: [] for label in table}
-    for _ in range(ROUNDS):  # NOTE: interleaved rounds, as the chip's power state drifts by several % a minute
-        for label, call in table.items():
-            rounds[label].append(microseconds(call, calls=20, rounds=1))
-    results = {label: statistics.median(times) for label, times in rounds.items()}
+    results, spreads = interleaved_medians(table, ROUNDS, calls=20)
     base = results["one GEMM (cuBLAS)"]
     for label, us in results.items():
-        spread = max(rounds[label]) / min(rounds[label]) - 1
-        print(f"{label:28s} {us:8.1f} µs {base / us:6.3f}×  (rounds spread {spread:.1%})", flush=True)
+        print(f"{label:28s} {us:8.1f} µs {base / us:6.3f}×  (rounds spread {spreads[label]:.1%})", flush=True)
     write_results("wgrad_last_wave", results)
 
 
