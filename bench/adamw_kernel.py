@@ -97,6 +97,21 @@ def interleaved_medians(table: dict[str, Callable[[], object]], rounds: int,
             {label: max(values) / min(values) - 1 for label, values in times.items()})
 
 
+def report_interleaved(name: str, table: dict[str, Callable[[], object]], reference: Callable[[str], str],
+                       rounds: int, calls: int = 20) -> None:
+    """Warm each entry of ``table`` up with one call, time them all (:func:`interleaved_medians`), print each one's
+    µs, its speed against the entry ``reference(label)`` names and the rounds' spread, and write every median into
+    ``$OUT/<name>.json``."""
+    for call in table.values():
+        call()
+    results, spreads = interleaved_medians(table, rounds, calls)
+    width = max(map(len, results))
+    for label, us in results.items():
+        print(f"{label:{width}s} {us:8.1f} µs {results[reference(label)] / us:6.3f}×  "
+              f"(rounds spread {spreads[label]:.1%})", flush=True)
+    write_results(name, results)
+
+
 def launch_shapes(default: tuple[int, int, int], sweep: str) -> dict[str, tuple[int, int, int]]:
     """Labelled launch shapes (BLOCK, blocks a program, warps) of a one-launch kernel: ``default`` first, then each
     ``BLOCKxBLOCKS_PER_PROGRAMxWARPS`` entry of the comma-separated ``sweep``."""

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.adamw_kernel import interleaved_medians, write_results  # noqa: E402
+from bench.adamw_kernel import report_interleaved  # noqa: E402
 
 BATCH, SEQ, HEADS, HEAD_DIM = 4, 4096, 16, 128
 ROUNDS = 9
@@ -74,13 +74,9 @@ def main() -> None:
         forward, forward_backward = passes(*tensors)
         table[f"{label}: forward"] = forward
         table[f"{label}: forward + backward"] = forward_backward
-    for call in table.values():  # warm-up: cuDNN's graph builds
-        call()
-    results, spreads = interleaved_medians(table, ROUNDS, calls=10)
-    for label, us in results.items():
-        reference = results[next(iter(table)).split(":")[0] + ":" + label.split(":")[1]]
-        print(f"{label:58s} {us:8.1f} µs {reference / us:6.3f}×  (rounds spread {spreads[label]:.1%})", flush=True)
-    write_results("attention_layouts", results)
+    trainers = next(iter(table)).split(":")[0]  # each pass against the trainer's layout's
+    report_interleaved("attention_layouts", table, lambda label: trainers + ":" + label.split(":")[1], ROUNDS,
+                       calls=10)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.adamw_kernel import interleaved_medians, write_results  # noqa: E402
+from bench.adamw_kernel import report_interleaved  # noqa: E402
 from trainer.swiglu import swiglu_backward  # noqa: E402
 
 TOKENS, HIDDEN, FFN = 16384, 2048, 5632
@@ -87,13 +87,7 @@ def schedules() -> dict[str, Callable[[], object]]:
 
 def main() -> None:
     table = schedules()
-    for call in table.values():  # warm-up: cuBLAS's heuristics, the SwiGLU kernel's compile
-        call()
-    results, spreads = interleaved_medians(table, ROUNDS, calls=20)
-    reference = next(iter(results.values()))
-    for label, us in results.items():
-        print(f"{label:46s} {us:8.1f} µs {reference / us:6.3f}×  (rounds spread {spreads[label]:.1%})", flush=True)
-    write_results("mlp_backward_streams", results)
+    report_interleaved("mlp_backward_streams", table, lambda label: next(iter(table)), ROUNDS)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.adamw_kernel import interleaved_medians, write_results  # noqa: E402
+from bench.adamw_kernel import report_interleaved  # noqa: E402
 from trainer.swiglu import swiglu_backward, swiglu_values  # noqa: E402
 
 TOKENS, HIDDEN, FFN = 16384, 2048, 5632
@@ -64,14 +64,8 @@ def chains() -> dict[str, Callable[[], object]]:
 
 
 def main() -> None:
-    table = chains()
-    for call in table.values():  # warm-up: cuBLAS's heuristics, the kernels' compiles
-        call()
-    results, spreads = interleaved_medians(table, ROUNDS, calls=20)
-    for label, us in results.items():
-        reference = results[label.split(",")[0] + f", 1 slice(s) of {TOKENS} tokens"]
-        print(f"{label:40s} {us:8.1f} µs {reference / us:6.3f}×  (rounds spread {spreads[label]:.1%})", flush=True)
-    write_results("mlp_token_chunks", results)
+    report_interleaved("mlp_token_chunks", chains(),
+                       lambda label: label.split(",")[0] + f", 1 slice(s) of {TOKENS} tokens", ROUNDS)
 
 
 if __name__ == "__main__":

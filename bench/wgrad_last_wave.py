@@ -6,8 +6,8 @@ against the same product with its ragged last wave split along the tokens.
 One GEMM makes 352 of cuBLAS's 128 × 256 output tiles on 132 SMs: 2.67 waves, a third of the last one idle (in a
 training step it ran at 688 TFLOP/s against ~745 for the other GEMMs, bench/train_h200.md, session 15). The split
 computes the first 1,536 rows (264 tiles: two full waves) as one GEMM and the last 512 rows (88 tiles) as a batch
-of ``SPLITS`` GEMMs over token slices with fp32 outputs, summed into bf16 after: ``SPLITS`` × 88 shorter tiles to
-fill the third wave. µs per call, the median over 9 interleaved rounds of 20 back-to-back calls.
+of s GEMMs over token slices (s = 2, 4, 8) with fp32 outputs, summed into bf16 after: s × 88 shorter tiles to fill
+the third wave. µs per call, the median over 9 interleaved rounds of 20 back-to-back calls.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.adamw_kernel import interleaved_medians, write_results  # noqa: E402
+from bench.adamw_kernel import report_interleaved  # noqa: E402
 
 TOKENS, HIDDEN, FFN = 16384, 2048, 5632
 FULL_ROWS = 1536  # 12 rows of 128-row tiles × 22 columns of 256 = 264 tiles, two waves on 132 SMs
@@ -54,16 +54,12 @@ def products() -> dict[str, Callable[[], torch.Tensor]]:
 
 def main() -> None:
     table = products()
-    reference = table["one GEMM (cuBLAS)"]().float().clone()
-    for label, call in table.items():  # warm-up, and the check that each computes the same product
+    reference = table["one GEMM (cuBLAS)"]().float()
+    for label, call in table.items():  # the check that each computes the same product
         error = (call()[:FULL_ROWS if label.startswith("(") else None].float()
                  - reference[:FULL_ROWS if label.startswith("(") else None]).abs().max().item()
         print(f"{label}: max |diff| against one GEMM {error:.3e}")
-    results, spreads = interleaved_medians(table, ROUNDS, calls=20)
-    base = results["one GEMM (cuBLAS)"]
-    for label, us in results.items():
-        print(f"{label:28s} {us:8.1f} µs {base / us:6.3f}×  (rounds spread {spreads[label]:.1%})", flush=True)
-    write_results("wgrad_last_wave", results)
+    report_interleaved("wgrad_last_wave", table, lambda label: "one GEMM (cuBLAS)", ROUNDS)
 
 
 if __name__ == "__main__":
