@@ -1,4 +1,4 @@
-"""The one-launch AdamW kernel (``trainer/adamw_kernel.py``) beside torch's fused AdamW and a device copy of
+"""The one-launch AdamW kernel (``trainer/kernels/adamw.py``) beside torch's fused AdamW and a device copy of
 the same bytes, at the ``1.3b`` preset's parameter shapes with bf16 weights, gradients and moments (train_h200's
 ``+bf16-weights`` runs).
 
@@ -30,15 +30,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from trainer import adamw_kernel  # noqa: E402
-from trainer.adamw import LowPrecisionAdamW  # noqa: E402
-from trainer.presets import PRESETS  # noqa: E402
+from trainer.optim.adamw import LowPrecisionAdamW  # noqa: E402
+from trainer.config.presets import PRESETS  # noqa: E402
 
 BYTES_PER_PARAMETER = 14
 
 
 def parameter_shapes(preset: str, vocab: int) -> list[tuple[int, ...]]:
     """Every parameter's shape of ``preset`` at one TP rank (embedding, per layer norms/QKV/proj/fc1/fc2,
-    final norm, output), as ``trainer.model.GPT`` lays them out."""
+    final norm, output), as ``trainer.model.gpt.GPT`` lays them out."""
     shape = PRESETS[preset]
     head_dim = shape.hidden_size // shape.num_attention_heads
     qkv = (shape.num_attention_heads + 2 * shape.num_query_groups) * head_dim

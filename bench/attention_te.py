@@ -11,7 +11,7 @@ ratios against SDPA, measured side by side in this one run; and for each TE vari
 (‖got − want‖ / ‖want‖) of its output and of the three input gradients against SDPA's bf16 results.
 
 NOTE: Transformer Engine is imported before anything loads torch's cuDNN: the other way round its import fails
-on the H200 image (trainer/run.py says so too). Both attentions then run the cuDNN TE's kit loaded (9.14).
+on the H200 image (trainer/run/build.py says so too). Both attentions then run the cuDNN TE's kit loaded (9.14).
 """
 
 from __future__ import annotations

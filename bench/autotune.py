@@ -37,8 +37,8 @@ CORES = os.cpu_count() or 1
 def tune(corpus: Path, tokenizer: dict, args: argparse.Namespace):
     """Step 1: the autotuner as a library user calls it; returns ``corpus tokenize``'s default config
     for this input (what a user runs without tuning) and the result."""
-    from corpus.autotune import AutotuneConfig, autotune
-    from corpus.pipeline.config import TokenizeConfig
+    from corpus.autotune.search import AutotuneConfig, autotune
+    from corpus.tokenize.config import TokenizeConfig
     from corpus.tokenizers import TokenizerConfig
 
     base = TokenizeConfig(inputs=[str(corpus)], output_prefix="unused", append_eod=True,

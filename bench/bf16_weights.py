@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 from bench.train_h200 import BF16_WEIGHTS  # noqa: E402
 
 #: The rounding to nearest of the third run: every 16-bit noise field of the hash's output is 0x8000.
-NEAREST = ("import sys, torch, trainer.adamw as adamw; "
+NEAREST = ("import sys, torch, trainer.optim.adamw as adamw; "
            "adamw.random_bits = lambda numel, offset, device: torch.full((numel,), 0x80008000, dtype=torch.int64, "
            "device=device); from cli.trainer import main; sys.argv[0] = 'trainer'; main()")
 

@@ -1,4 +1,4 @@
-"""The gradient norm's sum of squares in one launch (``trainer/grad_norm_kernel.py``) beside torch's per-tensor
+"""The gradient norm's sum of squares in one launch (``trainer/kernels/grad_norm.py``) beside torch's per-tensor
 norms (``torch._foreach_norm``, what ``GradReducer.global_norm`` ran before) and a device copy of the same bytes,
 at the ``1.3b`` preset's parameter shapes with bf16 gradients (one DP replica: each gradient its own tensor).
 
@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.adamw_kernel import (bf16_parameters, launch_shapes, median_ms, parameter_shapes,  # noqa: E402
                                 per_call_microseconds, warm_up, write_results)
 from trainer import grad_norm_kernel  # noqa: E402
-from trainer.parallel.grads import foreach_sum_of_squares  # noqa: E402
-from trainer.presets import PRESETS  # noqa: E402
+from trainer.parallelize.data_parallel import foreach_sum_of_squares  # noqa: E402
+from trainer.config.presets import PRESETS  # noqa: E402
 
 
 def main() -> None:

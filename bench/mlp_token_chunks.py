@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.adamw_kernel import report_interleaved  # noqa: E402
-from trainer.swiglu import swiglu_backward, swiglu_values  # noqa: E402
+from trainer.model.swiglu import swiglu_backward, swiglu_values  # noqa: E402
 
 TOKENS, HIDDEN, FFN = 16384, 2048, 5632
 SLICES = (1, 2, 4, 8)

@@ -6,7 +6,7 @@ under Inductor options: why the block's first one is slower than its second.
 Why: in a bf16 step the block's first add + norm kernel (its inputs are the compiled graph's own: the previous
 block's residual stream and MLP output) took 81–85 µs against 65 for the second (the sum written in place into the
 attention-out GEMM's output), for the same 268 MB moved (bench/train_h200.md, session 16): ~0.4 ms a step. Each
-pattern is compiled as the trainer compiles it (``trainer.compile.INDUCTOR_OPTIONS``) and under other options;
+pattern is compiled as the trainer compiles it (``trainer.parallelize.compile.INDUCTOR_OPTIONS``) and under other options;
 printed: the norm kernel's µs (mean of 20 calls in a profile) and its ratio to a device copy of as many bytes.
 """
 
@@ -20,8 +20,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.adamw_kernel import write_results  # noqa: E402
 from bench.fp8_kernels import kernel_microseconds  # noqa: E402
-from trainer.compile import INDUCTOR_OPTIONS  # noqa: E402
-from trainer.layers import RMSNorm  # noqa: E402
+from trainer.parallelize.compile import INDUCTOR_OPTIONS  # noqa: E402
+from trainer.model.layers import RMSNorm  # noqa: E402
 
 TOKENS, HIDDEN = 16384, 2048
 OPTIONS = {"trainer's": INDUCTOR_OPTIONS, "no coordinate descent": {},

@@ -11,7 +11,7 @@ On the same input and cores, each in a fresh process:
     ``multiprocessing.Pool.imap(chunksize=32)``, written with megatron-core's ``IndexedDatasetBuilder``
     (per-document encode with the reference library itself, cheaper than Megatron's transformers
     wrapper, so the baseline is generous);
-(c) ``corpus.tokenize.tokenize`` end to end (start-up, encoder check, spawned workers, writing).
+(c) ``corpus.tokenize.run.tokenize`` end to end (start-up, encoder check, spawned workers, writing).
 MB/s are input JSONL bytes over wall time; (b) and (c) outputs are compared byte for byte. Peak RSS is
 the main process's own (VmHWM) and the largest child's (``ru_maxrss``, which includes what a forked child
 inherited). A short table comes last.
@@ -137,8 +137,8 @@ def megatron_style(tokenizer: dict, path: str, out: str, workers: int | None, th
 
 def ours(tokenizer: dict, path: str, out: str, workers: int | None, threads: int | None) -> dict:
     """(c): corpus tokenize, the whole pipeline (its defaults unless workers/threads are given)."""
-    from corpus.pipeline.config import TokenizeConfig
-    from corpus.tokenize import tokenize
+    from corpus.tokenize.config import TokenizeConfig
+    from corpus.tokenize.run import tokenize
 
     began = time.perf_counter()
     parallelism = {"workers": workers} if workers is not None else {}
@@ -169,7 +169,7 @@ def run_child(method: str, tokenizer: str, path: Path, out: str, workers: int | 
 def child_main(args: argparse.Namespace) -> None:
     fields = TOKENIZERS[args.tokenizers[0]]()
     result = METHODS[args.child](fields, args.child_input, args.child_out, args.workers, args.threads)
-    from corpus.pipeline.stats import peak_rss_mb  # VmHWM: not the parent's, as ru_maxrss would be
+    from corpus.tokenize.stats import peak_rss_mb  # VmHWM: not the parent's, as ru_maxrss would be
 
     result["rss_main_mb"] = peak_rss_mb()
     result["rss_child_mb"] = peak_rss_mb(resource.RUSAGE_CHILDREN)

@@ -28,7 +28,7 @@ def main(verbose: bool) -> None:
 @friendly_errors
 def merge(inputs: tuple[str, ...], output_prefix: str) -> None:
     """Concatenate many .bin/.idx pairs into one, streaming, in the order given."""
-    from corpus.merge import merge as merge_prefixes
+    from corpus.indexed.merge import merge as merge_prefixes
 
     result = merge_prefixes(inputs, output_prefix)
     click.echo(

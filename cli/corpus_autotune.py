@@ -24,8 +24,8 @@ _CANDIDATE_LISTS = {"workers_to_check": "--workers-to-check", "batch_sizes_to_ch
 
 
 def _config(options: dict):
-    from corpus.autotune import AutotuneConfig, parse_candidates
-    from corpus.pipeline.config import TokenizeConfig
+    from corpus.autotune.search import AutotuneConfig, parse_candidates
+    from corpus.tokenize.config import TokenizeConfig
 
     tokenize = TokenizeConfig(**shared_fields(options), output_prefix=options["output_prefix"] or PLACEHOLDER)
     lists = {name: parse_candidates(options[name], flag) if options[name] else None
@@ -68,7 +68,7 @@ def _command(ctx: click.Context, best) -> str:
 @friendly_errors
 def autotune_command(ctx: click.Context, as_json: bool, **options) -> None:
     """Find the fastest --workers/--batch-size/--threads-per-worker for corpus tokenize on this machine."""
-    from corpus.autotune import autotune
+    from corpus.autotune.search import autotune
 
     try:
         result = autotune(_config(options))

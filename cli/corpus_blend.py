@@ -10,7 +10,7 @@ import json
 import click
 
 from cli.errors import friendly_errors
-from corpus.index_maps import SPLIT_NAMES
+from corpus.blending.index_maps import SPLIT_NAMES
 
 
 def _parse_range(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, int] | None:
@@ -49,9 +49,9 @@ def blend(file: str, split: str, num_samples: int | None, train_iters: int | Non
           eval_interval: int, eval_iters: int, seq_length: int | None, seed: int | None, dry_run: bool, build: bool,
           sample_range: tuple[int, int] | None, as_json: bool) -> None:
     """Validate blend FILE and plan, prebuild or show its samples."""
-    from corpus import blend_report
-    from corpus.blend import load_blend
-    from corpus.datasets import SampleCounts, megatron_sample_counts
+    from corpus.blending import report as blend_report
+    from corpus.blending.schema import load_blend
+    from corpus.blending.datasets import SampleCounts, megatron_sample_counts
 
     if dry_run + build + (sample_range is not None) > 1:
         raise click.UsageError("choose one of --dry-run, --build and --show-samples")

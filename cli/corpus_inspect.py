@@ -1,5 +1,5 @@
-"""``corpus inspect``: parse the flags into an :class:`~corpus.inspect.InspectConfig`, call
-:func:`~corpus.inspect.inspect`, print a terminal report (rich) or JSON; exit 1 when ``--check``
+"""``corpus inspect``: parse the flags into an :class:`~corpus.inspect.run.InspectConfig`, call
+:func:`~corpus.inspect.run.inspect`, print a terminal report (rich) or JSON; exit 1 when ``--check``
 found problems."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from rich.markup import escape
 
 from cli.errors import friendly_errors
 from corpus.indexed import strip_suffix
-from corpus.inspect import Inspection, InspectConfig, InspectReport, inspect
-from corpus.inspect_show import DocumentRange, ShownDocument
+from corpus.inspect.run import Inspection, InspectConfig, InspectReport, inspect
+from corpus.inspect.show import DocumentRange, ShownDocument
 from corpus.tokenizers import TOKENIZER_TYPES, TokenizerConfig
 
 #: Width of the longest histogram bar, in characters.

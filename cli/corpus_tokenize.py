@@ -12,7 +12,7 @@ import click
 
 from cli.errors import friendly_errors
 from cli.tokenize_options import input_options, shared_fields, tokenizer_options
-from corpus.errors import CorpusError
+from corpus.core.errors import CorpusError
 
 
 class UnsupportedError(CorpusError):
@@ -20,7 +20,7 @@ class UnsupportedError(CorpusError):
 
 
 def _config(options: dict):
-    from corpus.pipeline.config import TokenizeConfig
+    from corpus.tokenize.config import TokenizeConfig
 
     return TokenizeConfig(
         **shared_fields(options), output_prefix=options["output_prefix"], workers=options["workers"],
@@ -54,8 +54,8 @@ def _config(options: dict):
 @friendly_errors
 def tokenize_command(**options) -> None:
     """Tokenize JSONL/Parquet text into Megatron .bin/.idx files (Megatron's preprocess_data.py options)."""
-    from corpus.pipeline.stats import RunStats
-    from corpus.tokenize import tokenize as run
+    from corpus.tokenize.stats import RunStats
+    from corpus.tokenize.run import tokenize as run
 
     if options["split_sentences"] or options["keep_newlines"]:
         raise UnsupportedError("--split-sentences/--keep-newlines are not supported: corpus tokenize writes one "

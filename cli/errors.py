@@ -7,7 +7,7 @@ from typing import Callable, TypeVar
 
 import click
 
-from corpus.errors import CorpusError
+from corpus.core.errors import CorpusError
 
 F = TypeVar("F", bound=Callable)
 

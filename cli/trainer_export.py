@@ -17,7 +17,7 @@ from cli.errors import friendly_errors
 @friendly_errors
 def export(out_dir: str, load: str, dtype: str) -> None:
     """Export a checkpoint for transformers (Llama architecture)."""
-    from trainer.export import export_hf
+    from trainer.checkpoint.export import export_hf
 
     files = export_hf(load, out_dir, dtype)
     click.echo(f"wrote {', '.join(files)} to {out_dir}")

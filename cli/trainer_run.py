@@ -1,4 +1,4 @@
-"""``trainer run``: train a GPT. Every option comes from a field of ``trainer.config.TrainConfig`` (its
+"""``trainer run``: train a GPT. Every option comes from a field of ``trainer.config.schema.TrainConfig`` (its
 Megatron-style flag and help), so flags, YAML keys (``--config``) and docs stay one table."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any, Literal
 import click
 
 from cli.errors import friendly_errors
-from trainer.config_loading import config_fields
+from trainer.config.loading import config_fields
 
 
 class _GreedyOption(click.Option):
@@ -55,7 +55,7 @@ def _option_for(section: str, name: str, meta: dict, kind: Any, default: Any) ->
 
 def _params() -> list[click.Parameter]:
     params = [click.Option(["--config"], type=click.Path(dir_okay=False), help="YAML file with the same sections "
-                           "as trainer.config.TrainConfig; flags override it.")]
+                           "as trainer.config.schema.TrainConfig; flags override it.")]
     for section, name, field, kind in config_fields():
         if field.metadata.get("flag"):
             default = field.default_factory() if field.default is dataclasses.MISSING else field.default
@@ -78,8 +78,8 @@ def _overrides(ctx: click.Context, values: dict) -> dict:
 
 @friendly_errors
 def _run(**values: Any) -> None:
-    from trainer.config_loading import load_config
-    from trainer.loop import train
+    from trainer.config.loading import load_config
+    from trainer.run.loop import train
 
     ctx = click.get_current_context()
     config = load_config(values.get("config"), _overrides(ctx, values))

@@ -1,11 +1,11 @@
 """Errors the trainer raises for people: each says what went wrong, where, and which knob fixes it.
 
-All derive from :class:`corpus.errors.CorpusError`, so the CLI prints the message alone and exits 1.
+All derive from :class:`corpus.core.errors.CorpusError`, so the CLI prints the message alone and exits 1.
 """
 
 from __future__ import annotations
 
-from corpus.errors import CorpusError
+from corpus.core.errors import CorpusError
 
 
 class TrainerError(CorpusError):

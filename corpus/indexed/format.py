@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from corpus.errors import CorpusError
+from corpus.core.errors import CorpusError
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1

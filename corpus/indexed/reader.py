@@ -7,7 +7,7 @@ from typing import Iterator
 
 import numpy as np
 
-from corpus import meta as sidecar
+from corpus.indexed import sidecar
 from corpus.indexed.format import (
     _CHUNK,
     IndexFormatError,

@@ -9,7 +9,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from corpus import meta as sidecar
+from corpus.indexed import sidecar
 from corpus.indexed.format import _CHUNK, CODE_BY_DTYPE, MAGIC, VERSION, IndexFormatError, bin_path, idx_path
 from corpus.indexed.reader import IndexedReader
 

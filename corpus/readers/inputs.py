@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from corpus.errors import CorpusError
+from corpus.core.errors import CorpusError
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from itertools import chain, islice
 
 import numpy as np
 
-from corpus.meta import fingerprint_files
+from corpus.indexed.sidecar import fingerprint_files
 from corpus.tokenizers import long_texts
 from corpus.tokenizers.long_texts import CutRule
 from corpus.tokenizers.config import TokenizeError, TokenizerConfig, TokenizerConfigError

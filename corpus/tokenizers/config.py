@@ -11,7 +11,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, fields
 
-from corpus.errors import CorpusError
+from corpus.core.errors import CorpusError
 
 ENCODERS = ("auto", "reference", "gigatoken")
 TIKTOKEN_PATTERNS = ("v1", "v2")

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from cli.corpus import main
 from corpus.indexed import IndexedReader
 from tests.conftest import REPO, run_cli
-from tests.corpus.pipeline_support import TOKENIZER, WEB
+from tests.corpus.tokenize.support import TOKENIZER, WEB
 
 SOURCE = ["--input", str(WEB), "--append-eod", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
           str(TOKENIZER)]

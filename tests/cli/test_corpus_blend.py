@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from corpus.blend import load_blend
-from corpus.datasets import build_split_datasets, megatron_sample_counts, show_samples_command
+from corpus.blending.schema import load_blend
+from corpus.blending.datasets import build_split_datasets, megatron_sample_counts, show_samples_command
 from tests.conftest import REPO, run_cli
-from tests.corpus.blend_data import EXAMPLES, example_texts, write_example
+from tests.corpus.blending.blend_data import EXAMPLES, example_texts, write_example
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from cli.trainer import main
 from tests.conftest import REPO, run_cli
-from trainer import checkpoint
+from trainer.checkpoint import store as checkpoint
 
 TINY = ["--mock-data", "--seq-length", "16", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
         "--ffn-hidden-size", "64", "--vocab-size", "96", "--micro-batch-size", "2", "--eval-iters", "0"]
@@ -23,15 +23,15 @@ TINY = ["--mock-data", "--seq-length", "16", "--num-layers", "2", "--hidden-size
 @pytest.fixture
 def captured(monkeypatch):
     """Parse only: the TrainConfig `trainer run` would train with."""
-    import trainer.loop
+    import trainer.run.loop
 
     seen = []
 
     def fake_train(config):
         seen.append(config)
-        return trainer.loop.TrainResult(0, None, "completed", None)
+        return trainer.run.loop.TrainResult(0, None, "completed", None)
 
-    monkeypatch.setattr(trainer.loop, "train", fake_train)
+    monkeypatch.setattr(trainer.run.loop, "train", fake_train)
     return seen
 
 

@@ -1,5 +1,5 @@
 """FP8 training: backends (Transformer Engine, torchao.float8, our own ``torch._scaled_mm`` linear) behind
-the local-GEMM registry of :mod:`trainer.layers`, chosen once at start-up by :func:`select_fp8`.
+the local-GEMM registry of :mod:`trainer.model.layers`, chosen once at start-up by :func:`select_fp8`.
 
 | module | job |
 |---|---|

@@ -25,12 +25,12 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from trainer.config import FP8Config
+from trainer.config.schema import FP8Config
 from trainer.errors import ConfigError
 from trainer.fp8.delayed import Calibration, DelayedScalingUpdate
 from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe, make_scaled_mm_gemm
 from trainer.fp8.scaling import FORMATS, Eligibility
-from trainer.layers import GEMMS, LocalGemm
+from trainer.model.layers import GEMMS, LocalGemm
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ before each GEMM). Transformer Engine's ``DelayedScaling`` recipe, done with tor
   kernels) and sets ``scale = fp8_max / amax`` from the history's max (``--fp8-amax-compute-algo max``) or
   the latest amax (``most_recent``); an amax of 0 (a tensor not seen yet) keeps the old scale;
 - the weights' amaxes come from the optimizer's update that wrote the weights when it can record them
-  (:meth:`trainer.adamw.LowPrecisionAdamW.record_weight_amaxes`, for every FP8 weight this rank steps; on
+  (:meth:`trainer.optim.adamw.LowPrecisionAdamW.record_weight_amaxes`, for every FP8 weight this rank steps; on
   CUDA its one AdamW kernel, which holds each weight in registers anyway); else — the first update of a
   process, torch's AdamW, ZeRO-1 stepping some weights on other ranks — from a pass over every weight
   (~1.1 ms a step of the 1.3b preset on an H200, bench/train_h200.md, eleventh run). The same values.
@@ -36,8 +36,8 @@ import torch
 from torch import nn
 
 from trainer.fp8.scaling import fp8_max
-from trainer.kernel_ops import kernel_op, launcher
-from trainer.swiglu import reference_backward, triton_backward
+from trainer.kernels.ops import kernel_op, launcher
+from trainer.model.swiglu import reference_backward, triton_backward
 
 #: Index of each operand's scale and amax in the per-linear tensors.
 INPUT, WEIGHT, GRAD = 0, 1, 2
@@ -123,7 +123,7 @@ def amax_of(x: torch.Tensor) -> torch.Tensor:
 @kernel_op("blendforge::swiglu_backward_cast")
 def swiglu_backward_cast(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
                          dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """``trainer.swiglu.swiglu_backward`` as the FP8 GEMMs after it take it: :func:`cast_with_scale` of the
+    """``trainer.model.swiglu.swiglu_backward`` as the FP8 GEMMs after it take it: :func:`cast_with_scale` of the
     gradient (rounded to ``fused``'s dtype), and :func:`amax_of` it — on CUDA from the SwiGLU kernel itself.
 
     NOTE: a Triton op, not an opaque custom op: Inductor then allocates the output, knows it aligned, and the

@@ -25,10 +25,10 @@ import torch.nn.functional as F
 from trainer.fp8.delayed import (GRAD, INPUT, WEIGHT, Calibration, DelayedScales, amax_of, cast_with_scale,
                                   record_amax, swiglu_backward_cast, swiglu_backward_cast_transposed)
 from trainer.fp8.scaling import ALIGNMENT, E4M3, Eligibility, quantize
-from trainer.fp8.rotary_cast import rotary_backward_cast, rotary_backward_cast_transposed
-from trainer.fp8.transpose import fp8_transpose
-from trainer.rotary import HeadShape, rotary_heads, rotary_heads_values
-from trainer.swiglu import swiglu, swiglu_values
+from trainer.kernels.rotary_cast import rotary_backward_cast, rotary_backward_cast_transposed
+from trainer.kernels.fp8_transpose import fp8_transpose
+from trainer.model.rotary import HeadShape, rotary_heads, rotary_heads_values
+from trainer.model.swiglu import swiglu, swiglu_values
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class ScaledMMRecipe:
     forward_dtype: torch.dtype
     grad_dtype: torch.dtype
     rowwise: bool
-    transpose_kernel: bool = False  # the backward's transposed copies by trainer.fp8.transpose's own kernel
+    transpose_kernel: bool = False  # the backward's transposed copies by trainer.kernels.fp8_transpose's own kernel
     producer_transposes: bool = False  # delayed: the SwiGLU and RoPE gradient kernels write their own transposes
 
 
@@ -185,7 +185,7 @@ class _DelayedScaledSwiGLULinear(torch.autograd.Function):
 class _DelayedScaledRotaryLinear(torch.autograd.Function):
     """``rotary_heads(x @ weightᵀ)`` (q, k rotated, v) for a fused QKV weight, the GEMM as
     :class:`_DelayedScaledLinear`'s. Its backward pass gets the GEMM's output gradient already scaled and cast
-    to FP8, with its amax, from RoPE's backward kernel (:func:`trainer.fp8.rotary_cast.rotary_backward_cast`)."""
+    to FP8, with its amax, from RoPE's backward kernel (:func:`trainer.kernels.rotary_cast.rotary_backward_cast`)."""
 
     @staticmethod
     def forward(ctx, x, weight, recipe, out_dtype, scales, x_inverse, w_inverse, g_inverse, amax_grad,
@@ -220,7 +220,7 @@ def _fp8_rows(x: torch.Tensor, weight: torch.Tensor, eligible: Eligibility) -> t
 
 def scaled_mm_linear(x: torch.Tensor, weight: torch.Tensor, *, recipe: ScaledMMRecipe,
                      eligible: Eligibility) -> torch.Tensor:
-    """``x @ weight.T`` (the local-GEMM contract of ``trainer.layers.GEMMS``) in FP8 where the shape is
+    """``x @ weight.T`` (the local-GEMM contract of ``trainer.model.layers.GEMMS``) in FP8 where the shape is
     eligible, else the plain ``F.linear``."""
     rows = _fp8_rows(x, weight, eligible)
     if rows is None:

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
-from trainer.parallel_state import ParallelState
+from trainer.parallel.state import ParallelState
 
 SEQUENCE_DIM = 1
 

@@ -7,7 +7,7 @@ import multiprocessing
 import pytest
 from tokenizers import Tokenizer, models
 
-from corpus.meta import fingerprint_files
+from corpus.indexed.sidecar import fingerprint_files
 from corpus.tokenizers import TokenizeError, TokenizerConfig, TokenizerConfigError, build_tokenizer
 
 

@@ -12,13 +12,13 @@ import torch.nn.functional as F
 
 from tests.conftest import run_cli
 from tests.trainer.conftest import read_metrics, tiny_config
-from trainer.config import FP8Config
+from trainer.config.schema import FP8Config
 from trainer.errors import ConfigError
 from trainer.fp8 import backends
 from trainer.fp8.backends import check_hardware, resolve_backend, select_fp8
 from trainer.fp8.delayed import DelayedScalingUpdate
-from trainer.layers import GEMMS
-from trainer.loop import train
+from trainer.model.layers import GEMMS
+from trainer.run.loop import train
 
 HAS_TE = importlib.util.find_spec("transformer_engine") is not None
 HAS_TORCHAO = importlib.util.find_spec("torchao") is not None

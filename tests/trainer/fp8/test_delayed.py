@@ -12,17 +12,17 @@ import torch
 import torch.nn.functional as F
 
 from tests.trainer.conftest import read_metrics, tiny_config
-from tests.trainer.triton_support import ON_CUDA
-from trainer.adamw import LowPrecisionAdamW
+from tests.trainer.kernels.triton_support import ON_CUDA
+from trainer.optim.adamw import LowPrecisionAdamW
 from trainer.fp8.delayed import (WEIGHT, Calibration, DelayedScales, DelayedScalingUpdate, amax_of, cast_with_scale,
                                  swiglu_backward_cast)
 from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe, make_scaled_mm_gemm
 from trainer.fp8.scaling import E4M3, E5M2, Eligibility, fp8_max
-from trainer.layers import ColumnParallelLinear
-from trainer import loop
-from trainer.loop import train
-from trainer.parallel_state import ParallelState
-from trainer.swiglu import reference_backward, swiglu
+from trainer.model.layers import ColumnParallelLinear
+from trainer.run import loop
+from trainer.run.loop import train
+from trainer.parallel.state import ParallelState
+from trainer.model.swiglu import reference_backward, swiglu
 
 RECIPE = ScaledMMRecipe(E4M3, E5M2, rowwise=False)
 GEMM = DelayedScaledGemm(RECIPE, Eligibility(16), Calibration(active=False))  # past its first step
@@ -364,7 +364,7 @@ def test_gradient_transposes_written_by_their_producers_change_no_bit(device):
     """``--fp8-transpose producers``: the weight gradients of the fc1 (SwiGLU) and QKV (RoPE) linears from the
     transposed gradient copies their backward kernels write equal, bit for bit, those from the transposing
     kernel's copies, eager and compiled (on CUDA: the Triton kernels, launched by Inductor when compiled)."""
-    from tests.trainer.test_rotary import tables
+    from tests.trainer.kernels.test_rotary import tables
 
     torch.manual_seed(0)
     kernel = dataclasses.replace(RECIPE, transpose_kernel=True)

@@ -1,0 +1,116 @@
+"""The torch side: split datasets as ``torch.utils.data.Dataset`` and a resumable micro-batch
+loader sharded by data-parallel rank (the only module of the data path that imports torch).
+
+Order is Megatron's ``MegatronPretrainingSampler``: global micro-step k covers samples
+``[c, c + micro_batch * dp_size)`` with ``c = consumed_samples``, and rank r takes
+``[c + r * micro_batch, c + (r + 1) * micro_batch)``. The maps already shuffle, so resuming is
+exact: a loader made with ``consumed_samples=c`` yields what an uninterrupted one yields after
+``c`` samples. Its state carries the blend fingerprint; loading a state made for another blend
+raises :class:`LoaderStateError` unless ``allow_blend_change=True``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from corpus.blending.schema import BlendConfig
+from corpus.blending.datasets import BlendDatasets, SampleCounts, SplitDataset, build_split_datasets
+from corpus.core.errors import CorpusError
+from corpus.blending.resolve import ResolvedBlend
+
+log = logging.getLogger(__name__)
+
+
+class LoaderStateError(CorpusError):
+    """A loader state does not fit this loader (another blend, or a position it cannot resume at)."""
+
+
+class TorchSplitDataset(torch.utils.data.Dataset):
+    """A :class:`~corpus.blending.datasets.SplitDataset` returning torch tensors: ``tokens``, ``labels``,
+    ``position_ids`` (int64 [S]), ``loss_mask`` (float32 [S]) and, when asked, ``cu_seqlens``."""
+
+    def __init__(self, samples: SplitDataset) -> None:
+        self.samples = samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {name: torch.from_numpy(array) for name, array in self.samples[index].items()}
+
+
+def build_datasets(blend: BlendConfig | ResolvedBlend, counts: SampleCounts, required: tuple[str, ...] = ("train",)
+                   ) -> tuple[TorchSplitDataset | None, TorchSplitDataset | None, TorchSplitDataset | None, BlendDatasets]:
+    """(train, valid, test, the numpy-side :class:`BlendDatasets`) for ``counts`` samples.
+
+    ``counts`` usually comes from :func:`corpus.blending.datasets.megatron_sample_counts`; a split the
+    blend gives no share comes back None unless it is ``required``. The BlendDatasets carries the
+    fingerprint, the sources' tokenizer facts and ``show_samples_command``."""
+    built = build_split_datasets(blend, counts, required)
+    wrap = lambda split: TorchSplitDataset(split) if split is not None else None  # noqa: E731
+    return wrap(built.train), wrap(built.valid), wrap(built.test), built
+
+
+class BlendLoader:
+    """Micro-batches of one data-parallel rank, resumable from ``consumed_samples``.
+
+    Yields dicts of tensors [micro_batch_size, S] (``cu_seqlens`` flattened over the micro-batch)
+    until the next global micro-step would run past the dataset. ``consumed_samples`` counts
+    samples of all ranks, as Megatron's does.
+    """
+
+    def __init__(self, dataset: TorchSplitDataset | SplitDataset, micro_batch_size: int, dp_rank: int = 0,
+                 dp_size: int = 1, consumed_samples: int = 0, blend_fingerprint: str | None = None) -> None:
+        if micro_batch_size < 1 or dp_size < 1 or not 0 <= dp_rank < dp_size:
+            raise ValueError(f"bad sharding: micro_batch_size={micro_batch_size}, dp_rank={dp_rank}, dp_size={dp_size}")
+        self.samples = dataset.samples if isinstance(dataset, TorchSplitDataset) else dataset
+        self.micro_batch_size, self.dp_rank, self.dp_size = micro_batch_size, dp_rank, dp_size
+        self.blend_fingerprint = blend_fingerprint
+        self.consumed_samples = 0
+        self._seek(consumed_samples)
+
+    @property
+    def step_samples(self) -> int:
+        """Samples one global micro-step consumes (all ranks)."""
+        return self.micro_batch_size * self.dp_size
+
+    def _seek(self, consumed: int) -> None:
+        if consumed < 0 or consumed % self.step_samples:
+            raise LoaderStateError(f"cannot resume at consumed_samples={consumed}: not a multiple of micro_batch_size x "
+                                   f"dp_size = {self.step_samples}")
+        self.consumed_samples = consumed
+
+    def __len__(self) -> int:
+        """Micro-batches left for this rank."""
+        return max(0, (len(self.samples) - self.consumed_samples) // self.step_samples)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        while self.consumed_samples + self.step_samples <= len(self.samples):
+            start = self.consumed_samples + self.dp_rank * self.micro_batch_size
+            batch = self.samples.batch(np.arange(start, start + self.micro_batch_size))
+            self.consumed_samples += self.step_samples
+            yield {name: torch.from_numpy(array) for name, array in batch.items()}
+
+    def state_dict(self) -> dict:
+        """What a checkpoint needs to resume this loader exactly."""
+        return {"consumed_samples": self.consumed_samples, "blend_fingerprint": self.blend_fingerprint,
+                "num_samples": len(self.samples)}
+
+    def load_state_dict(self, state: dict, allow_blend_change: bool = False) -> None:
+        """Resume from ``state``; refuses a state made for another blend unless ``allow_blend_change``."""
+        theirs = state.get("blend_fingerprint")
+        if theirs != self.blend_fingerprint:
+            message = (f"the checkpoint's data came from another blend (fingerprint {str(theirs)[:12]}…, this blend "
+                       f"{str(self.blend_fingerprint)[:12]}…): sources, weights, split, seq_length, seed or sample "
+                       "options changed")
+            if not allow_blend_change:
+                raise LoaderStateError(message + "; resume with the original blend, or allow the change explicitly")
+            log.warning("%s; continuing as asked", message)
+        if state.get("num_samples") not in (None, len(self.samples)):
+            log.warning("the checkpoint's run asked for %s samples, this one for %d: the sample order after the "
+                        "resume differs from an uninterrupted run", state["num_samples"], len(self.samples))
+        self._seek(int(state["consumed_samples"]))

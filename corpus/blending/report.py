@@ -1,0 +1,171 @@
+"""What ``corpus blend`` does, callable from Python: dry runs, offline prebuilds, sample dumps.
+
+- :func:`dry_run`: per split and source, documents, tokens, weight asked vs share achieved,
+  epochs and samples, without writing any index map;
+- :func:`prebuild`: build (or verify) every map a request needs, no torch, no GPU;
+- :func:`show_samples`: the raw token ids of samples ``[start, stop)`` of a split, exactly as a
+  trainer asking for the same number of samples sees them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Iterator
+
+import numpy as np
+
+from corpus.blending import index_maps as maps
+from corpus.blending.schema import BlendConfig
+from corpus.blending.build import build_split_maps
+from corpus.blending.datasets import SampleCounts, SplitDataset, plan_all
+from corpus.blending.plan import SplitPlan, plan_split
+from corpus.blending.resolve import ResolvedBlend, resolve_blend
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    """One source in one split. ``documents`` counts sequences (one per document unless the
+    data was sentence-split), the unit megatron-core splits by."""
+
+    name: str
+    documents: int
+    tokens: int
+    per_epoch: int
+    """Samples one pass over this share gives."""
+    weight: float | None
+    share: float | None
+    epochs: int | None
+    samples: int | None
+    """Samples the split takes from this source."""
+    built: int | None
+    """Samples its maps hold (the 0.5% surplus and the rest of the last epoch included)."""
+
+
+@dataclass(frozen=True)
+class SplitReport:
+    """One split of a dry run."""
+
+    split: str
+    requested: int | None
+    mode: str
+    size: int | None
+    rows: list[SourceRow]
+    excluded: list[str]
+
+
+def _achieved(plan: SplitPlan) -> list[int]:
+    """How many samples the split takes from each member (runs the blending loop, writes nothing)."""
+    if plan.mode == "single":
+        return [plan.size if plan.requested is None else plan.requested]
+    if plan.blend_weights is None:
+        return [m.length for m in plan.members]
+    return maps.blending_indices(list(plan.blend_weights), plan.size).counts.tolist()
+
+
+def _per_epoch(tokens: int, seq_length: int, extra_token: int) -> int:
+    return max(0, maps.samples_in(tokens, seq_length, extra_token))
+
+
+def _split_report(plan: SplitPlan, seq_length: int, extra: int) -> SplitReport:
+    taken = _achieved(plan)
+    total = sum(taken)
+    rows = [SourceRow(m.name, m.end - m.begin, m.tokens, _per_epoch(m.tokens, seq_length, extra), m.weight,
+                      count / total if total else None, m.epochs.num_epochs, count, m.length)
+            for m, count in zip(plan.members, taken)]
+    return SplitReport(plan.split, plan.requested, plan.mode, plan.size, rows, list(plan.excluded))
+
+
+def _inventory(resolved: ResolvedBlend, split: str) -> SplitReport | None:
+    """One epoch's facts of each source of ``split`` (a weighted blend with no sample count)."""
+    config = resolved.config
+    configs = config.split_sources(split)
+    if not configs:
+        return None
+    bookend = (0.0, 1.0) if isinstance(config.sources, dict) else maps.split_matrix(config.split)[maps.SPLIT_NAMES.index(split)]
+    if bookend is None:
+        return None
+    weights = maps.normalize([c.weight for c in configs])
+    rows = []
+    for source, weight in zip(resolved.sources[split], weights):
+        begin, end = maps.split_range(bookend, source.info.num_sequences)
+        tokens = int(np.sum(source.lengths[begin:end], dtype=np.int64))
+        per_epoch = _per_epoch(tokens, config.seq_length, config.samples.extra_token)
+        rows.append(SourceRow(source.name, end - begin, tokens, per_epoch, weight, None, None, None, None))
+    return SplitReport(split, None, "inventory", None, rows, [])
+
+
+def dry_run(config: BlendConfig, counts: SampleCounts | None, required: tuple[str, ...] = ("train",)
+            ) -> list[SplitReport]:
+    """Validate everything and describe each split; ``counts=None`` means one epoch (or, for a
+    weighted blend, only the per-source inventory). ``required``: see ``plan_split``."""
+    resolved = resolve_blend(config)
+    reports = []
+    for split in maps.SPLIT_NAMES:
+        weighted = any(c.weight is not None for c in config.split_sources(split))
+        if counts is None and weighted:
+            report = _inventory(resolved, split)
+        else:
+            plan = plan_split(resolved, split, counts.of(split) if counts else None, split in required)
+            report = _split_report(plan, config.seq_length, config.samples.extra_token) if plan else None
+        if report is not None:
+            reports.append(report)
+    return reports
+
+
+def prebuild(config: BlendConfig, counts: SampleCounts, required: tuple[str, ...] = ("train",)) -> dict[str, dict]:
+    """Build every map ``counts`` needs (or load and verify it); per split: entries built, seconds."""
+    resolved = resolve_blend(config)
+    plans = plan_all(resolved, counts, required)
+    result = {}
+    for split, plan in plans.items():
+        if plan is not None:
+            start = time.perf_counter()
+            built = build_split_maps(resolved, plan).built
+            result[split] = {"samples": plan.size, "entries_built": built, "seconds": round(time.perf_counter() - start, 3)}
+    return result
+
+
+def show_samples(config: BlendConfig, split: str, num_samples: int | None, start: int, stop: int) -> Iterator[dict]:
+    """``{"index", "source", "tokens"}`` for samples ``[start, stop)`` of ``split`` when
+    ``num_samples`` are asked (the maps are built if the cache lacks them)."""
+    resolved = resolve_blend(config)
+    plan = plan_split(resolved, split, num_samples)
+    if plan is None:
+        raise resolved.config.error(f"the {split} split is empty for this request (0 samples asked or no share)", "split")
+    dataset = SplitDataset(resolved, build_split_maps(resolved, plan))
+    if not 0 <= start < stop <= len(dataset):
+        raise resolved.config.error(f"--show-samples {start}:{stop} is outside the {split} split's "
+                                    f"{len(dataset)} samples; pick a range inside 0:{len(dataset)}", "split")
+    for index in range(start, stop):
+        yield {"index": index, "source": dataset.source_name(index), "tokens": dataset.tokens_of(index).tolist()}
+
+
+def report_to_json(reports: list[SplitReport]) -> list[dict]:
+    """The dry run as plain JSON-ready data."""
+    return [asdict(report) for report in reports]
+
+
+def format_report(reports: list[SplitReport]) -> str:
+    """The dry run as a text table (what ``corpus blend FILE`` prints)."""
+    header = (f"{'split':<6} {'source':<16} {'docs':>10} {'tokens':>13} {'per epoch':>10} {'weight':>7} {'share':>7} "
+              f"{'epochs':>6} {'samples':>11} {'in maps':>11}")
+    lines = [header, "-" * len(header)]
+    def fmt(value: object, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    for report in reports:
+        for row in report.rows:
+            lines.append(f"{report.split:<6} {row.name[:16]:<16} {row.documents:>10,} {row.tokens:>13,} "
+                         f"{row.per_epoch:>10,} {fmt(row.weight, '.3f'):>7} {fmt(row.share, '.3f'):>7} "
+                         f"{fmt(row.epochs, 'd'):>6} {fmt(row.samples, ',d'):>11} {fmt(row.built, ',d'):>11}")
+        lines.append(f"{report.split:<6} {_summary(report)}")
+    return "\n".join(lines)
+
+
+def _summary(report: SplitReport) -> str:
+    if report.mode == "inventory":
+        return "weighted: pass --num-samples or --train-iters/--global-batch-size for shares, epochs and samples"
+    asked = format(report.requested, ",d") if report.requested is not None else "one epoch"
+    excluded = f"; left out (empty share): {', '.join(report.excluded)}" if report.excluded else ""
+    return f"{report.mode} blend: {asked} samples asked, dataset length {report.size:,}{excluded}"

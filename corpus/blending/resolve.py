@@ -1,0 +1,168 @@
+"""A validated blend bound to its files: sources found and indexed, tokenizer and dtype agreement
+checked across sources and against the blend's ``tokenizer``, and the facts the trainer needs
+(vocabulary size, tokenizer record, EOD id, a fingerprint of everything that decides the samples).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass
+import numpy as np
+
+from corpus.indexed import sidecar
+from corpus.blending.schema import BlendConfig, tokenizer_family
+from corpus.core.errors import CorpusError
+from corpus.blending.index_maps import SPLIT_NAMES
+from corpus.blending.map_cache import MapCache, cache_key
+from corpus.blending.sources import Source, SourceError, load_source
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ResolvedBlend:
+    """A blend whose sources are open. ``sources[split]`` lists the sources feeding each split."""
+
+    config: BlendConfig
+    cache: MapCache
+    sources: dict[str, list[Source]]
+    keys: dict[str, list[str]]
+    """The key path of each source in the blend file (for messages)."""
+    dtype: np.dtype
+    tokenizer: dict | None
+    """The tokenizer record of the sources' ``.meta.json`` (type, path, options, fingerprint)."""
+    vocab_size: int | None
+    eod_id: int | None
+    fingerprint: str
+    """sha256 of what decides the samples: sources (their lengths and tokenizer), weights, split,
+    seq_length, seed, sample options. Stored in loader state to refuse resuming against another blend."""
+
+    def all_sources(self) -> list[tuple[str, Source]]:
+        """(key, source) for every distinct source, in blend order."""
+        seen, result = set(), []
+        for split in SPLIT_NAMES:
+            for key, source in zip(self.keys.get(split, []), self.sources.get(split, [])):
+                if id(source) not in seen:
+                    seen.add(id(source))
+                    result.append((key, source))
+        return result
+
+
+def resolve_blend(config: BlendConfig) -> ResolvedBlend:
+    """Open every source of ``config`` and check them; raises BlendError naming file, key and fix."""
+    cache = MapCache(config.resolve_path(config.cache_dir) if config.cache_dir else None)
+    loaded: dict[str, Source] = {}
+    sources: dict[str, list[Source]] = {}
+    keys: dict[str, list[str]] = {}
+    for split in SPLIT_NAMES:
+        for index, source_config in enumerate(config.split_sources(split)):
+            key = config.source_key(split, index)
+            spec = config.resolve_path(source_config.prefix)
+            if spec not in loaded:
+                try:
+                    loaded[spec] = load_source(source_config.name, spec, cache)
+                except SourceError as error:
+                    raise config.error(error.problem, f"{key}.{error.key}") from None
+            sources.setdefault(split, []).append(loaded[spec])
+            keys.setdefault(split, []).append(key)
+    resolved = ResolvedBlend(config, cache, sources, keys, np.dtype(np.int32), None, None, None, "")
+    _check_agreement(resolved)
+    _check_expected_tokenizer(resolved)
+    _fill_facts(resolved)
+    return resolved
+
+
+def _check_agreement(resolved: ResolvedBlend) -> None:
+    """One dtype and one tokenizer across all sources; warn about sources without a sidecar."""
+    pairs = resolved.all_sources()
+    first_key, first = pairs[0]
+    for key, source in pairs[1:]:
+        if source.info.dtype != first.info.dtype:
+            raise resolved.config.error(
+                f"token dtype {source.info.dtype} differs from {first_key} ({first.name}: {first.info.dtype}); "
+                "a blend's sources must be tokenized with the same tokenizer", f"{key}.prefix")
+    known = [(key, s) for key, s in pairs if s.info.tokenizer_identity is not None]
+    for key, source in known[1:]:
+        if source.info.tokenizer_identity != known[0][1].info.tokenizer_identity:
+            raise resolved.config.error(
+                f"tokenized with {source.info.tokenizer_identity[:2]} but {known[0][0]} ({known[0][1].name}) with "
+                f"{known[0][1].info.tokenizer_identity[:2]}; re-tokenize one of them with the other's tokenizer",
+                f"{key}.prefix")
+    for key, source in pairs:
+        if source.info.missing_sidecars:
+            log.warning("%s (%s): %d of %d shard(s) have no .meta.json (e.g. %s; written by Megatron?): their "
+                        "tokenizer cannot be checked", key, source.name, source.info.missing_sidecars,
+                        source.info.num_shards, source.info.missing_example)
+
+
+def _huggingface_files(path: str) -> list[str]:
+    """tokenizer.json (the file or ``DIR/tokenizer.json``) and the configs read beside it."""
+    from corpus.tokenizers.huggingface import named_special_tokens, tokenizer_json_path
+
+    json_path = tokenizer_json_path(path)
+    return [json_path, *named_special_tokens(os.path.dirname(json_path))[2]]
+
+
+#: The files whose bytes make a tokenizer's fingerprint, per kind (as ``corpus.tokenizers`` records
+#: them); kinds not listed are one file.
+TOKENIZER_FILES = {"huggingface": _huggingface_files}
+
+
+def tokenizer_fingerprint(kind: str, path: str) -> str:
+    """The fingerprint ``corpus tokenize`` records for the tokenizer of ``kind`` at ``path``."""
+    files = TOKENIZER_FILES.get(tokenizer_family(kind), lambda p: [p])(path)
+    return sidecar.fingerprint_files(files)
+
+
+def _check_expected_tokenizer(resolved: ResolvedBlend) -> None:
+    """The blend's ``tokenizer`` against every source's sidecar (kind, then file fingerprint)."""
+    spec, config = resolved.config.tokenizer, resolved.config
+    if spec is None:
+        return
+    fingerprint = None
+    if spec.path is not None:
+        path = config.resolve_path(spec.path)
+        if not os.path.exists(path):
+            raise config.error(f"{path}: no such tokenizer file; point it at the tokenizer the data was made with",
+                               "tokenizer.path")
+        try:
+            fingerprint = tokenizer_fingerprint(spec.kind, path)
+        except CorpusError as error:
+            raise config.error(str(error), "tokenizer.path") from None
+    exact = spec.kind.lower() != tokenizer_family(spec.kind)
+    for key, source in resolved.all_sources():
+        record = source.info.tokenizer or {}
+        recorded = record.get("type")
+        if recorded is not None:
+            matches = recorded.lower() == spec.kind.lower() if exact else tokenizer_family(recorded) == tokenizer_family(spec.kind)
+            if not matches:
+                raise config.error(f"{source.name} was tokenized with {recorded}, not {spec.kind}; fix "
+                                   f"tokenizer.kind or re-tokenize the source", "tokenizer.kind")
+        recorded_fingerprint = record.get("fingerprint")
+        if fingerprint and recorded_fingerprint and recorded_fingerprint != fingerprint:
+            raise config.error(f"{spec.path} is not the tokenizer {source.name} ({key}) was made with (its "
+                               f".meta.json records {record.get('model') or record.get('path') or 'another file'}, sha256 "
+                               f"{recorded_fingerprint[:12]}…, this file is {fingerprint[:12]}…)", "tokenizer.path")
+
+
+def _fill_facts(resolved: ResolvedBlend) -> None:
+    config = resolved.config
+    infos = [s.info for _, s in resolved.all_sources()]
+    resolved.dtype = infos[0].dtype
+    resolved.tokenizer = next((i.tokenizer for i in infos if i.tokenizer), None)
+    resolved.vocab_size = next((i.vocab_size for i in infos if i.vocab_size is not None), None)
+    resolved.eod_id = config.samples.eod_id if config.samples.eod_id is not None else next(
+        (i.eod_id for i in infos if i.eod_id is not None), None)
+    if config.samples.needs_eod and resolved.eod_id is None:
+        raise config.error("eod_mask_loss/reset_position_ids/reset_attention_mask need the EOD id, and no source's "
+                           ".meta.json records one; set samples.eod_id", "samples.eod_id")
+    material = {
+        "sources": {split: [[s.digest, s.info.tokenizer_identity, c.weight]
+                            for s, c in zip(resolved.sources.get(split, []), config.split_sources(split))]
+                    for split in SPLIT_NAMES},
+        "split": config.split, "seq_length": config.seq_length, "seed": config.seed,
+        "samples": {**dataclasses.asdict(config.samples), "eod_id": resolved.eod_id},
+    }
+    resolved.fingerprint = cache_key(material)

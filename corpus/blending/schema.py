@@ -1,0 +1,313 @@
+"""Blend files: the one declaration of what the trainer reads, as typed, validated config.
+
+::
+
+    seq_length: 512
+    seed: 1234
+    split: "99,1,0"                       # shares of *sequences*, Megatron's rounding
+    tokenizer: {kind: huggingface, path: ../examples/tokenizer.json}
+    cache_dir: /scratch/index_maps        # optional; default: corpus.blending.map_cache.default_cache_dir()
+    max_epochs: null                      # optional cap on passes over any source (1 = never repeat)
+    samples: {eod_mask_loss: false}       # optional, see SampleOptions
+    sources:
+      - {name: web,  prefix: data/web_text_document, weight: 0.7}
+      - {name: code, prefix: "data/code/*_text_document", weight: 0.3, max_epochs: 4}
+
+``sources`` may instead map split names to their own lists (``{train: [...], valid: [...]}``,
+Megatron's per-split blends; no ``split`` then). Paths are relative to the YAML file's folder.
+Weights are normalised; omitted everywhere = Megatron's rule (one epoch of each source).
+This module checks the *shape* of a blend; :mod:`corpus.blending.sources` checks the files it names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from corpus.blending.index_maps import SPLIT_NAMES
+from corpus.core.typed_config import ConfigError, build, coerce, read_yaml
+
+
+class BlendError(ConfigError):
+    """A blend file (or a blend built in Python) is wrong; the message names file, line, key, fix."""
+
+
+#: Tokenizer kinds a blend may expect, with the Megatron ``--tokenizer-type`` names each covers.
+#: A blend may also name one Megatron type exactly.
+TOKENIZER_KINDS: dict[str, tuple[str, ...]] = {
+    "huggingface": ("HuggingFaceTokenizer",),
+    "sentencepiece": ("SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer"),
+    "tiktoken": ("TikTokenizer",),
+    "gpt2": ("GPT2BPETokenizer",),
+    "null": ("NullTokenizer",),
+}
+_SPLIT_PATTERN = re.compile(r"^\s*\d*\.?\d+(\s*,\s*\d*\.?\d+){0,2}\s*$")
+
+
+def tokenizer_family(type_name: str | None) -> str | None:
+    """The kind (``huggingface``…) a tokenizer type name belongs to, or None if unknown."""
+    if type_name is None:
+        return None
+    lowered = type_name.lower()
+    for kind, names in TOKENIZER_KINDS.items():
+        if lowered == kind or lowered in (n.lower() for n in names):
+            return kind
+    return None
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """The tokenizer every source must have been written with (checked against ``.meta.json``)."""
+
+    kind: str
+    """``huggingface``, ``sentencepiece``, ``tiktoken``, ``gpt2``, ``null``, or a Megatron type name."""
+    path: str | None = None
+    """The tokenizer file (relative to the blend's folder); its sha256 must match the sidecars'."""
+
+    def __post_init__(self) -> None:
+        if tokenizer_family(self.kind) is None:
+            raise BlendError(f"unknown tokenizer kind {self.kind!r}; use one of {', '.join(TOKENIZER_KINDS)}", "kind")
+        if self.path is None and tokenizer_family(self.kind) != "null":
+            raise BlendError("a tokenizer needs a path (the tokenizer file the data was made with)", "path")
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """One source: a dataset prefix, or a glob of shard prefixes acting as one concatenated file."""
+
+    name: str
+    """Shown in dry runs and sample dumps; unique within a list."""
+    prefix: str
+    """``data/web_text_document`` or ``"data/code/*_text_document"`` (relative to the blend's folder)."""
+    weight: float | None = None
+    """Relative weight (> 0, normalised). Omit on every source for Megatron's one-epoch rule."""
+    max_epochs: int | None = None
+    """Refuse plans that pass over this source more often than this (1 = never repeat data)."""
+
+    def __post_init__(self) -> None:
+        if not self.name.strip():
+            raise BlendError("empty source name; give each source a short name", "name")
+        if not self.prefix.strip():
+            raise BlendError("empty prefix; give the path of a .bin/.idx pair without extension, or a glob", "prefix")
+        if self.weight is not None and not (self.weight > 0 and math.isfinite(self.weight)):
+            raise BlendError(f"{self.weight} is not a positive number; give a weight > 0 (weights are normalised)", "weight")
+        if self.max_epochs is not None and self.max_epochs < 1:
+            raise BlendError(f"max_epochs {self.max_epochs} must be >= 1", "max_epochs")
+
+
+@dataclass(frozen=True)
+class SampleOptions:
+    """What each sample carries besides its tokens (Megatron's GPTDatasetConfig names)."""
+
+    add_extra_token_to_sequence: bool = True
+    """Draw S + 1 tokens so inputs and labels are both S long (Megatron's default). False: S tokens,
+    the last label is masked."""
+    eod_mask_loss: bool = False
+    """Zero the loss where the input token is the EOD token."""
+    reset_position_ids: bool = False
+    """Restart position ids after every EOD token (document-wise positions)."""
+    reset_attention_mask: bool = False
+    """Emit ``cu_seqlens`` (document boundaries after each EOD) for document-masked attention."""
+    eod_id: int | None = None
+    """The EOD id; default: the one recorded in the sources' ``.meta.json``."""
+
+    @property
+    def extra_token(self) -> int:
+        """1 when samples carry the extra label token, else 0 (Megatron's integer use of the flag)."""
+        return int(self.add_extra_token_to_sequence)
+
+    @property
+    def needs_eod(self) -> bool:
+        """Whether any option needs the EOD id."""
+        return self.eod_mask_loss or self.reset_position_ids or self.reset_attention_mask
+
+
+Sources = typing.Union[tuple[SourceConfig, ...], dict[str, tuple[SourceConfig, ...]]]
+
+
+@dataclass(frozen=True)
+class BlendConfig:
+    """A whole blend. Every YAML key maps onto a field; ``origin``/``base_dir`` are set by the loader."""
+
+    seq_length: int
+    """Tokens per sample (inputs); the trainer's ``--seq-length`` overrides it."""
+    sources: Sources
+    """A list of sources split by ``split``, or ``{train: [...], valid: [...], test: [...]}``."""
+    split: str | None = None
+    """Train/valid/test shares of each source's sequences, e.g. ``"99,1,0"`` (list form only)."""
+    seed: int = 1234
+    """Seed of every shuffle (Megatron's ``--seed``)."""
+    tokenizer: TokenizerSpec | None = None
+    """The expected tokenizer; every source's ``.meta.json`` must agree with it."""
+    cache_dir: str | None = None
+    """Where index maps are cached (relative to the blend's folder); default documented in README."""
+    max_epochs: int | None = None
+    """Default ``max_epochs`` for sources that set none."""
+    samples: SampleOptions = field(default_factory=SampleOptions)
+    """Sample contents (loss mask, positions, document boundaries)."""
+    origin: str | None = field(default=None, metadata={"yaml": False}, compare=False)
+    """The file this came from (for messages)."""
+    base_dir: str = field(default=".", metadata={"yaml": False})
+    """Folder relative paths are resolved against."""
+
+    def __post_init__(self) -> None:
+        if self.seq_length < 2:
+            raise BlendError(f"seq_length {self.seq_length} must be at least 2", "seq_length")
+        if not 0 <= self.seed < 2**32:
+            raise BlendError(f"seed {self.seed} must be in [0, 2**32) (numpy's RandomState)", "seed")
+        if self.max_epochs is not None and self.max_epochs < 1:
+            raise BlendError(f"max_epochs {self.max_epochs} must be >= 1", "max_epochs")
+        if isinstance(self.sources, dict):
+            self._check_per_split()
+        else:
+            if self.split is None:
+                raise BlendError('missing required key \'split\' (train/valid/test shares, e.g. split: "99,1,0")', "split")
+            self._check_split_string()
+            _check_source_list(self.sources, "sources")
+
+    def _check_split_string(self) -> None:
+        if not _SPLIT_PATTERN.match(self.split) or not sum(float(x) for x in self.split.split(",")) > 0:
+            raise BlendError(f"{self.split!r} is not a split; write up to three shares like \"99,1,0\" "
+                             "(train, valid, test; at least one > 0)", "split")
+
+    def _check_per_split(self) -> None:
+        if self.split is not None:
+            raise BlendError("'split' cannot be used with per-split source lists; remove it (each list is "
+                             "used whole for its split)", "split")
+        for name, sources in self.sources.items():
+            if name not in SPLIT_NAMES:
+                raise BlendError(f"unknown split {name!r}; per-split lists are named {', '.join(SPLIT_NAMES)}",
+                                 f"sources.{name}")
+            _check_source_list(sources, f"sources.{name}")
+
+    def split_sources(self, split: str) -> tuple[SourceConfig, ...]:
+        """The sources that feed ``split`` (all of them in the list form)."""
+        if isinstance(self.sources, dict):
+            return self.sources.get(split, ())
+        return self.sources
+
+    def source_key(self, split: str, index: int) -> str:
+        """The key path of a source, for messages (``sources[1]`` or ``sources.valid[0]``)."""
+        return f"sources.{split}[{index}]" if isinstance(self.sources, dict) else f"sources[{index}]"
+
+    def resolve_path(self, path: str) -> str:
+        """``path`` made absolute against the blend's folder (``~`` expanded)."""
+        expanded = os.path.expanduser(path)
+        return expanded if os.path.isabs(expanded) else os.path.normpath(os.path.join(self.base_dir, expanded))
+
+    def error(self, problem: str, key: str) -> BlendError:
+        """A :class:`BlendError` located at ``key`` of this blend's file."""
+        from corpus.core.typed_config import parse_key
+
+        source = read_yaml(self.origin) if self.origin and os.path.isfile(self.origin) else None
+        return BlendError(problem).located(parse_key(key), source) if source else BlendError(problem, key, self.origin)
+
+
+def _check_source_list(sources: tuple[SourceConfig, ...], key: str) -> None:
+    if not sources:
+        raise BlendError("no sources; list at least one {name, prefix, weight}", key)
+    names = [s.name for s in sources]
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            raise BlendError(f"duplicate source name {name!r}; names must be unique", f"{key}[{index}].name")
+    weighted = [s.weight is not None for s in sources]
+    if any(weighted) and not all(weighted):
+        index = weighted.index(False)
+        raise BlendError("weight missing here but given on other sources; give every source a weight, or none "
+                         "(one epoch of each source)", f"{key}[{index}].weight")
+
+
+def blend_from_dict(data: object, origin: str | None = None, base_dir: str | os.PathLike = ".") -> BlendConfig:
+    """A :class:`BlendConfig` from an already-parsed mapping (paths relative to ``base_dir``)."""
+    return build(BlendConfig, data, error=BlendError, extra={"origin": origin, "base_dir": str(base_dir)})
+
+
+def load_blend(path: str | os.PathLike, **overrides: object) -> BlendConfig:
+    """Read and validate a blend file. ``overrides`` replace top-level keys (``seq_length=1024``,
+    ``seed=…``, ``cache_dir=…``) or sample options (``eod_mask_loss=True``), validated the same way."""
+    source = read_yaml(path, BlendError)
+    config = build(BlendConfig, source.data, (), source, BlendError,
+                   extra={"origin": str(path), "base_dir": str(Path(path).resolve().parent)})
+    return apply_overrides(config, **overrides)
+
+
+def apply_overrides(config: BlendConfig, **overrides: object) -> BlendConfig:
+    """``config`` with top-level fields or sample options replaced (None values are ignored). A
+    ``cache_dir`` given here is relative to the working directory, not to the blend's folder."""
+    top = typing.get_type_hints(BlendConfig)
+    sample_hints = typing.get_type_hints(SampleOptions)
+    changes, sample_changes = {}, {}
+    for name, value in overrides.items():
+        if value is None:
+            continue
+        if name in sample_hints:
+            sample_changes[name] = coerce(value, sample_hints[name], ("samples", name), None, BlendError)
+        elif name in top and name not in ("sources", "origin", "base_dir", "samples"):
+            changes[name] = coerce(value, top[name], (name,), None, BlendError)
+            if name == "cache_dir":  # given on a command line: relative to where it was typed
+                changes[name] = os.path.abspath(os.path.expanduser(changes[name]))
+        else:
+            raise BlendError(f"cannot override {name!r}; overridable: "
+                             f"{', '.join(n for n in top if n not in ('sources', 'origin', 'base_dir', 'samples'))}, "
+                             f"{', '.join(sample_hints)}")
+    if sample_changes:
+        changes["samples"] = dataclasses.replace(config.samples, **sample_changes)
+    try:
+        return dataclasses.replace(config, **changes) if changes else config
+    except BlendError as failure:
+        raise BlendError(failure.problem, failure.key, config.origin) from None
+
+
+def blend_from_data_path(data_path: list[str], split: str, seq_length: int, seed: int = 1234,
+                         cache_dir: str | None = None) -> BlendConfig:
+    """Megatron's ``--data-path [W1] P1 [W2] P2 …`` as a blend (the trainer's Megatron spelling)."""
+    paired = len(data_path) % 2 == 0 and all(_is_number(w) for w in data_path[::2])
+    pairs = [(float(w), p) for w, p in zip(data_path[::2], data_path[1::2])] if paired else [(None, p) for p in data_path]
+    sources = [{"name": Path(p).name or p, "prefix": p, **({"weight": w} if w is not None else {})} for w, p in pairs]
+    names = [s["name"] for s in sources]
+    for index, source in enumerate(sources):
+        if names.count(source["name"]) > 1:
+            source["name"] = f"{source['name']}#{index}"
+    data = {"seq_length": seq_length, "seed": seed, "split": split, "sources": sources,
+            **({"cache_dir": cache_dir} if cache_dir else {})}
+    return blend_from_dict(data, origin="--data-path", base_dir=os.getcwd())
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def blend_to_dict(config: BlendConfig) -> dict:
+    """The YAML mapping of ``config`` with every path made absolute (so it can be saved anywhere)."""
+    def source(s: SourceConfig) -> dict:
+        entry = {"name": s.name, "prefix": config.resolve_path(s.prefix), "weight": s.weight, "max_epochs": s.max_epochs}
+        return {k: v for k, v in entry.items() if v is not None}
+
+    sources = ({k: [source(s) for s in v] for k, v in config.sources.items()} if isinstance(config.sources, dict)
+               else [source(s) for s in config.sources])
+    data = {"seq_length": config.seq_length, "seed": config.seed, "split": config.split, "sources": sources,
+            "max_epochs": config.max_epochs, "samples": dataclasses.asdict(config.samples),
+            "cache_dir": config.resolve_path(config.cache_dir) if config.cache_dir else None,
+            "tokenizer": ({"kind": config.tokenizer.kind, "path": config.resolve_path(config.tokenizer.path)
+                           if config.tokenizer.path else None} if config.tokenizer else None)}
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def dump_blend(config: BlendConfig, path: str | os.PathLike) -> None:
+    """Write ``config`` as a blend file (absolute paths), atomically. A blend made from
+    ``--data-path`` saved this way is what ``corpus blend`` needs to reproduce a run's samples."""
+    target = Path(path)
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text(yaml.safe_dump(blend_to_dict(config), sort_keys=False))
+    os.replace(partial, target)

@@ -1,0 +1,74 @@
+"""``corpus merge``: concatenate many ``.bin/.idx`` pairs into one, streaming.
+
+The output equals, byte for byte, writing the concatenated documents directly: inputs are taken in
+the order given (each glob or directory sorted), data is copied block by block, and lengths and
+document indices pass through bounded spill buffers, so memory does not grow with the corpus.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from corpus.indexed import sidecar
+from corpus.core.errors import CorpusError
+from corpus.indexed import IndexedWriter, idx_path, read_header
+from corpus.indexed.prefixes import expand_all
+
+log = logging.getLogger(__name__)
+
+
+class MergeError(CorpusError):
+    """The inputs of a merge cannot be combined (mixed dtypes or tokenizers, output among inputs)."""
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """What a merge wrote."""
+
+    output_prefix: str
+    inputs: list[str]
+    num_documents: int
+    num_sequences: int
+    num_tokens: int
+
+
+def _check_compatible(prefixes: list[str]) -> tuple[object, dict | None]:
+    """Refuse mixed dtypes or tokenizers before any byte is written; returns the dtype and first sidecar."""
+    dtypes = {p: read_header(idx_path(p)).dtype for p in prefixes}
+    if len(set(dtypes.values())) > 1:
+        listing = ", ".join(f"{p} ({d})" for p, d in dtypes.items())
+        raise MergeError(f"inputs have different token dtypes: {listing}; re-tokenize them with one tokenizer")
+    metas = {p: sidecar.read(p) for p in prefixes}
+    identities = {p: sidecar.tokenizer_identity(m) for p, m in metas.items()}
+    known = {p: i for p, i in identities.items() if i is not None}
+    if len(set(known.values())) > 1:
+        first = next(iter(known))
+        other = next(p for p, i in known.items() if i != known[first])
+        raise MergeError(
+            f"inputs were tokenized differently: {first} used {known[first][:2]}, {other} used {known[other][:2]}; "
+            "merge only files made with the same tokenizer and options"
+        )
+    if known and len(known) < len(prefixes):
+        missing = [p for p in prefixes if p not in known]
+        log.warning("%d input(s) have no tokenizer record (e.g. %s); assuming they match the others", len(missing), missing[0])
+    first_meta = next((metas[p] for p in prefixes if metas[p]), None)
+    return next(iter(dtypes.values())), first_meta
+
+
+def merge(inputs: list[str] | tuple[str, ...], output_prefix: str) -> MergeResult:
+    """Merge the datasets named by ``inputs`` (prefixes, globs, directories) into ``output_prefix``."""
+    prefixes = expand_all(inputs)
+    if str(output_prefix) in prefixes:
+        raise MergeError(f"output prefix {output_prefix} is also an input; choose another --output-prefix")
+    dtype, first_meta = _check_compatible(prefixes)
+    with IndexedWriter(output_prefix, dtype) as writer:
+        for prefix in prefixes:
+            writer.add_index(prefix)
+        meta = {"merged_from": prefixes}
+        if first_meta:
+            for key in ("tokenizer", "encoder", "vocab_size", "eod_id", "bos_id", "json_key", "append_eod"):
+                if key in first_meta:
+                    meta[key] = first_meta[key]
+        writer.finalize(meta)
+        return MergeResult(str(output_prefix), prefixes, writer.num_documents, writer.num_sequences, writer.num_tokens)

@@ -1,0 +1,51 @@
+"""Turn what users type (prefixes, ``.idx``/``.bin`` paths, globs, directories) into dataset prefixes.
+
+Shared by ``corpus merge``, ``corpus inspect`` and blends so every command accepts the same spellings.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+
+from corpus.core.errors import CorpusError
+from corpus.indexed import idx_path, strip_suffix
+
+
+class PrefixNotFound(CorpusError, FileNotFoundError):
+    """A user-given dataset spec matched no ``.idx`` file."""
+
+
+
+def expand(spec: str | os.PathLike) -> list[str]:
+    """Prefixes named by one spec, sorted when it is a glob or a directory.
+
+    - a directory: every ``*.idx`` directly inside it;
+    - a glob: matched against prefixes (``data/*_text_document``) or files (``data/*.idx``);
+    - otherwise a prefix, or a ``.idx``/``.bin`` path.
+    """
+    text = str(spec)
+    if os.path.isdir(text):
+        found = sorted(strip_suffix(p) for p in glob.glob(os.path.join(glob.escape(text), "*.idx")))
+        if not found:
+            raise PrefixNotFound(f"{text}: directory holds no .idx files")
+        return found
+    if glob.has_magic(text):
+        pattern = strip_suffix(text)
+        found = sorted(strip_suffix(p) for p in glob.glob(pattern + ".idx"))
+        if not found:
+            raise PrefixNotFound(f"{text}: glob matched no .idx files (pattern {pattern}.idx)")
+        return found
+    prefix = strip_suffix(text)
+    if not idx_path(prefix).is_file():
+        raise PrefixNotFound(f"{prefix}.idx: no such file (give a prefix, an .idx/.bin path, a glob or a directory)")
+    return [prefix]
+
+
+def expand_all(specs: list[str] | tuple[str, ...]) -> list[str]:
+    """Expand several specs, keeping the order they were given in (each glob sorted inside)."""
+    prefixes: list[str] = []
+    for spec in specs:
+        prefixes.extend(expand(spec))
+    return prefixes

@@ -1,0 +1,97 @@
+"""``corpus inspect --plot FILE.png``: histograms of document lengths and token-id frequencies.
+
+matplotlib is optional (``pip install 'blendforge[plot]'``): it is imported only here, only when a
+plot is asked for, and :func:`require_matplotlib` says how to install it before any work is done.
+The figure is drawn without pyplot (no GUI backend, no global state) and written under a temporary
+name, then renamed, so an interrupted run never leaves half a PNG.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from corpus.core.errors import CorpusError
+from corpus.indexed import IndexedReader
+from corpus.inspect.stats import token_frequencies
+
+if TYPE_CHECKING:
+    from corpus.inspect.run import InspectReport
+
+log = logging.getLogger(__name__)
+
+#: Ids counted when neither the sidecar nor a small dtype bounds the vocabulary (larger ones are
+#: tallied apart, so a corrupt file cannot make the count array explode).
+DEFAULT_ID_LIMIT = 1 << 20
+#: Equal-width bins of token ids in the frequency histogram.
+ID_BINS = 256
+#: Prefixes beyond this many share the plot without a legend entry each.
+LEGEND_LIMIT = 10
+
+
+class PlotError(CorpusError):
+    """A plot cannot be written (matplotlib missing, unsupported file type)."""
+
+
+def require_matplotlib() -> None:
+    """Raise :class:`PlotError` with the install command when matplotlib is not importable."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise PlotError("--plot needs matplotlib, which is not installed: pip install 'blendforge[plot]' "
+                        "(or pip install matplotlib), or drop --plot") from None
+
+
+def _id_limit(report: "InspectReport") -> int:
+    vocab = (report.meta or {}).get("vocab_size")
+    if vocab:
+        return int(vocab)
+    dtype = np.dtype(report.dtype)
+    return 1 << (8 * dtype.itemsize) if dtype.kind in "iu" and dtype.itemsize <= 2 else DEFAULT_ID_LIMIT
+
+
+def _draw(axes_lengths, axes_ids, report: "InspectReport") -> None:
+    """Add one prefix's length histogram and id-frequency curve to the two panels."""
+    with IndexedReader(report.prefix) as reader:
+        counts, outside = token_frequencies(reader.tokens, _id_limit(report))
+    if outside:
+        log.warning("%s: %d token ids outside [0, %d) left out of the frequency plot", report.prefix, outside, len(counts))
+    edges = np.asarray(report.histogram.edges, dtype=np.float64)
+    if len(edges):
+        edges[0] = max(edges[0], 0.5)  # a log axis cannot start at 0: empty documents sit left of 1
+        axes_lengths.stairs(report.histogram.counts, edges, label=report.prefix)
+    edges = np.unique(np.linspace(0, len(counts), ID_BINS + 1).astype(np.int64))
+    axes_ids.stairs(np.add.reduceat(counts, edges[:-1]), edges, label=report.prefix)
+
+
+def write_plot(path: str | os.PathLike, reports: list["InspectReport"]) -> None:
+    """Write document-length histograms and token-id frequencies of ``reports`` to the image ``path``
+    (format from its suffix, e.g. ``.png``); several prefixes are overlaid."""
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
+    path = Path(path)
+    figure = Figure(figsize=(12, 4.5), layout="constrained")
+    fmt = path.suffix.lstrip(".").lower()
+    if fmt not in figure.canvas.get_supported_filetypes():
+        supported = ", ".join(sorted(figure.canvas.get_supported_filetypes()))
+        raise PlotError(f"--plot {path}: unsupported image type {fmt or '(none)'}; use one of: {supported}")
+    axes_lengths, axes_ids = figure.subplots(1, 2)
+    for report in reports:
+        _draw(axes_lengths, axes_ids, report)
+    axes_lengths.set(xscale="log", yscale="log", xlabel="tokens per document (power-of-two bins)",
+                     ylabel="documents", title="document lengths")
+    axes_ids.set(yscale="log", xlabel=f"token id ({ID_BINS} equal bins)", ylabel="occurrences", title="token-id frequency")
+    if 1 < len(reports) <= LEGEND_LIMIT:
+        axes_lengths.legend(fontsize="small", loc="best")
+    partial = path.with_name(path.name + ".partial")
+    try:
+        figure.savefig(partial, format=fmt, dpi=120)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    log.info("wrote %s", path)

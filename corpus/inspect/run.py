@@ -1,0 +1,171 @@
+"""``corpus inspect``: what is inside a ``.bin/.idx`` pair — header, counts, document-length
+statistics and histogram, the sidecar, decoded documents, and (``--check``) every problem.
+
+The summary reads only the ``.idx``: document lengths come from the sequence pointers with vectorised
+numpy over the memory map, in bounded chunks, so a file of tens of millions of documents is summarised
+in seconds, holding one int64 per document (exact quantiles need them all). Checks live in
+``corpus/inspect/checks.py``, decoding in ``corpus/inspect/show.py``, plots in ``corpus/inspect/plot.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from corpus.indexed import sidecar
+from corpus.core.errors import CorpusError
+from corpus.indexed import VERSION, IndexedReader, IndexFormatError
+from corpus.inspect.checks import CheckOptions, Problem, check_prefix
+from corpus.inspect.stats import Histogram, LengthStats, document_lengths, length_histogram, length_stats
+from corpus.inspect.show import DocumentRange, ShownDocument, cached_tokenizer, show_documents
+from corpus.indexed.prefixes import expand_all
+
+if TYPE_CHECKING:
+    from corpus.tokenizers import TokenizerConfig
+
+
+class InspectError(CorpusError):
+    """A dataset cannot be inspected as asked (unreadable sidecar, bad option combination)."""
+
+
+@dataclass(frozen=True)
+class InspectReport:
+    """The summary of one ``.bin/.idx`` pair."""
+
+    prefix: str
+    idx_file: str
+    bin_file: str
+    version: int
+    dtype: str
+    num_sequences: int
+    num_documents: int
+    num_tokens: int
+    idx_bytes: int
+    bin_bytes: int
+    empty_documents: int
+    #: Tokens per document; None for a file without documents.
+    lengths: LengthStats | None
+    histogram: Histogram
+    #: The ``.meta.json`` sidecar, None for files written by Megatron itself.
+    meta: dict | None
+
+
+@dataclass(frozen=True)
+class InspectConfig:
+    """What ``corpus inspect`` does; the CLI builds one from its flags."""
+
+    #: Prefixes, ``.idx``/``.bin`` paths, globs or directories (``corpus.indexed.prefixes.expand``).
+    datasets: tuple[str, ...]
+    #: Run every check and report all problems found.
+    check: bool = False
+    #: At most this many problems of each kind are listed per file; the rest are counted.
+    max_problems: int = 10
+    #: Documents to print.
+    show: DocumentRange | None = None
+    #: Print raw token ids of the shown documents.
+    ids: bool = False
+    #: Decode with this tokenizer instead of the one recorded in each sidecar.
+    tokenizer: TokenizerConfig | None = None
+    #: Write histograms of document lengths and token-id frequency to this PNG.
+    plot: Path | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.datasets, (str, Path)):  # one spec, not its characters
+            object.__setattr__(self, "datasets", (str(self.datasets),))
+        object.__setattr__(self, "datasets", tuple(map(str, self.datasets)))
+        if not self.datasets:
+            raise InspectError("name at least one dataset (a prefix, an .idx/.bin path, a glob or a directory)")
+        if self.max_problems < 1:
+            raise InspectError(f"max_problems must be at least 1, not {self.max_problems}")
+        if self.ids and self.show is None:
+            raise InspectError("--ids prints the ids of shown documents: add --show A:B (or --show N)")
+
+
+@dataclass
+class Inspection:
+    """Everything inspect found for one prefix."""
+
+    prefix: str
+    #: None only when ``--check`` found the pair too broken to summarise (see ``problems``).
+    report: InspectReport | None
+    #: None unless checks were asked for; empty when the pair is clean.
+    problems: list[Problem] | None = None
+    documents: list[ShownDocument] | None = None
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict; keys are stable so ``--json`` output can be diffed across runs."""
+        result = {"prefix": self.prefix, **(dataclasses.asdict(self.report) if self.report else {})}
+        if self.problems is not None:
+            result["problems"] = [dataclasses.asdict(problem) for problem in self.problems]
+        if self.documents is not None:
+            result["documents"] = [dataclasses.asdict(document) for document in self.documents]
+        return result
+
+
+def read_meta(prefix: str) -> dict | None:
+    """The sidecar of ``prefix`` (None when absent); an unreadable one is an :class:`InspectError`."""
+    try:
+        return sidecar.read(prefix)
+    except ValueError as error:
+        raise InspectError(str(error)) from None
+
+
+def inspect_prefix(prefix: str) -> InspectReport:
+    """Summarise one pair: header, counts, sizes, document-length statistics and histogram, sidecar.
+
+    Opens with full validation, so a corrupt pair raises :class:`IndexFormatError` (``check_prefix``
+    lists every problem instead).
+    """
+    with IndexedReader(prefix) as reader:
+        lengths = document_lengths(reader)
+        return InspectReport(
+            prefix=reader.prefix,
+            idx_file=str(reader.idx_file),
+            bin_file=str(reader.bin_file),
+            version=VERSION,
+            dtype=str(reader.dtype),
+            num_sequences=reader.num_sequences,
+            num_documents=reader.num_documents,
+            num_tokens=reader.num_tokens,
+            idx_bytes=reader.idx_file.stat().st_size,
+            bin_bytes=reader.bin_file.stat().st_size,
+            empty_documents=int(np.count_nonzero(lengths == 0)),
+            lengths=length_stats(lengths),
+            histogram=length_histogram(lengths),
+            meta=read_meta(reader.prefix),
+        )
+
+
+def _inspect_one(prefix: str, config: InspectConfig, vocab_size: int | None) -> Inspection:
+    problems = None
+    if config.check:
+        problems = check_prefix(prefix, CheckOptions(vocab_size=vocab_size, max_problems=config.max_problems))
+    try:
+        report = inspect_prefix(prefix)
+    except (IndexFormatError, InspectError):
+        if problems:  # already listed; a summary is impossible
+            return Inspection(prefix, None, problems)
+        raise
+    inspection = Inspection(prefix, report, problems)
+    if config.show is not None:
+        inspection.documents = show_documents(prefix, config.show, config.tokenizer, report.meta, config.ids)
+    return inspection
+
+
+def inspect(config: InspectConfig) -> list[Inspection]:
+    """Inspect every dataset ``config`` names (in the order given, globs sorted) and write the plot."""
+    if config.plot is not None:
+        from corpus.inspect.plot import require_matplotlib, write_plot
+
+        require_matplotlib()  # before any work, not after minutes of it
+    prefixes = expand_all(config.datasets)
+    # An explicit tokenizer bounds the ids (--check) of every file; otherwise each sidecar does.
+    vocab_size = cached_tokenizer(config.tokenizer).vocab_size if config.tokenizer is not None else None
+    inspections = [_inspect_one(prefix, config, vocab_size) for prefix in prefixes]
+    if config.plot is not None:
+        write_plot(config.plot, [i.report for i in inspections if i.report is not None])
+    return inspections

@@ -1,0 +1,124 @@
+"""``corpus inspect --show``: print documents of a pair, decoded with the tokenizer recorded in its
+sidecar (or one given explicitly), and their raw ids on request.
+
+Tokenizers are built once per distinct configuration, so showing documents of a thousand shards
+made with one tokenizer loads it once.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from corpus.core.errors import CorpusError
+from corpus.indexed import IndexedReader
+
+if TYPE_CHECKING:
+    from corpus.tokenizers import TextTokenizer, TokenizerConfig
+
+log = logging.getLogger(__name__)
+
+
+class ShowError(CorpusError):
+    """A ``--show`` selection is malformed or outside the file."""
+
+
+@dataclass(frozen=True)
+class DocumentRange:
+    """Documents ``[start, stop)`` to show; ``stop`` None means to the last document."""
+
+    start: int
+    stop: int | None
+
+    @classmethod
+    def parse(cls, text: str) -> "DocumentRange":
+        """``"N"`` is document N alone, ``"A:B"`` documents A to B-1; ``"A:"`` and ``":B"`` are open."""
+        head, colon, tail = text.partition(":")
+        try:
+            start = int(head) if head.strip() or not colon else 0
+            stop = start + 1 if not colon else int(tail) if tail.strip() else None
+        except ValueError:
+            raise ShowError(f"--show {text!r}: expected N (one document) or A:B (documents A to B-1), e.g. 0:5") from None
+        if start < 0 or (stop is not None and stop <= start):
+            raise ShowError(f"--show {text!r}: give document numbers from 0 with B greater than A, e.g. 0:5")
+        return cls(start, stop)
+
+    def resolve(self, num_documents: int, prefix: str) -> range:
+        """The document numbers to show in a file of ``num_documents``; out of range is an error."""
+        stop = num_documents if self.stop is None else self.stop
+        if self.start >= num_documents or stop > num_documents:
+            raise ShowError(f"{prefix}: --show asks for documents up to {max(self.start, stop - 1)} "
+                            f"but the file has {num_documents} (0..{num_documents - 1})")
+        return range(self.start, stop)
+
+
+@dataclass(frozen=True)
+class ShownDocument:
+    """One document as shown."""
+
+    index: int
+    num_tokens: int
+    #: Token ids, one list per sequence; None unless ids were asked for.
+    ids: list[list[int]] | None
+    #: The decoded text; None when no tokenizer is known.
+    text: str | None
+
+
+@functools.lru_cache(maxsize=8)
+def cached_tokenizer(config: "TokenizerConfig") -> "TextTokenizer":
+    """``build_tokenizer(config)``, built once per distinct config (loading one can take a second)."""
+    from corpus.tokenizers import build_tokenizer
+
+    return build_tokenizer(config)
+
+
+def resolve_tokenizer(prefix: str, config: "TokenizerConfig | None", meta: dict | None) -> "TextTokenizer | None":
+    """The tokenizer to decode with: ``config`` when given, else the one the sidecar of ``prefix``
+    records, else None. A record that cannot be rebuilt (file moved, other tool) is a :class:`ShowError`."""
+    if config is not None:
+        return cached_tokenizer(config)
+    record = (meta or {}).get("tokenizer")
+    if record is None:
+        return None
+    from corpus.tokenizers import config_from_record
+
+    try:
+        return cached_tokenizer(config_from_record(record))
+    except CorpusError as error:
+        raise ShowError(f"{prefix}: cannot rebuild the tokenizer its sidecar records ({error}); "
+                        "give --tokenizer-type/--tokenizer-model to decode") from None
+
+
+def show_documents(prefix: str, selection: DocumentRange, config: "TokenizerConfig | None",
+                   meta: dict | None, ids: bool = False) -> list[ShownDocument]:
+    """Documents ``selection`` of ``prefix``, decoded when a tokenizer is known, with ids when asked
+    (or when nothing can decode them)."""
+    tokenizer = resolve_tokenizer(prefix, config, meta)
+    if tokenizer is None and not ids:
+        log.warning("%s: no tokenizer recorded in its sidecar; showing raw ids "
+                    "(give --tokenizer-type/--tokenizer-model to decode)", prefix)
+        ids = True
+    shown = []
+    with IndexedReader(prefix) as reader:
+        for index in selection.resolve(reader.num_documents, prefix):
+            sequences = reader.document(index)
+            flat = np.concatenate(sequences) if sequences else np.empty(0, dtype=reader.dtype)
+            text = _decode(tokenizer, flat, f"{prefix}: document {index}") if tokenizer is not None else None
+            keep_ids = ids or (tokenizer is not None and text is None)
+            shown.append(ShownDocument(index, len(flat), [s.tolist() for s in sequences] if keep_ids else None, text))
+    return shown
+
+
+def _decode(tokenizer: "TextTokenizer", ids: np.ndarray, where: str) -> str | None:
+    """The text of ``ids``, or None (and a warning) when the tokenizer refuses them (e.g. an id beyond
+    its vocabulary in a corrupt file): showing the raw ids beats stopping."""
+    try:
+        return tokenizer.decode(ids.tolist())
+    except Exception as error:  # noqa: BLE001 - each library raises its own types
+        log.warning("%s cannot be decoded with %s (%s: %s); showing raw ids (run --check)",
+                    where, tokenizer.config.type, type(error).__name__, error)
+        return None

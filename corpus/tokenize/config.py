@@ -1,0 +1,107 @@
+"""``TokenizeConfig``: every option of ``corpus tokenize``, typed, validated, with Megatron's names."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+
+from corpus.core.errors import CorpusError
+from corpus.tokenizers import TokenizerConfig, config_from_dict
+
+ON_ERROR = ("fail", "skip")
+
+
+class TokenizeConfigError(CorpusError):
+    """An option of ``corpus tokenize`` is invalid."""
+
+
+@dataclass
+class TokenizeConfig:
+    """What to tokenize, how, and where to write it."""
+
+    inputs: list[str]
+    """``--input``: files, globs or directories (.jsonl, .json, .jsonl.gz, .jsonl.zst, .parquet), in order."""
+    output_prefix: str
+    """``--output-prefix P``: outputs are ``P_<key>_document.bin/.idx/.meta.json``."""
+    tokenizer: TokenizerConfig
+    """The tokenizer (``--tokenizer-type``, ``--tokenizer-model``, ...)."""
+    json_keys: list[str] = field(default_factory=lambda: ["text"])
+    """``--json-keys``: one output pair per key; ``meta.title`` reads a nested field."""
+    append_eod: bool = False
+    """``--append-eod``: add the EOD id after every document that encoded to at least one token."""
+    workers: int = 0
+    """``--workers``: encoder processes (spawned); 0 (the default) encodes in the main process, which is
+    fastest when the library's batch call is itself multi-threaded (gigatoken, HF tokenizers, tiktoken)."""
+    threads_per_worker: int | None = None
+    """``--threads-per-worker``: threads the tokenizer library may use inside each batch call; default:
+    the cores shared out between the workers (all of them with ``workers=0``)."""
+    batch_size: int = 1000
+    """``--batch-size``: records per encode call (never changes the output)."""
+    batch_bytes: int = 4 << 20
+    """A batch also ends once it holds this many bytes of JSONL, so huge documents travel alone."""
+    on_error: str = "fail"
+    """``--on-error``: ``fail`` stops at the first bad record (no output left); ``skip`` skips it and lists
+    it in ``P.skipped.jsonl``."""
+    resume: bool = False
+    """``--resume``: continue an interrupted run from its last checkpoint (the result is byte-identical)."""
+    checkpoint_interval: float = 30.0
+    """``--checkpoint-interval``: seconds between checkpoints (0: after every batch)."""
+    shard_index: int | None = None
+    """``--shard-index``: this process's slice of the input (default: SLURM_PROCID or RANK, else 0)."""
+    num_shards: int | None = None
+    """``--num-shards``: how many slices (default: SLURM_NTASKS or WORLD_SIZE, else 1)."""
+    quiet: bool = False
+    """``--quiet``: no progress bar, log lines or summary."""
+    log_interval: float = 30.0
+    """``--log-interval``: seconds between progress log lines when stderr is not a terminal."""
+    stats_json: str | None = None
+    """``--stats-json FILE``: write the run's statistics as JSON."""
+    sample_records: int = 64
+    """Records read from the start of the input to prove the fast encoder gives the reference's ids."""
+
+    def __post_init__(self) -> None:
+        self.inputs = [str(path) for path in self.inputs]
+        self.json_keys = list(self.json_keys)
+        checks = {
+            "inputs": (bool(self.inputs), "give at least one --input"),
+            "json_keys": (bool(self.json_keys) and len(set(self.json_keys)) == len(self.json_keys),
+                          "give one or more distinct --json-keys"),
+            "workers": (self.workers >= 0, "--workers must be 0 (encode in the main process) or more"),
+            "threads_per_worker": (self.threads_per_worker is None or self.threads_per_worker >= 1,
+                                   "--threads-per-worker must be at least 1"),
+            "batch_size": (self.batch_size >= 1, "--batch-size must be at least 1"),
+            "batch_bytes": (self.batch_bytes >= 1, "batch_bytes must be at least 1"),
+            "on_error": (self.on_error in ON_ERROR, f"--on-error must be one of {', '.join(ON_ERROR)}"),
+            "checkpoint_interval": (self.checkpoint_interval >= 0, "--checkpoint-interval must be >= 0 seconds"),
+            "log_interval": (self.log_interval > 0, "--log-interval must be > 0 seconds"),
+            "sample_records": (self.sample_records >= 0, "sample_records must be >= 0"),
+        }
+        for name, (ok, message) in checks.items():
+            if not ok:
+                raise TokenizeConfigError(f"{message} (got {getattr(self, name)!r})")
+        if not isinstance(self.tokenizer, TokenizerConfig):
+            raise TokenizeConfigError(f"tokenizer must be a TokenizerConfig, not {type(self.tokenizer).__name__}")
+
+    @property
+    def threads(self) -> int:
+        """Threads per batch call: ``threads_per_worker``, else the cores divided among the workers."""
+        if self.threads_per_worker is not None:
+            return self.threads_per_worker
+        return max(1, (os.cpu_count() or 1) // max(self.workers, 1))
+
+    def replace(self, **changes) -> "TokenizeConfig":
+        """A copy with some options changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def config_from_mapping(values: dict) -> TokenizeConfig:
+    """Build a config from a plain dict (e.g. YAML), rejecting unknown keys by name."""
+    known = {f.name for f in fields(TokenizeConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise TokenizeConfigError(f"unknown tokenize option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    tokenizer = values.get("tokenizer")
+    if isinstance(tokenizer, dict):
+        values = {**values, "tokenizer": config_from_dict(tokenizer)}
+    return TokenizeConfig(**values)

@@ -1,0 +1,54 @@
+"""Run the encoder over a stream of batches, in worker processes, and hand results back in order.
+
+Bounded: at most ``2 * workers + 2`` batches are in flight, so reading never runs far ahead of
+writing and memory stays flat however large the corpus. Workers are *spawned*: a forked child would
+inherit the parent's rayon thread pool (HF tokenizers, gigatoken) without its threads and hang.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Iterator
+
+from corpus.core.errors import CorpusError
+from corpus.tokenize.ahead import run_ahead
+from corpus.tokenize.worker import BatchEncoder, EncodedBatch, WorkerSpec, encode_in_worker, start_worker
+from corpus.readers import RawBatch
+
+
+class WorkerDied(CorpusError):
+    """A worker process ended abruptly (killed, out of memory)."""
+
+
+def encode_inline(batches: Iterator[RawBatch], encoder: BatchEncoder) -> Iterator[tuple[RawBatch, EncodedBatch]]:
+    """``workers=0`` (the default): encode in this process, in two threads ahead of the caller's writing
+    (one reads and decodes JSON, one runs the library's multi-threaded batch call), results in order."""
+    decoded = run_ahead(batches, lambda batch: (batch, encoder.decode(batch.payload)), name="decode")
+    return run_ahead(decoded, lambda pair: (pair[0], encoder.encode_extracted(pair[0].payload, pair[1])),
+                     name="encode")
+
+
+def encode_in_pool(batches: Iterator[RawBatch], spec: WorkerSpec, workers: int) -> Iterator[tuple[RawBatch, EncodedBatch]]:
+    """Encode in ``workers`` spawned processes; results come back in input order."""
+    limit = 2 * workers + 2
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker, initargs=(spec,)) as pool:
+        pending: deque = deque()
+        try:
+            for batch in batches:
+                pending.append((batch, pool.submit(encode_in_worker, batch.payload)))
+                if len(pending) >= limit:
+                    done, future = pending.popleft()
+                    yield done, future.result()
+            while pending:
+                done, future = pending.popleft()
+                yield done, future.result()
+        except BrokenProcessPool:
+            raise WorkerDied("a tokenizer worker process died (out of memory or killed?); "
+                             "rerun with --resume to continue from the last checkpoint") from None
+        finally:
+            for _, future in pending:
+                future.cancel()

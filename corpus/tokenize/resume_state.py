@@ -1,0 +1,72 @@
+"""The checkpoint of a running tokenize: ``<prefix>.tokenize-state.json``.
+
+Written atomically (temporary name, fsync, rename) only after every output file was made durable, so
+the state never points past data that a crash could lose. It records where reading resumes, the sizes
+of the partial files, the counters, and a fingerprint of everything that changes the output bytes:
+resuming with other inputs or options is refused instead of silently mixing two runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from corpus.core.errors import CorpusError
+from corpus.readers import ResumePoint
+
+STATE_VERSION = 1
+
+
+class ResumeError(CorpusError):
+    """``--resume`` cannot continue the interrupted run (different options or inputs, damaged state)."""
+
+
+def state_path(prefix: str) -> Path:
+    """Where the checkpoint of the run writing ``prefix`` lives."""
+    return Path(f"{prefix}.tokenize-state.json")
+
+
+def save(prefix: str, state: dict) -> None:
+    """Atomically replace the checkpoint."""
+    target = state_path(prefix)
+    partial = target.with_name(target.name + ".partial")
+    with open(partial, "w") as handle:
+        json.dump({"version": STATE_VERSION, **state}, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(partial, target)
+
+
+def load(prefix: str) -> dict | None:
+    """The checkpoint of an interrupted run, or None when there is none."""
+    target = state_path(prefix)
+    try:
+        state = json.loads(target.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise ResumeError(f"{target}: unreadable checkpoint ({error}); start again without --resume") from None
+    if state.get("version") != STATE_VERSION:
+        raise ResumeError(f"{target}: checkpoint version {state.get('version')} is not {STATE_VERSION}; "
+                          "start again without --resume")
+    return state
+
+
+def check_same_run(state: dict, fingerprint: dict, prefix: str) -> None:
+    """Refuse to resume when inputs or output-changing options differ from the interrupted run's."""
+    before = state.get("fingerprint", {})
+    changed = sorted(name for name in set(before) | set(fingerprint) if before.get(name) != fingerprint.get(name))
+    if changed:
+        raise ResumeError(f"{state_path(prefix)}: cannot resume, {', '.join(changed)} changed since the interrupted run "
+                          "(inputs must be unchanged and options the same); start again without --resume")
+
+
+def resume_point(state: dict) -> ResumePoint:
+    """Where reading continues."""
+    return ResumePoint(**state["resume"])
+
+
+def remove(prefix: str) -> None:
+    """Drop the checkpoint (the run finished or was abandoned)."""
+    state_path(prefix).unlink(missing_ok=True)

@@ -1,0 +1,300 @@
+"""``corpus tokenize``: stream records from JSONL/Parquet, encode them in worker processes and write
+one Megatron ``.bin/.idx`` pair per json key, in input order.
+
+    reader (main process, raw lines) -> workers (JSON decode, validate, batch encode, pack numpy)
+        -> ordered writer per key (main process) -> checkpoints -> atomic finalize
+
+The output is the same bytes whatever ``workers``, ``batch_size`` or ``threads_per_worker``, and a run
+resumed after a kill ends byte-identical to an uninterrupted one. :func:`tokenize` is the library entry
+point the CLI calls (and, once per trial, ``corpus autotune-workers``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from corpus.core.errors import CorpusError
+from corpus.indexed import sidecar
+from corpus.indexed import exists, token_dtype_for_vocab
+from corpus.indexed.sidecar import options_hash
+from corpus.tokenize import resume_state as checkpoints
+from corpus.tokenize.config import TokenizeConfig
+from corpus.tokenize.executor import encode_in_pool, encode_inline
+from corpus.tokenize.outputs import Outputs, output_prefix_for, unfinished_keys
+from corpus.tokenize.progress import Progress
+from corpus.tokenize.shards import Shard, plan_slices, resolve_shard
+from corpus.tokenize.stats import Counters, RunStats, peak_rss_mb, write_stats_json
+from corpus.tokenize.worker import BatchEncoder, EncodedBatch, WorkerSpec
+from corpus.readers import RawBatch, ReadOptions, Slice, describe_location, expand_inputs, extract, read_slices
+from corpus.tokenizers import TextTokenizer, select_encoder
+
+log = logging.getLogger(__name__)
+
+#: ``on_batch(counters, largest worker peak RSS in KB so far)``, called after each written batch.
+BatchHook = Callable[[Counters, int], None]
+
+#: Bytes of input text the encoder check reads at most (on top of the record count limit).
+SAMPLE_BYTES = 512 << 10
+
+
+class BadRecordError(CorpusError):
+    """A bad input record under ``--on-error fail``."""
+
+
+@dataclass
+class Job:
+    """A tokenize run, resolved: what to read, with which tokenizer, into which files."""
+
+    config: TokenizeConfig
+    shard: Shard
+    prefix: str
+    slices: list[Slice]
+    tokenizer: TextTokenizer
+    encoder_reason: str
+    dtype: np.dtype
+    eod: int | None
+
+    @property
+    def keys(self) -> list[str]:
+        return self.config.json_keys
+
+    def fingerprint(self) -> dict:
+        """Everything that changes the output bytes (a resume must match it exactly)."""
+        record = {k: v for k, v in self.tokenizer.describe().items() if k != "encoder"}
+        return {"inputs": [{**s.file.identity(), "start": s.start, "end": s.end} for s in self.slices],
+                "tokenizer": record, "json_keys": self.keys, "append_eod": self.config.append_eod,
+                "shard": [self.shard.index, self.shard.count], "dtype": str(self.dtype)}
+
+    def meta(self, key: str, counters: Counters) -> dict:
+        """The sidecar of one key's output."""
+        return {
+            "tokenizer": self.tokenizer.describe(), "encoder": self.tokenizer.encoder_name,
+            "encoder_reason": self.encoder_reason, "vocab_size": self.tokenizer.vocab_size,
+            "eod_id": self.tokenizer.eod, "bos_id": self.tokenizer.bos, "json_key": key,
+            "append_eod": self.config.append_eod, "options_hash": options_hash(self.fingerprint()),
+            "inputs": [{"path": s.file.path, "size": s.file.size, "start": s.start, "end": s.end} for s in self.slices],
+            "shard": {"index": self.shard.index, "count": self.shard.count},
+            "records": {"read": counters.records_read, "written": counters.records_written,
+                        "skipped": counters.records_skipped, "blank_lines": counters.blank_lines},
+        }
+
+
+def _sample_texts(slices: list[Slice], keys: list[str], limit: int) -> list[str]:
+    """Texts from the first records of the input: the encoder check runs on the user's own data."""
+    texts: list[str] = []
+    batches = read_slices(slices, ReadOptions(keys, max(limit, 1), SAMPLE_BYTES))
+    try:
+        for batch in batches:
+            for column in extract(batch.payload, keys).texts:
+                texts.extend(text[:SAMPLE_BYTES] for text in column)  # a huge document is checked by its start
+            if len(texts) >= limit * len(keys) or sum(map(len, texts)) >= SAMPLE_BYTES:
+                break
+    finally:
+        batches.close()
+    return texts[: limit * len(keys)]
+
+
+def prepare(config: TokenizeConfig) -> Job:
+    """Resolve inputs, shard and tokenizer (with the fast-encoder check on a sample of the input)."""
+    files = expand_inputs(config.inputs)
+    shard = resolve_shard(config.shard_index, config.num_shards)
+    slices = plan_slices(files, shard)
+    sample = _sample_texts(slices, config.json_keys, config.sample_records) if config.sample_records else []
+    tokenizer, reason = select_encoder(config.tokenizer, sample, config.threads)
+    eod = tokenizer.require_eod() if config.append_eod else None
+    prefix = shard.prefix(config.output_prefix)
+    if shard.count > 1:
+        log.info("shard %d of %d (from %s): %d slice(s) of %d input file(s)", shard.index, shard.count,
+                 shard.source, len(slices), len(files))
+    log.info("encoder: %s", reason)
+    return Job(config, shard, prefix, slices, tokenizer, reason, token_dtype_for_vocab(tokenizer.vocab_size), eod)
+
+
+def _previous_state(job: Job) -> dict | None:
+    """The checkpoint to continue from (``--resume``), or None to start from the beginning."""
+    state_file = checkpoints.state_path(job.prefix)
+    if not job.config.resume:
+        if state_file.exists():
+            log.warning("%s: discarding the partial output of an interrupted run (pass --resume to continue it)", job.prefix)
+            checkpoints.remove(job.prefix)
+        return None
+    state = checkpoints.load(job.prefix)
+    if state is None:
+        log.info("--resume: no checkpoint at %s, starting from the beginning", state_file)
+        return None
+    checkpoints.check_same_run(state, job.fingerprint(), job.prefix)
+    log.info("--resume: continuing %s from %s", job.prefix, state_file)
+    return state
+
+
+def _chosen_encoder(tokenizer: TextTokenizer) -> str:
+    """The ``encoder`` setting that makes workers build what the start-up check chose (no new check)."""
+    from corpus.tokenizers.gigatoken import GigatokenTextTokenizer
+
+    return "gigatoken" if isinstance(tokenizer, GigatokenTextTokenizer) else "reference"
+
+
+def _encoded(job: Job, state: dict | None) -> Iterator[tuple[RawBatch, EncodedBatch]]:
+    """The encoded batches of the shard from the checkpoint on, in input order."""
+    config = job.config
+    batches = read_slices(job.slices, ReadOptions(job.keys, config.batch_size, config.batch_bytes),
+                          checkpoints.resume_point(state) if state else None)
+    spec = WorkerSpec(config.tokenizer.replace(encoder=_chosen_encoder(job.tokenizer)), config.threads,
+                      tuple(job.keys), job.eod, str(job.dtype))
+    if config.workers == 0:
+        return encode_inline(batches, BatchEncoder(spec, job.tokenizer))
+    return encode_in_pool(batches, spec, config.workers)
+
+
+class _Writing:
+    """The main process's half of a run: ordered writing, bad-record policy, counters, checkpoints."""
+
+    def __init__(self, job: Job, state: dict | None, keys: list[str] | None = None) -> None:
+        self.job = job
+        self.counters = Counters(**state["counters"]) if state else Counters(tokens=dict.fromkeys(job.keys, 0))
+        self.outputs = Outputs(job.prefix, job.keys if keys is None else keys, job.dtype, state)
+        self.last_checkpoint = time.monotonic()
+        self.worker_rss_kb = 0
+
+    def _bad(self, batch: RawBatch, result: EncodedBatch) -> list[tuple[dict, str]]:
+        found = [(batch.location(batch.numbers[index]), reason) for index, reason in result.bad]
+        if batch.read_error:
+            found.append((batch.location(batch.error_number), batch.read_error))
+        return found
+
+    def consume(self, batch: RawBatch, result: EncodedBatch) -> None:
+        """Write one encoded batch (or stop at its first bad record under ``--on-error fail``)."""
+        bad = self._bad(batch, result)
+        if bad and self.job.config.on_error == "fail":
+            location, reason = bad[0]
+            raise BadRecordError(f"{describe_location(location)}: {reason} (--on-error skip skips bad records "
+                                 f"and lists them in {self.outputs.skipped.path})")
+        for location, reason in bad:
+            self.outputs.skipped.add(location, reason)
+        self.outputs.add(result.tokens, result.lengths)
+        counters = self.counters
+        counters.records_read += len(batch.payload) + bool(batch.read_error)
+        counters.records_skipped += len(bad)
+        counters.records_written += len(batch.payload) - len(result.bad)
+        counters.blank_lines += batch.blank_lines
+        counters.input_bytes = batch.progress
+        for key, flat in zip(self.job.keys, result.tokens):
+            counters.tokens[key] += len(flat)
+        self.worker_rss_kb = max(self.worker_rss_kb, result.peak_rss_kb)
+        if time.monotonic() - self.last_checkpoint >= self.job.config.checkpoint_interval:
+            self.checkpoint(vars(batch.resume))
+
+    def checkpoint(self, resume: dict, phase: str = "running") -> None:
+        """Make the outputs durable, then record where to resume (in that order)."""
+        outputs = self.outputs.checkpoint()
+        checkpoints.save(self.job.prefix, {"phase": phase, "fingerprint": self.job.fingerprint(), "resume": resume,
+                                           "counters": self.counters.to_dict(), **outputs})
+        self.last_checkpoint = time.monotonic()
+
+    def finalize(self) -> None:
+        """Write indexes and sidecars, rename everything into place, drop the checkpoint."""
+        self.outputs.finalize({key: self.job.meta(key, self.counters) for key in self.outputs.writers},
+                              keep_skipped=self.counters.records_skipped > 0)
+        checkpoints.remove(self.job.prefix)
+
+    def finish(self) -> None:
+        """Checkpoint as "finalizing" (a crash from here on only needs the renames redone), then finalize."""
+        self.checkpoint({"slice_index": len(self.job.slices)}, phase="finalizing")
+        self.finalize()
+
+
+def _write_all(job: Job, state: dict | None, on_batch: BatchHook | None) -> tuple[_Writing, Counters]:
+    """Read, encode and write the whole shard from the checkpoint on; returns the writer and the
+    counters at the start (to measure this process's own rates)."""
+    writing = _Writing(job, state)
+    start = Counters(**{**writing.counters.to_dict(), "tokens": dict(writing.counters.tokens)})
+    if state is None:
+        writing.checkpoint({"slice_index": 0})
+    total = sum(piece.size for piece in job.slices)
+    progress = Progress(total, start, job.config.quiet, job.config.log_interval, Path(job.prefix).name)
+    try:
+        for batch, result in _encoded(job, state):
+            writing.consume(batch, result)
+            progress.update(writing.counters)
+            if on_batch:
+                on_batch(writing.counters, writing.worker_rss_kb)
+        writing.finish()
+    except BadRecordError:
+        writing.outputs.abort()
+        checkpoints.remove(job.prefix)
+        raise
+    except BaseException:
+        writing.outputs.close()
+        raise
+    finally:
+        progress.close()
+    return writing, start
+
+
+def _stats(job: Job, counters: Counters, start: Counters, seconds: tuple[float, float], resumed: bool,
+           worker_rss_kb: int) -> RunStats:
+    """``seconds``: the whole run and its start-up."""
+    skipped = f"{job.prefix}.skipped.jsonl" if counters.records_skipped else None
+    return RunStats(
+        counters=counters, seconds=seconds[0], startup_seconds=seconds[1], rate_records=counters.records_read - start.records_read,
+        rate_bytes=counters.input_bytes - start.input_bytes, rate_tokens=counters.total_tokens - start.total_tokens,
+        input_bytes_total=sum(piece.size for piece in job.slices), encoder=job.tokenizer.encoder_name,
+        encoder_reason=job.encoder_reason, shard={"index": job.shard.index, "count": job.shard.count},
+        outputs=[output_prefix_for(job.prefix, key) for key in job.keys], resumed=resumed,
+        peak_rss_mb=peak_rss_mb(), peak_worker_rss_mb=worker_rss_kb / 1024, skipped_file=skipped)
+
+
+def _already_done(job: Job) -> Counters | None:
+    """With ``--resume`` and no checkpoint: the counters of a finished run of the very same job (every
+    key's pair in place, sidecars with this job's options hash), so a requeued Slurm task is a no-op."""
+    wanted = options_hash(job.fingerprint())
+    metas = [sidecar.read(output_prefix_for(job.prefix, key)) for key in job.keys]
+    if not all(meta and meta.get("options_hash") == wanted and exists(output_prefix_for(job.prefix, key))
+               for key, meta in zip(job.keys, metas)):
+        return None
+    records = metas[0]["records"]
+    return Counters(records_read=records["read"], records_written=records["written"],
+                    records_skipped=records["skipped"], blank_lines=records.get("blank_lines", 0),
+                    input_bytes=sum(piece.size for piece in job.slices),
+                    tokens={key: meta["num_tokens"] for key, meta in zip(job.keys, metas)})
+
+
+def tokenize(config: TokenizeConfig, on_batch: BatchHook | None = None) -> RunStats:
+    """Tokenize ``config.inputs`` into ``P_<key>_document.bin/.idx`` (+ sidecar) and return the statistics.
+
+    Raises :class:`BadRecordError` (under ``on_error="fail"``) or another :class:`CorpusError` for
+    problems a person must fix; an interrupted run leaves its checkpoint for ``resume=True``.
+    ``on_batch(counters, worker_rss_kb)`` runs after each batch is written, with the largest peak RSS a
+    pool worker has reported so far (``corpus autotune-workers`` times the steady state and sizes the
+    workers with it); an exception it raises stops the run like an interrupt.
+    """
+    began = time.monotonic()
+    job = prepare(config)
+    startup = time.monotonic() - began
+    state = _previous_state(job)
+    done = _already_done(job) if config.resume and state is None else None
+    if done is not None:
+        log.info("--resume: %s is already complete for these inputs and options; nothing to do", job.prefix)
+        counters, start, worker_rss_kb = done, done, 0
+    else:
+        if state and state["phase"] == "finalizing":
+            writing = _Writing(job, state, unfinished_keys(job.prefix, job.keys))
+            writing.finalize()
+            start = writing.counters
+        else:
+            writing, start = _write_all(job, state, on_batch)
+        counters, worker_rss_kb = writing.counters, writing.worker_rss_kb
+    resumed = state is not None or done is not None
+    if counters.records_written == 0:
+        log.warning("%s: no document was written (%d records read, %d skipped): the outputs are empty datasets; "
+                    "check --input and --json-keys", job.prefix, counters.records_read, counters.records_skipped)
+    stats = _stats(job, counters, start, (time.monotonic() - began, startup), resumed, worker_rss_kb)
+    if config.stats_json:
+        write_stats_json(config.stats_json, stats)
+    return stats

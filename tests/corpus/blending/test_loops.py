@@ -1,0 +1,63 @@
+"""The C index-map loops equal the numba ones (both ports of megatron-core's helpers.cpp, whose
+conformance test_blend_conformance checks end to end), and a machine without a compiler falls back."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from corpus.blending import loops, loops_numba
+
+
+@pytest.mark.parametrize("extra_token", [0, 1])
+@pytest.mark.parametrize("seq_length", [7, 128, 1024])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_sample_index_equals_numba(extra_token: int, seq_length: int, dtype: type) -> None:
+    rng = np.random.default_rng(seq_length + extra_token)
+    lengths = rng.integers(1, 500, size=3000).astype(np.int32)
+    documents = np.tile(np.arange(3000, dtype=np.int32), 3)
+    rng.shuffle(documents)
+    num_samples = (int(lengths.sum()) * 3 - extra_token) // seq_length
+    ours, reference = (np.full((num_samples + 1, 2), -7, dtype=dtype) for _ in range(2))
+    loops.fill_sample_index(lengths, documents, seq_length, extra_token, ours)
+    loops_numba.fill_sample_index(lengths, documents, seq_length, extra_token, reference)
+    np.testing.assert_array_equal(ours, reference)
+
+
+@pytest.mark.parametrize("size", [1, 2, 10, 100_003])
+def test_blending_indices_equal_numba(size: int) -> None:
+    weights = np.array([0.3, 0.2, 0.5, 1e-3])
+    weights /= weights.sum()
+    results = []
+    for module in (loops, loops_numba):
+        index, sample = np.full(size, -1, dtype=np.int16), np.full(size, -1, dtype=np.int64)
+        counts = module.fill_blending_indices(weights, index, sample)
+        results.append((index, sample, counts))
+    for ours, reference in zip(*results):
+        np.testing.assert_array_equal(ours, reference)
+
+
+def test_exhaustive_blending_indices_equal_numba() -> None:
+    sizes = np.array([5, 0, 17, 3000, 1], dtype=np.int64)
+    results = []
+    for module in (loops, loops_numba):
+        index, sample = np.full(sizes.sum(), -1, dtype=np.int16), np.full(sizes.sum(), -1, dtype=np.int64)
+        module.fill_exhaustive_blending_indices(sizes, index, sample)
+        results.append((index, sample))
+    for ours, reference in zip(*results):
+        np.testing.assert_array_equal(ours, reference)
+
+
+def test_wrong_dtype_is_refused() -> None:
+    with pytest.raises(TypeError, match="C-contiguous int16"):
+        loops.fill_blending_indices(np.array([1.0]), np.zeros(3, dtype=np.int32), np.zeros(3, dtype=np.int64))
+
+
+def test_no_compiler_falls_back_to_numba(tmp_path, monkeypatch, caplog) -> None:
+    monkeypatch.setenv("BLENDFORGE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    with caplog.at_level("INFO", logger="corpus.blending.loops"):
+        kernels = loops._select()
+    assert kernels.fill_sample_index is loops_numba.fill_sample_index
+    assert "using numba" in caplog.text
+    assert not list((tmp_path / "kernels").glob("*.so"))

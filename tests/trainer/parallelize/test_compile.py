@@ -1,0 +1,86 @@
+"""--compile blocks: compiled blocks train like eager ones, keep their state-dict keys, and the choice rule;
+--compile-cache: a fresh process on an empty Inductor cache gets every graph from the file; the cache keys
+carry a digest of our Triton ops' sources."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import run_cli
+from tests.trainer.conftest import read_metrics, tiny_config
+from trainer.parallelize.compile import TRITON_OP_MODULES, cache_file, kernel_fingerprint, should_compile, tag_caches
+from trainer.errors import ConfigError
+from trainer.run.loop import train
+
+
+def test_the_choice_rule():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert not should_compile("auto", cpu, None) and should_compile("auto", cuda, None)
+    assert not should_compile("auto", cuda, "a reason") and not should_compile("off", cuda, None)
+    assert should_compile("blocks", cpu, None)
+    with pytest.raises(ConfigError, match="--compile blocks: the te FP8 backend cannot be traced"):
+        should_compile("blocks", cuda, "the te FP8 backend cannot be traced")
+
+
+def test_compiled_blocks_train_like_eager_and_checkpoints_load_into_eager_runs(tmp_path):
+    save = str(tmp_path / "ckpt")
+    compiled = tiny_config(tmp_path / "compiled", model={"compile": "blocks"}, checkpoint={"save": save},
+                           training={"train_iters": 4})
+    train(compiled)
+    train(tiny_config(tmp_path / "eager", training={"train_iters": 4}))
+    losses = [[r["loss"] for r in read_metrics(path / "metrics.jsonl") if "loss" in r]
+              for path in (tmp_path / "compiled", tmp_path / "eager")]
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-4, atol=0)
+    resumed = train(tiny_config(tmp_path / "resumed", model={"compile": "off"}, training={"train_iters": 6},
+                                checkpoint={"load": save}))
+    assert resumed.iteration == 6
+
+
+def test_a_compile_cache_file_serves_a_fresh_process_every_graph(tmp_path):
+    cache = tmp_path / "blocks.compiled"
+    flags = ["run", "--mock-data", "--vocab-size", "256", "--seq-length", "64", "--preset", "tiny",
+             "--train-iters", "2", "--micro-batch-size", "2", "--eval-iters", "0", "--compile", "blocks",
+             "--compile-cache", str(cache)]
+    logs = []
+    for run in ("first", "second"):  # each with an empty Inductor cache of its own
+        result = run_cli("trainer", *flags, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"inductor_{run}")})
+        logs.append(result.stdout + result.stderr)
+        assert cache.stat().st_size > 0 and not list(tmp_path.glob("*.partial"))
+    counts = r"graphs so far: (\d+) from a cache, (\d+) compiled"
+    graphs = [[tuple(map(int, found)) for found in re.findall(counts, log)]
+              for log in logs]  # (from the cache, compiled) after the first step, then at the end
+    assert "not there yet" in logs[0] and graphs[0][-1][0] == 0 and graphs[0][-1][1] > 0
+    # a block's forward and backward and the final norm's: every block runs one graph (the first one's zero
+    # branch needs a gradient as the others' does, or Dynamo compiles the whole block a second time)
+    assert graphs[0][-1] == (0, 4)
+    assert "loaded" in logs[1] and graphs[1][-1] == (graphs[0][-1][1], 0)
+    cache.write_bytes(b"not a cache")  # a damaged file costs the compilation it would have saved, nothing more
+    result = run_cli("trainer", *flags, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor_third")})
+    assert "could not be loaded" in result.stdout + result.stderr
+
+
+def test_each_process_of_a_parallel_run_has_its_own_cache_file():
+    assert str(cache_file("c.bin", 0, 1)) == "c.bin" and str(cache_file("c.bin", 3, 8)) == "c.bin.rank3"
+
+
+def test_every_module_defining_a_kernel_op_is_in_the_cache_fingerprint():
+    trainer = Path(__file__).resolve().parents[2] / "trainer"
+    defining = {".".join(path.relative_to(trainer.parent).with_suffix("").parts)
+                for path in trainer.rglob("*.py") if "@kernel_op(" in path.read_text()}
+    assert defining == set(TRITON_OP_MODULES)
+
+
+def test_the_fingerprint_is_a_digest_of_the_sources_and_the_tag_keeps_the_users():
+    swiglu = Path(__file__).resolve().parents[2] / "trainer" / "swiglu.py"
+    assert kernel_fingerprint(("trainer.model.swiglu",)) == hashlib.sha256(swiglu.read_bytes()).hexdigest()[:16]
+    assert kernel_fingerprint(("trainer.model.swiglu",)) != kernel_fingerprint(("trainer.kernels.fp8_transpose",))
+    # NOTE: the config's own patch(), not monkeypatch: monkeypatch's undo left the option undefined for later tests
+    with torch.compiler.config.patch(cache_key_tag="mine"):
+        tag_caches()
+        tag_caches()  # once only
+        assert torch.compiler.config.cache_key_tag == f"mine+blendforge-ops-{kernel_fingerprint()}"

@@ -1,0 +1,131 @@
+"""The trainer on real token files: the shipped sample through blends/web_code.yaml and --data-path."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+
+import pytest
+import torch
+
+from corpus.core.errors import CorpusError
+from tests.conftest import run_cli
+from tests.trainer.conftest import blend_overrides, read_metrics
+from trainer.config.loading import load_config
+from trainer.run.data import build_data
+from trainer.errors import ConfigError
+from trainer.run.loop import train
+from trainer.parallel.state import ParallelState
+
+
+def train_losses(path) -> list[float]:
+    return [r["loss"] for r in read_metrics(path) if "loss" in r]
+
+
+def test_loss_falls_on_the_sample(sample_blend, tmp_path):
+    config = load_config(None, blend_overrides(tmp_path, sample_blend, training={"train_iters": 40},
+                                               optim={"lr": 1e-2, "lr_warmup_iters": 4},
+                                               logging={"eval_interval": 20, "eval_iters": 2}))
+    train(config)
+    losses = train_losses(tmp_path / "metrics.jsonl")
+    assert statistics.fmean(losses[-5:]) < statistics.fmean(losses[:5]) - 1.5  # from ~9 (ln 8192) down
+    evals = [r["eval_loss"] for r in read_metrics(tmp_path / "metrics.jsonl") if "eval_loss" in r]
+    assert len(evals) == 2 and evals[-1] < evals[0]
+
+
+def test_resume_on_the_sample_equals_uninterrupted(sample_blend, tmp_path):
+    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
+    reference.mkdir(), resumed.mkdir()
+    train(load_config(None, blend_overrides(reference, sample_blend)))
+    save = str(resumed / "ckpt")
+    train(load_config(None, blend_overrides(resumed, sample_blend, training={"exit_interval": 3},
+                                            checkpoint={"save": save})))
+    train(load_config(None, blend_overrides(resumed, sample_blend, checkpoint={"save": save, "load": save})))
+    timing = ("tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu")
+    strip = lambda path: [{k: v for k, v in r.items() if k not in timing} for r in read_metrics(path)]  # noqa: E731
+    assert strip(resumed / "metrics.jsonl") == strip(reference / "metrics.jsonl")
+
+
+def test_resume_against_another_blend_is_refused_unless_overridden(sample_blend, tmp_path):
+    save = str(tmp_path / "ckpt")
+    train(load_config(None, blend_overrides(tmp_path, sample_blend, training={"train_iters": 2},
+                                            checkpoint={"save": save})))
+    changed = blend_overrides(tmp_path, sample_blend, data={"seq_length": 32}, training={"train_iters": 3},
+                              checkpoint={"load": save})
+    with pytest.raises(CorpusError, match="another blend"):
+        train(load_config(None, changed))
+    changed["data"]["override_blend_check"] = True
+    assert train(load_config(None, changed)).iteration == 3
+
+
+def test_first_batch_is_what_the_logged_corpus_blend_command_prints(sample_blend, tmp_path):
+    config = load_config(None, blend_overrides(tmp_path, sample_blend, training={"global_batch_size": 4}))
+    data = build_data(config, ParallelState(torch.device("cpu")), 4)
+    batches = [batch for batch, _ in zip(data.loaders["train"], range(2))]  # 2 micro-batches of 2 = one step
+    command = data.reproduce["train"].split()
+    assert command[:3] == ["corpus", "blend", str(sample_blend)] and command[-2:] == ["0:4", "--json"]
+    shown = run_cli("corpus", *command[1:], env={"BLENDFORGE_CACHE_DIR": str(tmp_path / "maps")})
+    rows = [json.loads(line)["tokens"] for line in shown.stdout.splitlines() if line.startswith("{")]
+    expected = [row.tolist() + [label[-1].item()] for batch in batches
+                for row, label in zip(batch["tokens"], batch["labels"])]
+    assert rows == expected
+
+
+def test_data_path_with_megatron_files_and_a_too_small_vocabulary(sample_blend, tmp_path):
+    """Files without a .meta.json (as Megatron writes them) need --vocab-size; ids beyond it are refused
+    at the first batch with the id and the fix."""
+    data = sample_blend.parent / "data"
+    for suffix in (".bin", ".idx"):
+        shutil.copy(data / f"web_text_document{suffix}", tmp_path / f"web{suffix}")
+    overrides = blend_overrides(tmp_path, sample_blend, data={"blend": None, "data_path": [str(tmp_path / "web")],
+                                                              "split": "90,10,0"})
+    with pytest.raises(ConfigError, match="give the model's vocabulary with --vocab-size"):
+        train(load_config(None, overrides))
+    overrides["model"]["vocab_size"] = 1000
+    with pytest.raises(ConfigError, match=r"token id \d+ but the model's vocabulary is 1024"):
+        train(load_config(None, overrides))
+    overrides["model"]["vocab_size"] = 8192
+    overrides["checkpoint"] = {"save": str(tmp_path / "ckpt")}
+    assert train(load_config(None, overrides)).iteration == 8
+    assert (tmp_path / "ckpt" / "data_path_blend.yaml").exists()
+
+
+def test_tokenizer_bigger_than_model_and_invalid_blend(sample_blend, tmp_path):
+    with pytest.raises(ConfigError, match="tokenizer has 8192 ids but --vocab-size is 4000"):
+        train(load_config(None, blend_overrides(tmp_path, sample_blend, model={"vocab_size": 4000})))
+    broken = sample_blend.parent / "broken.yaml"
+    broken.write_text(sample_blend.read_text().replace("seed: 1234", "seed: 1234\nsed: 1"))
+    result = run_cli("trainer", "run", "--blend", str(broken), "--train-iters", "2", check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "broken.yaml" in result.stderr and "sed" in result.stderr
+
+
+def test_document_masked_training_on_the_sample(sample_blend, tmp_path):
+    config = load_config(None, blend_overrides(tmp_path, sample_blend, training={"train_iters": 3},
+                                               data={"reset_attention_mask": True, "reset_position_ids": True,
+                                                     "eod_mask_loss": True}))
+    data = build_data(config, ParallelState(torch.device("cpu")), 4)
+    batch = next(iter(data.loaders["train"]))
+    assert "cu_seqlens" in batch and int(batch["position_ids"].min()) == 0
+    assert train(config).loss is not None
+
+
+def test_export_carries_the_data_tokenizer(sample_blend, tmp_path):
+    import transformers
+    from tokenizers import Tokenizer
+
+    from trainer.checkpoint.export import export_hf
+
+    save = tmp_path / "ckpt"
+    train(load_config(None, blend_overrides(tmp_path, sample_blend, training={"train_iters": 2},
+                                            checkpoint={"save": str(save)})))
+    files = export_hf(save, tmp_path / "hf", dtype="float32")
+    assert {"tokenizer.json", "tokenizer_config.json", "config.json"} <= set(files)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    text = "def answer(x):\n    return 42  # the docs\n"
+    reference = Tokenizer.from_file(str(sample_blend.parent.parent / "examples" / "tokenizer.json"))
+    assert tokenizer(text)["input_ids"] == reference.encode(text).ids
+    assert tokenizer.eos_token_id == 0
+    model = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "hf")
+    assert model.config.eos_token_id == 0 and model.config.vocab_size == 8192

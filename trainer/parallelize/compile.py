@@ -1,0 +1,131 @@
+"""``--compile``: torch.compile each transformer block and the final norm in place, and the fused loss's per-chunk
+step; ``--compile-cache``: their compiled artifacts carried from one run to the next.
+
+Per block rather than the whole model: one graph compiled once serves every layer (the layers share
+code and shapes), compile time stays that of one block, and the embedding, the output GEMMs and the
+optimizer stay eager. Inside a block Inductor fuses RMSNorm, RoPE, SwiGLU, the residual adds and the
+FP8 scaling/casts around the GEMMs. The final norm compiles too, with the last block's residual add: eager,
+its fp32 steps were ten kernels, ~1.1 ms a step of the 1.3b preset on an H200; compiled, two, ~0.13 ms. The
+fused loss's softmax step (``trainer.model.fused_loss``) compiles into one looped kernel over the logits (the
+log-sum-exp, then their gradient written in their dtype) and a small one for the loss (a one-pass Triton kernel
+holding each row in registers was no faster in the step: bench/train_h200.md, fifteenth run).
+``nn.Module.compile`` keeps parameter names, so checkpoints of a compiled run load into an eager one and back.
+
+The cache file is PyTorch's portable "mega-cache" (``torch.compiler.save_cache_artifacts``): the FX
+graphs Inductor compiled, their Triton kernels and autotuning results, keyed by graph and software, so a
+file from another model, torch or GPU only misses — it never changes what runs. Loading it warms the
+caches of this process; the log says how many graphs then came from it.
+
+NOTE: our own Triton ops (``torch.library.triton_op``) compile into the blocks' code, but AOTAutograd keys
+its cache on the graph that calls them, not on their source: an edited kernel would hit the entry compiled
+from the old one (on the H200 an A/B of two trees sharing one machine's caches compiled the other tree's
+blocks in seconds: its numbers could not be trusted). So
+:func:`tag_caches` puts a digest of the modules that define them into every cache key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from trainer.model.fused_loss import compile_chunk_loss
+from trainer.errors import ConfigError
+from trainer.model.gpt import GPT
+
+log = logging.getLogger(__name__)
+
+#: Inductor's coordinate-descent search over each reduction kernel's launch parameters: the FP8 blocks'
+#: amax and norm reductions ran ~2% faster per step on an H200 (bench/train_h200.md), at some compile time.
+INDUCTOR_OPTIONS = {"coordinate_descent_tuning": True}
+
+
+#: The modules defining the Triton ops the compiled blocks run (``trainer.kernels.ops.kernel_op``; their sources go
+#: into every cache key).
+TRITON_OP_MODULES = ("trainer.model.swiglu", "trainer.model.rotary", "trainer.fp8.delayed", "trainer.kernels.rotary_cast",
+                     "trainer.kernels.fp8_transpose")
+
+
+def kernel_fingerprint(modules: tuple[str, ...] = TRITON_OP_MODULES) -> str:
+    """A digest of the source files of ``modules``."""
+    digest = hashlib.sha256()
+    for name in modules:
+        digest.update(Path(importlib.import_module(name).__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def tag_caches() -> None:
+    """Add ``blendforge-ops-<fingerprint>`` to ``torch.compiler.config.cache_key_tag`` (after any tag of the
+    user's, once), so Inductor's, AOTAutograd's and the ``--compile-cache`` file's entries compiled from other
+    sources of our Triton ops miss instead of running them."""
+    tag = f"blendforge-ops-{kernel_fingerprint()}"
+    current = torch.compiler.config.cache_key_tag
+    if tag not in current.split("+"):
+        torch.compiler.config.cache_key_tag = f"{current}+{tag}" if current else tag
+
+
+def should_compile(mode: str, device: torch.device, why_eager: str | None) -> bool:
+    """Whether ``--compile mode`` compiles here: ``blocks`` always (an error when ``why_eager`` says the
+    blocks must stay eager), ``auto`` on CUDA unless ``why_eager`` (logged), ``off`` never."""
+    if mode == "blocks" and why_eager:
+        raise ConfigError(f"--compile blocks: {why_eager}; use --compile off (or auto)")
+    if mode == "auto" and device.type == "cuda" and why_eager:
+        log.info("--compile auto: blocks stay eager: %s", why_eager)
+    return mode == "blocks" or (mode == "auto" and device.type == "cuda" and why_eager is None)
+
+
+def compile_model(model: GPT) -> None:
+    """Compile every block of ``model`` and its final norm in place (their state-dict keys are unchanged) and
+    its fused loss's per-chunk step, with the compile caches keyed on our Triton ops' sources too
+    (:func:`tag_caches`)."""
+    tag_caches()
+    for module in [*model.layers, model.final_norm]:
+        if module is not None:
+            module.compile(options=INDUCTOR_OPTIONS)
+    model.chunk_loss = compile_chunk_loss()
+
+
+def cache_file(path: str, rank: int, world_size: int) -> Path:
+    """``--compile-cache``'s file for this process: ``path``, or ``path.rankN`` when several processes each
+    compile their own stage's and shard's graphs."""
+    return Path(path) if world_size == 1 else Path(f"{path}.rank{rank}")
+
+
+def load_compiled(path: Path) -> None:
+    """Warm this process's compile caches from ``path`` (missing: logged; unreadable or foreign: a warning,
+    and the run compiles as without it)."""
+    if not path.exists():
+        log.info("--compile-cache %s: not there yet; written after the first step", path)
+        return
+    try:
+        info = torch.compiler.load_cache_artifacts(path.read_bytes())  # None (and torch's warning) if damaged
+        problem = None if info is not None else "torch rejected its contents"
+    except Exception as error:  # NOTE: any failure here only costs the compilation the cache would have saved
+        info, problem = None, f"{type(error).__name__}: {str(error)[:200]}"
+    if info is None:
+        log.warning("--compile-cache %s could not be loaded (%s); compiling without it, and the file will be "
+                    "rewritten", path, problem)
+        return
+    kinds = ", ".join(f"{len(keys)} {kind}" for kind, keys in info.artifacts.items())
+    log.info("--compile-cache %s: loaded %s", path, kinds or "nothing")
+
+
+def save_compiled(path: Path) -> None:
+    """Write everything this process compiled or loaded to ``path`` (a temporary name, then a rename), and
+    log how many of its graphs the cache served."""
+    artifacts = torch.compiler.save_cache_artifacts()
+    if artifacts is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_bytes(artifacts[0])
+    os.replace(partial, path)
+    from torch._dynamo.utils import counters  # NOTE: here, so a run that never compiles never imports Dynamo
+
+    hits, misses = counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+    log.info("--compile-cache %s: written (%.1f MB); graphs so far: %d from a cache, %d compiled", path,
+             len(artifacts[0]) / 1e6, hits, misses)

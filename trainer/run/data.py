@@ -1,0 +1,155 @@
+"""The bridge from the data side (blends, datasets, the resumable loader in ``corpus``) to the loop.
+
+Whatever the source (a blend file, Megatron's ``--data-path``, or ``--mock-data``), the loop gets
+:class:`TrainData`: one resumable loader per split yielding micro-batches, dicts of [micro_batch, S]
+tensors ``tokens``, ``labels``, ``loss_mask``, ``position_ids``, plus what the model's vocabulary and
+document masking need from the tokenizer.
+
+Sample counts follow Megatron: train = train_iters × global batch; valid = (train_iters // eval_interval
++ 1) × eval_iters × global batch (each evaluation reads fresh batches); test = eval_iters × global batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterator, Protocol
+
+import numpy as np
+import torch
+
+from corpus.blending.schema import BlendConfig, SampleOptions, apply_overrides, blend_from_data_path, dump_blend, load_blend
+from corpus.blending.datasets import SampleCounts, megatron_sample_counts, show_samples_command
+from corpus.blending.loader import BlendLoader, build_datasets
+from corpus.indexed.sidecar import options_hash
+from corpus.blending.samples import make_batch
+from trainer.config.schema import DataConfig, TrainConfig
+from trainer.parallel.state import ParallelState
+
+SPLITS = ("train", "valid", "test")
+DEFAULT_SPLIT = "969,30,1"  # Megatron's --split default, for --data-path
+MOCK_VOCAB_SIZE = 32768  # DESIGN §7's vocabulary, for --mock-data without --vocab-size
+
+
+class Loader(Protocol):
+    """A resumable stream of micro-batches (the contract of :class:`corpus.blending.loader.BlendLoader`)."""
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict, allow_blend_change: bool = False) -> None: ...
+
+
+@dataclass
+class TrainData:
+    """Loaders per split (None where the split is empty or not asked for) and tokenizer facts."""
+
+    loaders: dict[str, Loader | None]
+    seq_length: int
+    vocab_size: int | None
+    eod_id: int | None
+    tokenizer: dict | None
+    description: str
+    reproduce: dict[str, str]
+
+
+def sample_counts(config: TrainConfig, global_batch_size: int) -> SampleCounts:
+    """Samples each split must supply over the whole run (Megatron's formula, see module docstring)."""
+    logging = config.logging
+    return megatron_sample_counts(config.training.train_iters, global_batch_size, logging.eval_interval,
+                                  logging.eval_iters)
+
+
+def _sample_options(data: DataConfig) -> dict:
+    """The sample flags the user turned on (off means: keep the blend's setting)."""
+    return {name: True for name in ("eod_mask_loss", "reset_position_ids", "reset_attention_mask")
+            if getattr(data, name)}
+
+
+class MockSamples:
+    """Synthetic documents for benchmarks and smoke tests (``--mock-data``): each sample packs documents
+    of random length whose tokens count up from a random start (learnable), each ended by EOD id 0.
+    Sample ``i`` depends only on (seed, i); batches go through the same :func:`make_batch` as real data."""
+
+    eod_id = 0
+
+    def __init__(self, num_samples: int, seq_length: int, vocab_size: int, seed: int, options: SampleOptions) -> None:
+        self.num_samples, self.seq_length, self.vocab_size, self.seed = num_samples, seq_length, vocab_size, seed
+        self.options = options
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def row(self, index: int) -> np.ndarray:
+        """The S + 1 token ids of sample ``index``."""
+        rng = np.random.default_rng([self.seed, index])
+        pieces, size = [], 0
+        while size < self.seq_length + 1:
+            length = int(rng.integers(8, max(9, self.seq_length)))
+            start = int(rng.integers(1, self.vocab_size))
+            pieces += [(start + np.arange(length - 1)) % (self.vocab_size - 1) + 1, [self.eod_id]]
+            size += length
+        return np.concatenate(pieces)[: self.seq_length + 1].astype(np.int64)
+
+    def batch(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        """Samples ``indices`` stacked, as :meth:`corpus.blending.datasets.SplitDataset.batch` returns them."""
+        return make_batch(np.stack([self.row(int(i)) for i in indices]), self.options, self.eod_id)
+
+
+def _mock_data(config: TrainConfig, parallel: ParallelState, counts: SampleCounts) -> TrainData:
+    data, seed = config.data, config.training.seed
+    vocab = config.model.vocab_size or MOCK_VOCAB_SIZE
+    options = SampleOptions(**_sample_options(data))
+    fingerprint = "mock-" + options_hash({"seed": seed, "vocab": vocab, "seq": data.seq_length, **_sample_options(data)})
+    loaders = {}
+    for index, split in enumerate(SPLITS):
+        samples = MockSamples(counts.of(split), data.seq_length, vocab, seed + index, options)
+        loaders[split] = (BlendLoader(samples, config.training.micro_batch_size, parallel.dp_rank, parallel.dp_size,
+                                      0, fingerprint) if counts.of(split) else None)
+    return TrainData(loaders, data.seq_length, vocab, MockSamples.eod_id, None,
+                     f"mock data (vocab {vocab}, EOD 0)", {})
+
+
+def load_blend_config(config: TrainConfig) -> BlendConfig:
+    """The blend the run reads: ``--blend`` or ``--data-path`` with the trainer's overrides applied
+    (``--seq-length``, ``--split``, ``--data-cache-path``, the sample flags)."""
+    data = config.data
+    overrides = {"seq_length": data.seq_length, "cache_dir": data.data_cache_path, **_sample_options(data)}
+    if data.blend:
+        return load_blend(data.blend, split=data.split, **overrides)
+    blend = blend_from_data_path(data.data_path, data.split or DEFAULT_SPLIT, data.seq_length,
+                                 seed=config.training.seed, cache_dir=data.data_cache_path)
+    return apply_overrides(blend, **_sample_options(data))
+
+
+def _reproduce(config: TrainConfig, blend: BlendConfig, counts: SampleCounts, global_batch: int,
+               splits: list[str]) -> dict[str, str]:
+    """``corpus blend`` commands printing the samples of the first step (step n: samples (n-1)·G to n·G).
+    A ``--data-path`` blend is saved next to the checkpoints first, so the command has a file to read."""
+    if not blend.origin or blend.origin.startswith("--"):
+        if not config.checkpoint.save:
+            return {}
+        path = f"{config.checkpoint.save}/data_path_blend.yaml"
+        Path(config.checkpoint.save).mkdir(parents=True, exist_ok=True)
+        dump_blend(blend, path)
+        blend = replace(blend, origin=path)
+    return {split: show_samples_command(blend, split, counts.of(split), 0, global_batch) for split in splits}
+
+
+def build_data(config: TrainConfig, parallel: ParallelState, global_batch_size: int) -> TrainData:
+    """Loaders for every split the run reads, from the configured source."""
+    counts = sample_counts(config, global_batch_size)
+    if config.data.mock_data:
+        return _mock_data(config, parallel, counts)
+    blend = load_blend_config(config)
+    train, valid, test, built = build_datasets(blend, counts)
+    loaders = {split: BlendLoader(dataset, config.training.micro_batch_size, parallel.dp_rank, parallel.dp_size, 0,
+                                  built.fingerprint) if dataset is not None else None
+               for split, dataset in zip(SPLITS, (train, valid, test))}
+    resolved = built.resolved
+    description = (f"blend {blend.origin} ({len(resolved.all_sources())} sources, vocab {resolved.vocab_size}, "
+                   f"EOD {resolved.eod_id}, fingerprint {built.fingerprint[:12]})")
+    return TrainData(loaders, blend.seq_length, resolved.vocab_size, resolved.eod_id, resolved.tokenizer,
+                     description, _reproduce(config, blend, counts, global_batch_size,
+                                             [split for split, loader in loaders.items() if loader is not None]))

@@ -1,0 +1,206 @@
+"""The training loop: gradient accumulation to the global batch, clipping, the LR schedule, evaluation,
+logging, checkpoints and clean stops. ``train(config)`` is what ``trainer run`` calls.
+
+A step (counted from 1, after the optimizer update) takes ``global_batch / (micro_batch × DP)``
+micro-batches; the loss is the mean over every unmasked token of the global batch, so accumulating
+micro-batches gives the same gradient as one large batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from trainer.parallelize.compile import save_compiled
+from trainer.config.schema import TrainConfig
+from trainer.errors import ConfigError, OutOfMemory, TrainingDiverged
+from trainer.run.metrics import MetricsSink, perplexity, throughput
+from trainer.optim.optimizer import clipped_step, set_learning_rate
+from trainer.run.profiling import StepProfiler
+from trainer.parallel.state import shutdown_parallel
+from trainer.run.build import Run, build_run, metrics_sink, save
+from trainer.runtime.runtime import GarbageCollection, fetch_later, garbage_collection, stop_on_signals
+
+log = logging.getLogger(__name__)
+
+OOM_HINT = ("lower --micro-batch-size (--global-batch-size stays reached by gradient accumulation), shorten "
+            "--seq-length, or pick a smaller --preset; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces "
+            "fragmentation")
+
+
+@dataclass
+class StepResult:
+    """What one optimizer step measured."""
+
+    loss: float
+    grad_norm: float
+    lr: float
+    seconds: float
+
+
+@dataclass
+class TrainResult:
+    """How a run ended."""
+
+    iteration: int
+    loss: float | None
+    stopped_by: str
+    checkpoint: Path | None
+
+
+def _next_batch(run: Run, split: str) -> dict[str, torch.Tensor]:
+    """The next micro-batch of ``split``. An evaluation split that runs out (a run extended past the
+    --train-iters its loader was sized for) starts over instead of stopping the training."""
+    try:
+        return next(run.batches(split))
+    except StopIteration:
+        if split == "train":
+            raise ConfigError(f"the train data ran out of samples at step {run.iteration}; the loader was built for "
+                              "fewer samples than this run reads") from None
+    log.info("%s data exhausted at step %d: evaluating from its first sample again", split, run.iteration)
+    loader = run.data.loaders[split]
+    loader.load_state_dict({**loader.state_dict(), "consumed_samples": 0})
+    run.iterators[split] = iter(loader)
+    return next(run.iterators[split])
+
+
+def _micro_batches(run: Run, split: str, count: int) -> list[dict[str, torch.Tensor]]:
+    batches = [_next_batch(run, split) for _ in range(count)]
+    # NOTE: the largest id over every rank, so that all ranks stop together (no rank left in a collective)
+    largest = int(run.engine.world_max(max(float(batch["tokens"].max()) for batch in batches)))
+    if largest >= run.model.vocab_size:
+        raise ConfigError(f"{split} data holds token id {largest} but the model's vocabulary is "
+                          f"{run.model.vocab_size}: the data was tokenized with a bigger vocabulary; give a "
+                          f"--vocab-size above {largest}")
+    return batches
+
+
+def train_step(run: Run) -> StepResult:
+    """One optimizer step over a global batch; raises :class:`TrainingDiverged` before applying a bad one."""
+    started = time.perf_counter()
+    batches = _micro_batches(run, "train", run.accumulation)
+    tokens = run.engine.global_tokens(batches)
+    values = torch.stack([run.engine.forward_backward(batches, tokens) / tokens, run.engine.reducer.global_norm()])
+    finite = torch.isfinite(values).all()
+    read_values = fetch_later(values)  # NOTE: read after the update is queued, so the GPU never waits for Python
+    step = run.iteration + 1
+    lr = run.schedule(step)
+    set_learning_rate(run.optimizer, lr)
+    clipped_step(run.optimizer, values[1], run.config.optim.clip_grad or math.inf, finite)
+    run.engine.reducer.gather_weights()
+    loss, grad_norm = read_values()
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        raise TrainingDiverged(
+            f"step {step}: loss {loss}, gradient norm {grad_norm}; the step was not applied and the last "
+            "checkpoint is untouched. Resume from it with a lower --lr, a longer --lr-warmup-iters or "
+            "--clip-grad 1.0; check the data around this step with the corpus blend command logged at start")
+    run.iteration = step
+    return StepResult(loss, grad_norm, lr, time.perf_counter() - started)
+
+
+def evaluate(run: Run, split: str) -> float | None:
+    """Mean token loss over ``--eval-iters`` global batches of ``split`` (None when it has no data)."""
+    if run.data.loaders.get(split) is None or run.config.logging.eval_iters == 0:
+        return None
+    run.engine.reducer.wait_weights()
+    total, tokens = 0.0, 0.0
+    for _ in range(run.config.logging.eval_iters):
+        batches = _micro_batches(run, split, run.accumulation)
+        total += run.engine.evaluate(batches)
+        tokens += run.engine.global_tokens(batches)
+    return total / max(tokens, 1.0)
+
+
+class _Window:
+    """Steps since the last log line: averaged loss and throughput over them."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+        self.seconds = 0.0
+
+    def add(self, result: StepResult) -> None:
+        self.losses.append(result.loss)
+        self.seconds += result.seconds
+
+    def record(self, run: Run, last: StepResult) -> dict:
+        tokens = len(self.losses) * run.global_batch_size * run.data.seq_length
+        record = {"step": run.iteration, "loss": sum(self.losses) / len(self.losses), "lr": last.lr,
+                  "grad_norm": last.grad_norm,
+                  **throughput(tokens, self.seconds, run.flops_per_token, run.parallel.world_size, run.peak_tflops),
+                  "consumed_samples": run.iteration * run.global_batch_size}
+        if run.parallel.device.type == "cuda":  # the peak of these steps: an eager first step's stays its own
+            record["peak_memory_gib"] = torch.cuda.max_memory_allocated(run.parallel.device) / 2**30
+            torch.cuda.reset_peak_memory_stats(run.parallel.device)
+        self.__init__()
+        return record
+
+
+def _evaluate_and_log(run: Run, sink: MetricsSink, split: str = "valid") -> None:
+    loss = evaluate(run, split)
+    if loss is not None:
+        sink.write({"step": run.iteration, "split": split, "eval_loss": loss, "eval_ppl": perplexity(loss)})
+
+
+def _loop(run: Run, sink: MetricsSink, profiler: StepProfiler, stop,
+          collection: GarbageCollection) -> tuple[str, float | None]:
+    """Steps until ``--train-iters`` or a stop request; returns (why it stopped, last loss)."""
+    config, window, last, steps = run.config, _Window(), None, 0
+    while run.iteration < config.training.train_iters:
+        profiler.before_step(run.iteration + 1)
+        try:
+            last = train_step(run)
+        except torch.OutOfMemoryError:
+            raise OutOfMemory(f"out of memory at step {run.iteration + 1}: {OOM_HINT}") from None
+        steps += 1
+        if steps == 1 + run.fp8.parts.eager_steps and run.compile_cache:
+            save_compiled(run.compile_cache)  # the training graphs, kept even if this run is killed later
+        profiler.after_step(run.iteration)
+        collection.after_step(run.iteration)
+        window.add(last)
+        if run.iteration % config.logging.log_interval == 0 or run.iteration == config.training.train_iters:
+            sink.write(window.record(run, last))
+        if config.logging.eval_iters and run.iteration % config.logging.eval_interval == 0:
+            collection.before_pause()
+            _evaluate_and_log(run, sink)
+        reason = stop.check(run.iteration)
+        if run.engine.any_rank(reason is not None) and reason is None:
+            reason = "another rank asked to stop"  # every rank must save and stop at the same step
+        interval = config.checkpoint.save_interval
+        if config.checkpoint.save and (reason or (interval and run.iteration % interval == 0)):
+            collection.before_pause()
+            save(run)
+        if reason:
+            return reason, last.loss
+    return "completed", last.loss if last else None
+
+
+def train(config: TrainConfig) -> TrainResult:
+    """Run training as ``config`` says: build, resume, loop, evaluate, checkpoint. Returns how it ended."""
+    run = build_run(config)
+    for split, command in run.data.reproduce.items():
+        log.info("%s samples of this run: %s", split, command)
+    sink = metrics_sink(run)
+    profiler = StepProfiler(config.profile, config.logging.tensorboard_dir, run.parallel.device)
+    try:
+        with stop_on_signals(config.training) as stop, garbage_collection(config.training) as collection:
+            stopped_by, loss = _loop(run, sink, profiler, stop, collection)
+            run.engine.reducer.wait_weights()  # ZeRO-1 broadcasts still in flight (--overlap-param-gather)
+            profiler.stop(run.iteration)
+            if stopped_by == "completed":
+                if config.logging.eval_iters and run.iteration % config.logging.eval_interval:
+                    _evaluate_and_log(run, sink)
+                _evaluate_and_log(run, sink, "test")
+            if run.compile_cache:
+                save_compiled(run.compile_cache)  # now with the evaluation graphs
+            if config.checkpoint.save and run.checkpoint_iteration != run.iteration:
+                save(run)
+    finally:
+        sink.close()
+        shutdown_parallel(run.parallel)
+    log.info("stopped at step %d: %s", run.iteration, stopped_by)
+    return TrainResult(run.iteration, loss, stopped_by, run.checkpoint_dir)
