@@ -30,8 +30,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from trainer import adamw_kernel  # noqa: E402
-from trainer.optim.adamw import LowPrecisionAdamW  # noqa: E402
 from trainer.config.presets import PRESETS  # noqa: E402
+from trainer.optim.adamw import LowPrecisionAdamW  # noqa: E402
 
 BYTES_PER_PARAMETER = 14
 

@@ -20,10 +20,10 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-import transformer_engine.pytorch as te  # noqa: I001 - first, see the NOTE above
-from transformer_engine.common import recipe as te_recipes
 import torch
 import torch.nn.functional as F
+import transformer_engine.pytorch as te  # noqa: I001 - first, see the NOTE above
+from transformer_engine.common import recipe as te_recipes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.adamw_kernel import median_ms  # noqa: E402

@@ -26,13 +26,13 @@ from functorch.compile import min_cut_rematerialization_partition
 from torch._dynamo.backends.common import aot_autograd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from trainer.model.attention import BACKENDS  # noqa: E402
 from trainer.config.schema import ModelConfig  # noqa: E402
 from trainer.fp8.delayed import Calibration  # noqa: E402
 from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe, make_scaled_mm_gemm  # noqa: E402
 from trainer.fp8.scaling import E4M3, E5M2, Eligibility  # noqa: E402
-from trainer.model.layers import RotaryEmbedding  # noqa: E402
+from trainer.model.attention import BACKENDS  # noqa: E402
 from trainer.model.gpt import TransformerLayer  # noqa: E402
+from trainer.model.layers import RotaryEmbedding  # noqa: E402
 from trainer.parallel.state import ParallelState  # noqa: E402
 
 #: Op-name fragments → family, first match wins.

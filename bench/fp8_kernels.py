@@ -27,15 +27,15 @@ import json
 import os
 import sys
 import tempfile
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from trainer.model import rotary, swiglu  # noqa: E402
 from trainer.kernels.fp8_transpose import triton_transpose  # noqa: E402
+from trainer.model import rotary, swiglu  # noqa: E402
 from trainer.model.layers import RotaryEmbedding  # noqa: E402
 
 TOKENS, HIDDEN, FFN, HEADS, HEAD_DIM, SEQ = 16384, 2048, 5632, 16, 128, 4096

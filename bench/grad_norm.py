@@ -20,11 +20,18 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.adamw_kernel import (bf16_parameters, launch_shapes, median_ms, parameter_shapes,  # noqa: E402
-                                per_call_microseconds, warm_up, write_results)
+from bench.adamw_kernel import (  # noqa: E402
+    bf16_parameters,
+    launch_shapes,
+    median_ms,
+    parameter_shapes,
+    per_call_microseconds,
+    warm_up,
+    write_results,
+)
 from trainer import grad_norm_kernel  # noqa: E402
-from trainer.parallelize.data_parallel import foreach_sum_of_squares  # noqa: E402
 from trainer.config.presets import PRESETS  # noqa: E402
+from trainer.parallelize.data_parallel import foreach_sum_of_squares  # noqa: E402
 
 
 def main() -> None:

@@ -29,8 +29,8 @@ from bench._blend_fixtures import MegatronTokenizer, init_gloo, write_source  # 
 
 def _worker_ours(blend: Path, samples: int) -> dict:
     start = time.perf_counter()
-    from corpus.blending.schema import load_blend
     from corpus.blending.datasets import SampleCounts, build_split_datasets
+    from corpus.blending.schema import load_blend
 
     imported, cpu = time.perf_counter(), time.process_time()
     datasets = build_split_datasets(load_blend(blend), SampleCounts(samples))

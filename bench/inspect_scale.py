@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from corpus.indexed import IndexedReader, IndexedWriter
-from corpus.inspect.run import inspect_prefix
 from corpus.inspect.checks import check_prefix
+from corpus.inspect.summary import inspect_prefix
 
 EOD, VOCAB = 0, 50257
 

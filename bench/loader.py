@@ -22,9 +22,9 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from bench._blend_fixtures import MegatronTokenizer, init_gloo, write_source  # noqa: E402
-from corpus.blending.schema import blend_from_dict  # noqa: E402
 from corpus.blending.datasets import SampleCounts  # noqa: E402
 from corpus.blending.loader import BlendLoader, build_datasets  # noqa: E402
+from corpus.blending.schema import blend_from_dict  # noqa: E402
 
 SEQ = 4096
 FLAGS_OFF = {"eod_mask_loss": False, "reset_position_ids": False, "reset_attention_mask": False}

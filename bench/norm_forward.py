@@ -20,8 +20,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.adamw_kernel import write_results  # noqa: E402
 from bench.fp8_kernels import kernel_microseconds  # noqa: E402
-from trainer.parallelize.compile import INDUCTOR_OPTIONS  # noqa: E402
 from trainer.model.layers import RMSNorm  # noqa: E402
+from trainer.parallelize.compile import INDUCTOR_OPTIONS  # noqa: E402
 
 TOKENS, HIDDEN = 16384, 2048
 OPTIONS = {"trainer's": INDUCTOR_OPTIONS, "no coordinate descent": {},

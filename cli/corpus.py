@@ -7,14 +7,14 @@ import logging
 
 import click
 
-from cli.corpus_blend import blend
+from cli.app import CONTEXT, Group
 from cli.corpus_autotune import autotune_command
+from cli.corpus_blend import blend
 from cli.corpus_inspect import inspect_command
 from cli.corpus_tokenize import tokenize_command
-from cli.errors import friendly_errors
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=Group, context_settings=CONTEXT)
 @click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
 def main(verbose: bool) -> None:
     """Turn raw text into Megatron-compatible token files and blends."""
@@ -25,7 +25,6 @@ def main(verbose: bool) -> None:
 @click.option("--input", "inputs", multiple=True, required=True,
               help="A prefix, .idx/.bin path, glob or directory; repeat for more. Order is kept (globs sorted).")
 @click.option("--output-prefix", required=True, help="Prefix of the merged pair (PREFIX.bin/.idx).")
-@friendly_errors
 def merge(inputs: tuple[str, ...], output_prefix: str) -> None:
     """Concatenate many .bin/.idx pairs into one, streaming, in the order given."""
     from corpus.indexed.merge import merge as merge_prefixes

@@ -13,8 +13,8 @@ import shlex
 
 import click
 
-from cli.errors import friendly_errors
-from cli.tokenize_options import GreedyOption, input_options, shared_arguments, shared_fields, tokenizer_options
+from cli.options import GreedyOption
+from cli.tokenize_options import input_options, shared_arguments, shared_fields, tokenizer_options
 
 #: Stands for the output prefix in the printed command when --output-prefix is not given.
 PLACEHOLDER = "OUTPUT_PREFIX"
@@ -65,7 +65,6 @@ def _command(ctx: click.Context, best) -> str:
                    "include its write speed).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: trials, best, command.")
 @click.pass_context
-@friendly_errors
 def autotune_command(ctx: click.Context, as_json: bool, **options) -> None:
     """Find the fastest --workers/--batch-size/--threads-per-worker for corpus tokenize on this machine."""
     from corpus.autotune.search import autotune

@@ -9,7 +9,6 @@ import json
 
 import click
 
-from cli.errors import friendly_errors
 from corpus.blending.index_maps import SPLIT_NAMES
 
 
@@ -31,27 +30,29 @@ def _parse_range(_ctx: click.Context, _param: click.Parameter, value: str | None
               help="Split for --num-samples and --show-samples.")
 @click.option("--num-samples", type=click.IntRange(min=0),
               help="Samples asked of --split (what the trainer asks: train-iters x global batch for train).")
-@click.option("--train-iters", type=click.IntRange(min=1), help="With --global-batch-size: every split's count, as Megatron computes it.")
+@click.option("--train-iters", type=click.IntRange(min=1),
+              help="With --global-batch-size: every split's count, as Megatron computes it.")
 @click.option("--global-batch-size", type=click.IntRange(min=1), help="Samples per optimizer step (all ranks).")
 @click.option("--eval-interval", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Steps between evaluations (valid count, with --train-iters).")
 @click.option("--eval-iters", type=click.IntRange(min=0), default=100, show_default=True,
               help="Batches per evaluation (valid and test counts, with --train-iters).")
-@click.option("--seq-length", type=click.IntRange(min=2), help="Override the blend's seq_length (as the trainer's does).")
+@click.option("--seq-length", type=click.IntRange(min=2),
+              help="Override the blend's seq_length (as the trainer's does).")
 @click.option("--seed", type=click.IntRange(min=0), help="Override the blend's seed.")
-@click.option("--dry-run", is_flag=True, help="Plan only (the default action): documents, tokens, weights, epochs, samples.")
+@click.option("--dry-run", is_flag=True,
+              help="Plan only (the default action): documents, tokens, weights, epochs, samples.")
 @click.option("--build", is_flag=True, help="Build every index map the request needs (offline; no GPU, no torch).")
 @click.option("--show-samples", "sample_range", callback=_parse_range, metavar="A:B",
               help="Print samples A..B-1 of --split as the trainer sees them.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (one JSON line per sample).")
-@friendly_errors
 def blend(file: str, split: str, num_samples: int | None, train_iters: int | None, global_batch_size: int | None,
           eval_interval: int, eval_iters: int, seq_length: int | None, seed: int | None, dry_run: bool, build: bool,
           sample_range: tuple[int, int] | None, as_json: bool) -> None:
     """Validate blend FILE and plan, prebuild or show its samples."""
     from corpus.blending import report as blend_report
-    from corpus.blending.schema import load_blend
     from corpus.blending.datasets import SampleCounts, megatron_sample_counts
+    from corpus.blending.schema import load_blend
 
     if dry_run + build + (sample_range is not None) > 1:
         raise click.UsageError("choose one of --dry-run, --build and --show-samples")
@@ -72,7 +73,8 @@ def blend(file: str, split: str, num_samples: int | None, train_iters: int | Non
             raise click.UsageError("--build needs --num-samples or --train-iters/--global-batch-size")
         result = blend_report.prebuild(config, counts, required)
         click.echo(json.dumps(result) if as_json else "\n".join(
-            f"{name}: {r['samples']:,} samples, {r['entries_built']} cache entr{'y' if r['entries_built'] == 1 else 'ies'} "
+            f"{name}: {r['samples']:,} samples, {r['entries_built']} cache "
+            f"entr{'y' if r['entries_built'] == 1 else 'ies'} "
             f"built, {r['seconds']} s" for name, r in result.items()))
     else:
         reports = blend_report.dry_run(config, counts, required)

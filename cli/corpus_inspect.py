@@ -11,10 +11,10 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from cli.errors import friendly_errors
 from corpus.indexed import strip_suffix
-from corpus.inspect.run import Inspection, InspectConfig, InspectReport, inspect
+from corpus.inspect.run import InspectConfig, Inspection, inspect
 from corpus.inspect.show import DocumentRange, ShownDocument
+from corpus.inspect.summary import InspectReport
 from corpus.tokenizers import TOKENIZER_TYPES, TokenizerConfig
 
 #: Width of the longest histogram bar, in characters.
@@ -50,7 +50,8 @@ def _histogram(report: InspectReport) -> list[str]:
     peak = max(counts, default=0)
     labels = [str(low) if high - low == 1 else f"{low:,}–{high - 1:,}" for low, high in zip(edges, edges[1:])]
     width = max(map(len, labels), default=0)
-    return [f"  {label:>{width}} [cyan]{_bar(count, peak):<{BAR_WIDTH}}[/] {count:,}" for label, count in zip(labels, counts)]
+    return [f"  {label:>{width}} [cyan]{_bar(count, peak):<{BAR_WIDTH}}[/] {count:,}"
+            for label, count in zip(labels, counts)]
 
 
 def _flatten(meta: dict, parent: str = "") -> list[tuple[str, str]]:
@@ -127,7 +128,6 @@ def _print(console: Console, inspection: Inspection) -> None:
               help="Write histograms of document lengths and token-id frequency (needs matplotlib).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: one object for one named pair, a list for several (or a glob/directory).")
-@friendly_errors
 def inspect_command(datasets: tuple[str, ...], check: bool, max_problems: int, show: str | None, ids: bool,
                     tokenizer_type: str | None, tokenizer_model: str | None, vocab_file: str | None,
                     merge_file: str | None, plot: Path | None, as_json: bool) -> None:

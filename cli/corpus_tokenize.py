@@ -10,14 +10,12 @@ import logging
 
 import click
 
-from cli.errors import friendly_errors
+from cli.options import refused_option
 from cli.tokenize_options import input_options, shared_fields, tokenizer_options
-from corpus.core.errors import CorpusError
 
-
-class UnsupportedError(CorpusError):
-    """A Megatron option this tool deliberately does not implement."""
-
+#: Megatron's ``preprocess_data.py`` options that do not apply to ``corpus tokenize``, and why.
+ONE_SEQUENCE_PER_DOCUMENT = ("corpus tokenize writes one sequence per document (Megatron's default); drop the "
+                             "option")
 
 def _config(options: dict):
     from corpus.tokenize.config import TokenizeConfig
@@ -49,17 +47,13 @@ def _config(options: dict):
 @click.option("--log-interval", type=float, default=30.0, show_default=True,
               help="Seconds between progress lines when stderr is not a terminal.")
 @click.option("--stats-json", type=click.Path(dir_okay=False), help="Write the run's statistics to this JSON file.")
-@click.option("--split-sentences", is_flag=True, help="Not supported (Megatron's NLTK sentence splitting).")
-@click.option("--keep-newlines", is_flag=True, hidden=True)
-@friendly_errors
+@refused_option("--split-sentences", ONE_SEQUENCE_PER_DOCUMENT, hidden=False)
+@refused_option("--keep-newlines", ONE_SEQUENCE_PER_DOCUMENT)
 def tokenize_command(**options) -> None:
     """Tokenize JSONL/Parquet text into Megatron .bin/.idx files (Megatron's preprocess_data.py options)."""
-    from corpus.tokenize.stats import RunStats
     from corpus.tokenize.run import tokenize as run
+    from corpus.tokenize.stats import RunStats
 
-    if options["split_sentences"] or options["keep_newlines"]:
-        raise UnsupportedError("--split-sentences/--keep-newlines are not supported: corpus tokenize writes one "
-                               "sequence per document (Megatron's default); drop the option")
     if options["quiet"]:
         logging.getLogger("corpus").setLevel(logging.WARNING)
     try:

@@ -11,30 +11,9 @@ from typing import Callable
 import click
 from click.core import ParameterSource
 
+from cli.options import GreedyOption
 from corpus.tokenizers import TOKENIZER_TYPES
 from corpus.tokenizers.config import ENCODERS, TIKTOKEN_PATTERNS
-
-
-class GreedyOption(click.Option):
-    """An option that takes every following value up to the next option, like argparse's ``nargs='+'``
-    (Megatron's ``--json-keys text title``); it may also be repeated."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, multiple=True, **kwargs)
-
-    def add_to_parser(self, parser, ctx) -> None:
-        super().add_to_parser(parser, ctx)
-        for name in self.opts:
-            option = parser._long_opt.get(name)
-            original = option.process
-
-            def process(value, state, original=original) -> None:
-                original(value, state)
-                while state.rargs and not state.rargs[0].startswith("--"):
-                    original(state.rargs.pop(0), state)
-
-            option.process = process
-
 
 INPUT_OPTIONS = (
     click.option("--input", "inputs", cls=GreedyOption, required=True,
@@ -85,7 +64,8 @@ def tokenizer_config(options: dict):
 
     return TokenizerConfig(
         type=options["tokenizer_type"], model=options["tokenizer_model"], vocab_file=options["vocab_file"],
-        merge_file=options["merge_file"], vocab_size=options["vocab_size"], tiktoken_pattern=options["tiktoken_pattern"],
+        merge_file=options["merge_file"], vocab_size=options["vocab_size"],
+        tiktoken_pattern=options["tiktoken_pattern"],
         tiktoken_num_special_tokens=options["tiktoken_num_special_tokens"],
         hf_include_special_tokens=not options["tokenizer_hf_no_include_special_tokens"],
         eod_id=options["eod_id"], bos_id=options["bos_id"], encoder=options["encoder"])

@@ -6,11 +6,12 @@ import logging
 
 import click
 
+from cli.app import CONTEXT, Group
 from cli.trainer_export import export
 from cli.trainer_run import run
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=Group, context_settings=CONTEXT)
 def main() -> None:
     """Train GPT models on blends of token files."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import click
 
-from cli.errors import friendly_errors
-
 
 @click.command("export")
 @click.option("--hf", "out_dir", required=True, type=click.Path(file_okay=False),
@@ -14,7 +12,6 @@ from cli.errors import friendly_errors
               help="A --save folder (its latest checkpoint) or one iter_* folder in it.")
 @click.option("--dtype", default="bfloat16", show_default=True, type=click.Choice(["bfloat16", "float32", "float16"]),
               help="Dtype of the exported weights.")
-@friendly_errors
 def export(out_dir: str, load: str, dtype: str) -> None:
     """Export a checkpoint for transformers (Llama architecture)."""
     from trainer.checkpoint.export import export_hf

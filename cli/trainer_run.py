@@ -10,28 +10,8 @@ from typing import Any, Literal
 
 import click
 
-from cli.errors import friendly_errors
+from cli.options import GreedyOption
 from trainer.config.loading import config_fields
-
-
-class _GreedyOption(click.Option):
-    """An option taking every following word up to the next ``--flag``, as Megatron's ``nargs='*'``
-    (``--data-path 0.7 web 0.3 code``)."""
-
-    def add_to_parser(self, parser, ctx) -> None:
-        super().add_to_parser(parser, ctx)
-        for name in self.opts:
-            own = parser._long_opt.get(name) or parser._short_opt.get(name)
-            if own is not None:
-                original = own.process
-
-                def process(value, state, original=original):
-                    words = [value]
-                    while state.rargs and not state.rargs[0].startswith("--"):
-                        words.append(state.rargs.pop(0))
-                    original(words, state)
-
-                own.process = process
 
 
 def _option_for(section: str, name: str, meta: dict, kind: Any, default: Any) -> list[click.Option]:
@@ -43,7 +23,7 @@ def _option_for(section: str, name: str, meta: dict, kind: Any, default: Any) ->
         flags = names if default is False else [f"{meta['flag']}/--no-{meta['flag'][2:]}"]
         options = [click.Option([*flags, dest], is_flag=True, default=None, help=help_text)]
     elif typing.get_origin(base) is list:
-        options = [_GreedyOption([*names, dest], multiple=True, type=click.UNPROCESSED, help=help_text)]
+        options = [GreedyOption([*names, dest], help=help_text)]
     elif typing.get_origin(base) is Literal:
         options = [click.Option([*names, dest], type=click.Choice(typing.get_args(base)), help=help_text)]
     else:
@@ -67,16 +47,16 @@ def _overrides(ctx: click.Context, values: dict) -> dict:
     """Only what the user typed: nested ``{section: {field: value}}``."""
     nested: dict = {}
     for dest, value in values.items():
-        if value is None or dest == "config" or ctx.get_parameter_source(dest) != click.core.ParameterSource.COMMANDLINE:
+        typed = ctx.get_parameter_source(dest) == click.core.ParameterSource.COMMANDLINE
+        if value is None or dest == "config" or not typed:
             continue
         section, name = dest.split("__")
-        if isinstance(value, tuple):  # a greedy list option, possibly repeated
-            value = [word for group in value for word in (group if isinstance(group, list) else [group])]
+        if isinstance(value, tuple):  # a greedy list option: every word given, over all its repeats
+            value = list(value)
         nested.setdefault(section, {})[name] = value
     return nested
 
 
-@friendly_errors
 def _run(**values: Any) -> None:
     from trainer.config.loading import load_config
     from trainer.run.loop import train

@@ -237,7 +237,8 @@ def megatron_tokenizer(tmp_path_factory):
             if config.type == "GPT2BPETokenizer":
                 stack.enter_context(_gpt2_home(config.vocab_file, config.merge_file, workdir))
             if config.type == "TikTokenizer" and model.endswith(".tiktoken"):
-                stack.enter_context(mock.patch.object(tiktoken_tokenizer, "reload_mergeable_ranks", _tiktoken_file_ranks))
+                stack.enter_context(mock.patch.object(tiktoken_tokenizer, "reload_mergeable_ranks",
+                                                      _tiktoken_file_ranks))
             return build_tokenizer(args)
 
     return make

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import orjson
 
+from corpus.readers import ColumnPayload, LinePayload, ReadOptions, expand_inputs, read_slices
 from corpus.tokenize.config import TokenizeConfig
 from corpus.tokenize.shards import Shard, plan_slices
-from corpus.readers import ColumnPayload, LinePayload, ReadOptions, expand_inputs, read_slices
 
 #: Records per read while copying the sample (reading only; trials use their own batch sizes).
 COPY_BATCH = 1000

@@ -29,7 +29,7 @@ from typing import Iterator, Sequence
 from corpus.autotune.report import AutotuneResult, Candidate, Run, recommend, run_rates, typical
 from corpus.autotune.sample import Sample, write_sample
 from corpus.autotune.trial import MIN_BATCHES_PER_WORKER, TrialError, lanes, route_signals, run_trial
-from corpus.core.errors import CorpusError
+from corpus.core.errors import UserError
 from corpus.tokenize.config import TokenizeConfig
 
 log = logging.getLogger(__name__)
@@ -40,11 +40,11 @@ DEFAULT_BATCH_SIZES = (250, 1000, 4000)
 MAX_TRIALS = 40
 
 
-class AutotuneConfigError(CorpusError):
+class AutotuneConfigError(UserError):
     """An option of ``corpus autotune-workers`` is invalid."""
 
 
-class AutotuneError(CorpusError):
+class AutotuneError(UserError):
     """The sweep cannot measure anything useful (sample too small, a trial failed)."""
 
 

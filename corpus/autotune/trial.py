@@ -29,7 +29,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corpus.core.errors import CorpusError
+from corpus.core.errors import UserError
 from corpus.tokenize.config import TokenizeConfig, config_from_mapping
 from corpus.tokenize.stats import Counters, peak_rss_mb
 
@@ -43,7 +43,7 @@ GONE_TIMEOUT_S = 10.0
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class TrialError(CorpusError):
+class TrialError(UserError):
     """A trial process failed (bad tokenizer file, crash); the message carries its own."""
 
 
@@ -127,7 +127,7 @@ def main() -> int:
     request = json.loads(sys.stdin.buffer.read())
     try:
         report = _measure(config_from_mapping(request["config"]), request["deadline"])
-    except CorpusError as error:
+    except UserError as error:
         print(error, file=sys.stderr)
         return 2
     json.dump(dataclasses.asdict(report), sys.stdout)
@@ -136,7 +136,7 @@ def main() -> int:
 
 def _environment() -> dict[str, str]:
     """This process's environment, with the folder holding ``corpus`` first on the import path."""
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     path = os.environ.get("PYTHONPATH")
     return {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
 

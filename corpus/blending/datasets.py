@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from corpus.blending.schema import BlendConfig
 from corpus.blending.build import SplitMaps, build_split_maps
 from corpus.blending.index_maps import SPLIT_NAMES
 from corpus.blending.plan import SplitPlan, plan_split
 from corpus.blending.resolve import ResolvedBlend, resolve_blend
 from corpus.blending.samples import PAD_ID, make_batch, sample_from_batch
+from corpus.blending.schema import BlendConfig
 from corpus.blending.sources import Source
 
 
@@ -36,11 +36,13 @@ class SampleCounts:
         return getattr(self, split)
 
 
-def megatron_sample_counts(train_iters: int, global_batch_size: int, eval_interval: int, eval_iters: int) -> SampleCounts:
+def megatron_sample_counts(train_iters: int, global_batch_size: int, eval_interval: int,
+                           eval_iters: int) -> SampleCounts:
     """Megatron's ``get_train_valid_test_num_samples``: train = iters x global batch; valid =
     (iters // eval_interval + 1) x eval_iters x global batch; test = eval_iters x global batch."""
     valid_iters = (train_iters // eval_interval + 1) * eval_iters if eval_interval > 0 else 0
-    return SampleCounts(train_iters * global_batch_size, valid_iters * global_batch_size, eval_iters * global_batch_size)
+    return SampleCounts(train_iters * global_batch_size, valid_iters * global_batch_size,
+                        eval_iters * global_batch_size)
 
 
 class _SourceSplit:
@@ -153,9 +155,11 @@ def show_samples_command(config: BlendConfig, split: str, num_samples: int, star
     """``corpus blend FILE --split S --num-samples N --seq-length L --seed X --show-samples A:B --json``.
     A blend built in Python has no file: save it first with :func:`corpus.blending.schema.dump_blend`."""
     if not config.origin or config.origin.startswith("--"):
-        raise ValueError("this blend has no file; write it with corpus.blending.schema.dump_blend(config, path) and load that")
+        raise ValueError("this blend has no file; write it with corpus.blending.schema.dump_blend(config, path) and "
+                         "load that")
     words = ["corpus", "blend", config.origin, "--split", split, "--num-samples", str(num_samples),
-             "--seq-length", str(config.seq_length), "--seed", str(config.seed), "--show-samples", f"{start}:{stop}", "--json"]
+             "--seq-length", str(config.seq_length), "--seed", str(config.seed), "--show-samples", f"{start}:{stop}",
+             "--json"]
     return " ".join(shlex.quote(word) for word in words)
 
 

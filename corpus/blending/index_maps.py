@@ -95,7 +95,8 @@ def plan_epochs(tokens_per_epoch: int, num_samples: int | None, seq_length: int,
     return EpochPlan(tokens_per_epoch, epochs, separate, sans_final)
 
 
-def document_index(sequence_ids: np.ndarray, epochs: int, rng: np.random.RandomState, separate_final: bool) -> np.ndarray:
+def document_index(sequence_ids: np.ndarray, epochs: int, rng: np.random.RandomState,
+                   separate_final: bool) -> np.ndarray:
     """Sequence ids tiled ``epochs`` times and shuffled (the last epoch apart when separate)."""
     if not separate_final or epochs == 1:
         tiled = np.tile(sequence_ids.astype(np.int32, copy=False), epochs)
@@ -106,7 +107,8 @@ def document_index(sequence_ids: np.ndarray, epochs: int, rng: np.random.RandomS
     return np.concatenate((first, last))
 
 
-def sample_index(lengths: np.ndarray, doc_index: np.ndarray, seq_length: int, total_tokens: int, extra_token: int) -> np.ndarray:
+def sample_index(lengths: np.ndarray, doc_index: np.ndarray, seq_length: int, total_tokens: int,
+                 extra_token: int) -> np.ndarray:
     """[num_samples + 1, 2] sample starts over the document index (compiled loop)."""
     from corpus.blending.loops import fill_sample_index
 
@@ -140,7 +142,8 @@ class GptMaps:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The maps by file name, as the cache stores them."""
-        return {"document_index": self.document_index, "sample_index": self.sample_index, "shuffle_index": self.shuffle_index}
+        return {"document_index": self.document_index, "sample_index": self.sample_index,
+                "shuffle_index": self.shuffle_index}
 
 
 def build_gpt_maps(lengths: np.ndarray, begin: int, end: int, num_samples: int | None, seq_length: int, seed: int,

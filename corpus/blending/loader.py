@@ -17,15 +17,15 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from corpus.blending.schema import BlendConfig
 from corpus.blending.datasets import BlendDatasets, SampleCounts, SplitDataset, build_split_datasets
-from corpus.core.errors import CorpusError
 from corpus.blending.resolve import ResolvedBlend
+from corpus.blending.schema import BlendConfig
+from corpus.core.errors import UserError
 
 log = logging.getLogger(__name__)
 
 
-class LoaderStateError(CorpusError):
+class LoaderStateError(UserError):
     """A loader state does not fit this loader (another blend, or a position it cannot resume at)."""
 
 
@@ -44,7 +44,8 @@ class TorchSplitDataset(torch.utils.data.Dataset):
 
 
 def build_datasets(blend: BlendConfig | ResolvedBlend, counts: SampleCounts, required: tuple[str, ...] = ("train",)
-                   ) -> tuple[TorchSplitDataset | None, TorchSplitDataset | None, TorchSplitDataset | None, BlendDatasets]:
+                   ) -> tuple[TorchSplitDataset | None, TorchSplitDataset | None, TorchSplitDataset | None,
+                              BlendDatasets]:
     """(train, valid, test, the numpy-side :class:`BlendDatasets`) for ``counts`` samples.
 
     ``counts`` usually comes from :func:`corpus.blending.datasets.megatron_sample_counts`; a split the
@@ -80,7 +81,8 @@ class BlendLoader:
 
     def _seek(self, consumed: int) -> None:
         if consumed < 0 or consumed % self.step_samples:
-            raise LoaderStateError(f"cannot resume at consumed_samples={consumed}: not a multiple of micro_batch_size x "
+            raise LoaderStateError(f"cannot resume at consumed_samples={consumed}: not a multiple of micro_batch_size "
+                                   "x "
                                    f"dp_size = {self.step_samples}")
         self.consumed_samples = consumed
 

@@ -7,7 +7,8 @@ double-precision error terms evaluated in the same order, ties to the lower inde
 
 Why C and not numba alone: numba costs ~0.2–0.4 s to import and ~0.3–0.45 s at the first call of a
 cached kernel in every new process, more than a cold 1,000-shard build itself. The library is built
-with the system C compiler (``$CC``, else ``cc``) into ``kernels/`` of the index-map cache folder the first time it is needed
+with the system C compiler (``$CC``, else ``cc``) into ``kernels/`` of the index-map cache folder the first time it is
+needed
 (~0.2 s), under a name that hashes the source, and renamed into place atomically, so concurrent
 processes never load a half-written file. ctypes releases the GIL during the calls, so sources still
 build in parallel threads. Without a working compiler the numba versions (``loops_numba``) are used
@@ -170,7 +171,8 @@ def _c_kernels(library: ctypes.CDLL) -> SimpleNamespace:
         return counts
 
     def fill_exhaustive_blending_indices(sizes, dataset_index, dataset_sample_index):
-        if library.fill_exhaustive_blending_indices(_pointer(sizes, np.int64), len(sizes), _pointer(dataset_index, np.int16),
+        if library.fill_exhaustive_blending_indices(_pointer(sizes, np.int64), len(sizes), _pointer(dataset_index,
+                                                                                                    np.int16),
                                                     _pointer(dataset_sample_index, np.int64)):
             raise MemoryError("exhaustive blending: out of memory for the per-source scratch arrays")
 

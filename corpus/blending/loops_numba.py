@@ -8,7 +8,8 @@ the same double-precision error terms evaluated in the same order, ties to the l
 
 ``nogil=True`` lets several sources build in parallel threads. ``cache=True`` keeps the machine
 code on disk (``__pycache__`` next to this file, or numba's fallback user cache when that is
-read-only), so only the first process ever pays the 1-3 s compile. Import this module lazily: importing numba costs ~0.2 s, which a warm cache lookup
+read-only), so only the first process ever pays the 1-3 s compile. Import this module lazily: importing numba costs ~0.2
+s, which a warm cache lookup
 (``corpus blend --show-samples``) never needs.
 """
 

@@ -34,7 +34,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from corpus.core.errors import CorpusError
+from corpus.core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def cache_key(material: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-class CacheError(CorpusError):
+class CacheError(UserError):
     """The cache folder cannot be written (read-only, full, no permission)."""
 
 

@@ -102,7 +102,8 @@ def _usable(resolved: ResolvedBlend, split: str, ranges: list[tuple[int, int]], 
             keep.append(index)
     if empty:
         shown = "; ".join(empty[:5]) + (f"; and {len(empty) - 5} more" if len(empty) > 5 else "")
-        log.warning("%d source(s) contribute nothing to %s, their share of it being empty: %s", len(empty), split, shown)
+        log.warning("%d source(s) contribute nothing to %s, their share of it being empty: %s", len(empty), split,
+                    shown)
     if not keep:
         raise config.error(f"every source's {split} share is empty; give {split} a larger share in 'split', or use "
                            "per-split source lists", "split" if config.split else f"sources.{split}")

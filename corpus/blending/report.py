@@ -16,11 +16,11 @@ from typing import Iterator
 import numpy as np
 
 from corpus.blending import index_maps as maps
-from corpus.blending.schema import BlendConfig
 from corpus.blending.build import build_split_maps
 from corpus.blending.datasets import SampleCounts, SplitDataset, plan_all
 from corpus.blending.plan import SplitPlan, plan_split
 from corpus.blending.resolve import ResolvedBlend, resolve_blend
+from corpus.blending.schema import BlendConfig
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,8 @@ def _inventory(resolved: ResolvedBlend, split: str) -> SplitReport | None:
     configs = config.split_sources(split)
     if not configs:
         return None
-    bookend = (0.0, 1.0) if isinstance(config.sources, dict) else maps.split_matrix(config.split)[maps.SPLIT_NAMES.index(split)]
+    bookend = (0.0, 1.0) if isinstance(config.sources,
+                                       dict) else maps.split_matrix(config.split)[maps.SPLIT_NAMES.index(split)]
     if bookend is None:
         return None
     weights = maps.normalize([c.weight for c in configs])
@@ -122,7 +123,8 @@ def prebuild(config: BlendConfig, counts: SampleCounts, required: tuple[str, ...
         if plan is not None:
             start = time.perf_counter()
             built = build_split_maps(resolved, plan).built
-            result[split] = {"samples": plan.size, "entries_built": built, "seconds": round(time.perf_counter() - start, 3)}
+            result[split] = {"samples": plan.size, "entries_built": built,
+                             "seconds": round(time.perf_counter() - start, 3)}
     return result
 
 
@@ -132,7 +134,8 @@ def show_samples(config: BlendConfig, split: str, num_samples: int | None, start
     resolved = resolve_blend(config)
     plan = plan_split(resolved, split, num_samples)
     if plan is None:
-        raise resolved.config.error(f"the {split} split is empty for this request (0 samples asked or no share)", "split")
+        raise resolved.config.error(f"the {split} split is empty for this request (0 samples asked or no share)",
+                                    "split")
     dataset = SplitDataset(resolved, build_split_maps(resolved, plan))
     if not 0 <= start < stop <= len(dataset):
         raise resolved.config.error(f"--show-samples {start}:{stop} is outside the {split} split's "

@@ -9,14 +9,16 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass
+
 import numpy as np
 
-from corpus.indexed import sidecar
-from corpus.blending.schema import BlendConfig, tokenizer_family
-from corpus.core.errors import CorpusError
 from corpus.blending.index_maps import SPLIT_NAMES
 from corpus.blending.map_cache import MapCache, cache_key
+from corpus.blending.schema import BlendConfig
 from corpus.blending.sources import Source, SourceError, load_source
+from corpus.core.errors import UserError
+from corpus.indexed import sidecar
+from corpus.tokenizers.registry import family_of, fingerprinted_files
 
 log = logging.getLogger(__name__)
 
@@ -97,23 +99,9 @@ def _check_agreement(resolved: ResolvedBlend) -> None:
                         source.info.num_shards, source.info.missing_example)
 
 
-def _huggingface_files(path: str) -> list[str]:
-    """tokenizer.json (the file or ``DIR/tokenizer.json``) and the configs read beside it."""
-    from corpus.tokenizers.huggingface import named_special_tokens, tokenizer_json_path
-
-    json_path = tokenizer_json_path(path)
-    return [json_path, *named_special_tokens(os.path.dirname(json_path))[2]]
-
-
-#: The files whose bytes make a tokenizer's fingerprint, per kind (as ``corpus.tokenizers`` records
-#: them); kinds not listed are one file.
-TOKENIZER_FILES = {"huggingface": _huggingface_files}
-
-
 def tokenizer_fingerprint(kind: str, path: str) -> str:
     """The fingerprint ``corpus tokenize`` records for the tokenizer of ``kind`` at ``path``."""
-    files = TOKENIZER_FILES.get(tokenizer_family(kind), lambda p: [p])(path)
-    return sidecar.fingerprint_files(files)
+    return sidecar.fingerprint_files(fingerprinted_files(kind, path))
 
 
 def _check_expected_tokenizer(resolved: ResolvedBlend) -> None:
@@ -129,21 +117,22 @@ def _check_expected_tokenizer(resolved: ResolvedBlend) -> None:
                                "tokenizer.path")
         try:
             fingerprint = tokenizer_fingerprint(spec.kind, path)
-        except CorpusError as error:
+        except UserError as error:
             raise config.error(str(error), "tokenizer.path") from None
-    exact = spec.kind.lower() != tokenizer_family(spec.kind)
+    exact = spec.kind.lower() != family_of(spec.kind)
     for key, source in resolved.all_sources():
         record = source.info.tokenizer or {}
         recorded = record.get("type")
         if recorded is not None:
-            matches = recorded.lower() == spec.kind.lower() if exact else tokenizer_family(recorded) == tokenizer_family(spec.kind)
+            matches = recorded.lower() == spec.kind.lower() if exact else family_of(recorded) == family_of(spec.kind)
             if not matches:
                 raise config.error(f"{source.name} was tokenized with {recorded}, not {spec.kind}; fix "
                                    f"tokenizer.kind or re-tokenize the source", "tokenizer.kind")
         recorded_fingerprint = record.get("fingerprint")
         if fingerprint and recorded_fingerprint and recorded_fingerprint != fingerprint:
             raise config.error(f"{spec.path} is not the tokenizer {source.name} ({key}) was made with (its "
-                               f".meta.json records {record.get('model') or record.get('path') or 'another file'}, sha256 "
+                               f".meta.json records {record.get('model') or record.get('path') or 'another file'}, "
+                               "sha256 "
                                f"{recorded_fingerprint[:12]}…, this file is {fingerprint[:12]}…)", "tokenizer.path")
 
 

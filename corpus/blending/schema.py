@@ -32,34 +32,16 @@ from pathlib import Path
 import yaml
 
 from corpus.blending.index_maps import SPLIT_NAMES
-from corpus.core.typed_config import ConfigError, build, coerce, read_yaml
+from corpus.core.errors import ConfigError, parse_key
+from corpus.core.typed_config import build, coerce, read_yaml
+from corpus.tokenizers.registry import FAMILIES, family_of
 
 
 class BlendError(ConfigError):
     """A blend file (or a blend built in Python) is wrong; the message names file, line, key, fix."""
 
 
-#: Tokenizer kinds a blend may expect, with the Megatron ``--tokenizer-type`` names each covers.
-#: A blend may also name one Megatron type exactly.
-TOKENIZER_KINDS: dict[str, tuple[str, ...]] = {
-    "huggingface": ("HuggingFaceTokenizer",),
-    "sentencepiece": ("SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer"),
-    "tiktoken": ("TikTokenizer",),
-    "gpt2": ("GPT2BPETokenizer",),
-    "null": ("NullTokenizer",),
-}
 _SPLIT_PATTERN = re.compile(r"^\s*\d*\.?\d+(\s*,\s*\d*\.?\d+){0,2}\s*$")
-
-
-def tokenizer_family(type_name: str | None) -> str | None:
-    """The kind (``huggingface``…) a tokenizer type name belongs to, or None if unknown."""
-    if type_name is None:
-        return None
-    lowered = type_name.lower()
-    for kind, names in TOKENIZER_KINDS.items():
-        if lowered == kind or lowered in (n.lower() for n in names):
-            return kind
-    return None
 
 
 @dataclass(frozen=True)
@@ -72,9 +54,10 @@ class TokenizerSpec:
     """The tokenizer file (relative to the blend's folder); its sha256 must match the sidecars'."""
 
     def __post_init__(self) -> None:
-        if tokenizer_family(self.kind) is None:
-            raise BlendError(f"unknown tokenizer kind {self.kind!r}; use one of {', '.join(TOKENIZER_KINDS)}", "kind")
-        if self.path is None and tokenizer_family(self.kind) != "null":
+        if family_of(self.kind) is None:
+            raise BlendError(f"unknown tokenizer kind {self.kind!r}; use one of {', '.join(FAMILIES)} (or a "
+                             "--tokenizer-type name)", "kind")
+        if self.path is None and family_of(self.kind) != "null":
             raise BlendError("a tokenizer needs a path (the tokenizer file the data was made with)", "path")
 
 
@@ -97,7 +80,8 @@ class SourceConfig:
         if not self.prefix.strip():
             raise BlendError("empty prefix; give the path of a .bin/.idx pair without extension, or a glob", "prefix")
         if self.weight is not None and not (self.weight > 0 and math.isfinite(self.weight)):
-            raise BlendError(f"{self.weight} is not a positive number; give a weight > 0 (weights are normalised)", "weight")
+            raise BlendError(f"{self.weight} is not a positive number; give a weight > 0 (weights are normalised)",
+                             "weight")
         if self.max_epochs is not None and self.max_epochs < 1:
             raise BlendError(f"max_epochs {self.max_epochs} must be >= 1", "max_epochs")
 
@@ -168,7 +152,8 @@ class BlendConfig:
             self._check_per_split()
         else:
             if self.split is None:
-                raise BlendError('missing required key \'split\' (train/valid/test shares, e.g. split: "99,1,0")', "split")
+                raise BlendError('missing required key \'split\' (train/valid/test shares, e.g. split: "99,1,0")',
+                                 "split")
             self._check_split_string()
             _check_source_list(self.sources, "sources")
 
@@ -204,10 +189,10 @@ class BlendConfig:
 
     def error(self, problem: str, key: str) -> BlendError:
         """A :class:`BlendError` located at ``key`` of this blend's file."""
-        from corpus.core.typed_config import parse_key
-
         source = read_yaml(self.origin) if self.origin and os.path.isfile(self.origin) else None
-        return BlendError(problem).located(parse_key(key), source) if source else BlendError(problem, key, self.origin)
+        if source is None:
+            return BlendError(problem, key, self.origin)
+        return BlendError(problem).located(parse_key(key), source.file, source.line)
 
 
 def _check_source_list(sources: tuple[SourceConfig, ...], key: str) -> None:
@@ -269,7 +254,8 @@ def blend_from_data_path(data_path: list[str], split: str, seq_length: int, seed
                          cache_dir: str | None = None) -> BlendConfig:
     """Megatron's ``--data-path [W1] P1 [W2] P2 …`` as a blend (the trainer's Megatron spelling)."""
     paired = len(data_path) % 2 == 0 and all(_is_number(w) for w in data_path[::2])
-    pairs = [(float(w), p) for w, p in zip(data_path[::2], data_path[1::2])] if paired else [(None, p) for p in data_path]
+    pairs = [(float(w), p) for w, p in zip(data_path[::2], data_path[1::2])] if paired else [(None,
+                                                                                              p) for p in data_path]
     sources = [{"name": Path(p).name or p, "prefix": p, **({"weight": w} if w is not None else {})} for w, p in pairs]
     names = [s["name"] for s in sources]
     for index, source in enumerate(sources):
@@ -291,7 +277,8 @@ def _is_number(text: str) -> bool:
 def blend_to_dict(config: BlendConfig) -> dict:
     """The YAML mapping of ``config`` with every path made absolute (so it can be saved anywhere)."""
     def source(s: SourceConfig) -> dict:
-        entry = {"name": s.name, "prefix": config.resolve_path(s.prefix), "weight": s.weight, "max_epochs": s.max_epochs}
+        entry = {"name": s.name, "prefix": config.resolve_path(s.prefix), "weight": s.weight,
+                 "max_epochs": s.max_epochs}
         return {k: v for k, v in entry.items() if v is not None}
 
     sources = ({k: [source(s) for s in v] for k, v in config.sources.items()} if isinstance(config.sources, dict)

@@ -5,7 +5,8 @@ What megatron-core needs of a low-level dataset is its sequence lengths; for a g
 are the shards' lengths concatenated. Building that table reads every shard's lengths once (cost
 grows with documents, not shards); the result (lengths, shard boundaries, counts, a sha256 of the
 lengths, which is all the index maps depend on, and the sidecar facts) is cached, keyed by each
-``.idx``'s path, size, mtime and inode, so a warm start only lists and stats the shards. Reading tokens opens shards lazily, a bounded number at a time,
+``.idx``'s path, size, mtime and inode, so a warm start only lists and stats the shards. Reading tokens opens shards
+lazily, a bounded number at a time,
 so 100,000 shards never exhaust file descriptors.
 """
 
@@ -20,10 +21,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from corpus.indexed import sidecar
-from corpus.indexed import HEADER_SIZE, IndexedReader, IndexFormatError, bin_path, idx_path, read_header, strip_suffix
 from corpus.blending.index_maps import prepare_kernels
 from corpus.blending.map_cache import Entry, MapCache, cache_key
+from corpus.indexed import (
+    HEADER_SIZE,
+    IndexedReader,
+    IndexFormatError,
+    bin_path,
+    idx_path,
+    read_header,
+    sidecar,
+    strip_suffix,
+)
 from corpus.indexed.prefixes import PrefixNotFound, expand
 
 log = logging.getLogger(__name__)

@@ -1,10 +1,53 @@
-"""The one base class of errors meant for people.
+"""The one hierarchy of errors meant for people, used by ``corpus`` and ``trainer`` alike.
 
-Every error a user can cause (bad file, bad option, bad input record) derives from
-:class:`CorpusError`; the CLI prints its message alone (no traceback) and exits non-zero.
-Its message names the thing (file, line, key) and the fix.
+Every error a user can cause (a bad file, option, key or input record) derives from :class:`UserError`;
+the CLI catches it in one place (``cli/app.py``) and prints its message alone, without a traceback, with
+exit status 1. The message names the thing (file, line, key or flag) and the fix.
 """
 
+from __future__ import annotations
 
-class CorpusError(Exception):
+import typing
+
+#: Where in a nested config a value sits: ``("sources", 1, "weight")``.
+KeyPath = tuple[typing.Union[str, int], ...]
+
+
+class UserError(Exception):
     """An error caused by input or options, with a message written for the person who ran the command."""
+
+
+class ConfigError(UserError, ValueError):
+    """A config value is wrong. ``key`` is a dotted path (``sources[1].weight``, ``training.train_iters``);
+    ``file``/``line`` are filled in when the value came from a file."""
+
+    def __init__(self, problem: str, key: str = "", file: str | None = None, line: int | None = None) -> None:
+        self.problem, self.key, self.file, self.line = problem, key, file, line
+        where = f"{file}:{line}: " if file and line else (f"{file}: " if file else "")
+        super().__init__(f"{where}{key + ': ' if key else ''}{problem}")
+
+    def located(self, prefix: KeyPath, file: str | None, line_of: typing.Callable[[KeyPath], int | None] | None
+                ) -> "ConfigError":
+        """The same error with ``prefix`` put before its key, in ``file`` at the line ``line_of`` gives that key."""
+        path = prefix + parse_key(self.key)
+        return type(self)(self.problem, format_key(path), file or self.file,
+                          line_of(path) if line_of else self.line)
+
+
+def format_key(path: KeyPath) -> str:
+    """``("sources", 1, "weight")`` -> ``sources[1].weight``."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def parse_key(key: str) -> KeyPath:
+    """The inverse of :func:`format_key`."""
+    path: list[str | int] = []
+    for piece in key.replace("[", ".[").split("."):
+        if piece.startswith("["):
+            path.append(int(piece[1:-1]))
+        elif piece:
+            path.append(piece)
+    return tuple(path)

@@ -1,9 +1,14 @@
-"""YAML -> typed dataclasses, with every mistake reported as ``file:line: key: problem; fix``.
+"""The one way a YAML file or a plain mapping becomes a typed, validated dataclass: blend files, tokenize
+configs, tokenizer configs and trainer configs all go through :func:`build`.
 
-Used by blend files (and reusable by any other YAML config). Unknown keys are rejected with the
-list of known ones; a value of the wrong type names the type wanted. ``__post_init__`` checks of a
-dataclass raise :class:`ConfigError` with a key relative to that dataclass; :func:`build` adds the
-key path, the file and the line.
+Every mistake is a :class:`~corpus.core.errors.ConfigError` reading ``file:line: key.path: problem; fix``:
+unknown keys are rejected with the list of known ones, a missing required key is named, a value of the wrong
+type names the type wanted. ``__post_init__`` checks of a dataclass raise ``ConfigError`` with a key relative
+to that dataclass (or none); :func:`build` adds the key path, the file and the line.
+
+Types understood: ``bool``/``int``/``float``/``str`` (an integer is a number, a bool is neither), ``Literal``,
+``Optional`` and other unions, ``tuple[X, ...]`` and ``list[X]`` from a YAML list (a ``list`` also from a string of
+words, as a command line spells it), ``dict[str, X]`` and nested dataclasses.
 """
 
 from __future__ import annotations
@@ -15,45 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from corpus.core.errors import CorpusError
-
-KeyPath = tuple[typing.Union[str, int], ...]
-
-
-class ConfigError(CorpusError, ValueError):
-    """A config value is wrong. ``key`` is a dotted path (``sources[1].weight``); ``file``/``line``
-    are filled in when the value came from a file."""
-
-    def __init__(self, problem: str, key: str = "", file: str | None = None, line: int | None = None) -> None:
-        self.problem, self.key, self.file, self.line = problem, key, file, line
-        where = f"{file}:{line}: " if file and line else (f"{file}: " if file else "")
-        super().__init__(f"{where}{key + ': ' if key else ''}{problem}")
-
-    def located(self, prefix: KeyPath, source: "YamlSource | None") -> "ConfigError":
-        """The same error with ``prefix`` prepended to its key and the file/line of that key."""
-        path = prefix + parse_key(self.key)
-        file = source.file if source else self.file
-        line = source.line(path) if source else self.line
-        return type(self)(self.problem, format_key(path), file, line)
-
-
-def format_key(path: KeyPath) -> str:
-    """``("sources", 1, "weight")`` -> ``sources[1].weight``."""
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
-def parse_key(key: str) -> KeyPath:
-    """The inverse of :func:`format_key`."""
-    path: list[str | int] = []
-    for piece in key.replace("[", ".[").split("."):
-        if piece.startswith("["):
-            path.append(int(piece[1:-1]))
-        elif piece:
-            path.append(piece)
-    return tuple(path)
+from corpus.core.errors import ConfigError, KeyPath, format_key
 
 
 class YamlSource:
@@ -106,35 +73,60 @@ def _record_lines(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int]) -> 
 
 
 def yaml_fields(cls: type) -> list[dataclasses.Field]:
-    """The fields a YAML mapping may set (``metadata={"yaml": False}`` marks internal ones)."""
+    """The fields a mapping may set (``metadata={"yaml": False}`` marks ones the loader fills in itself)."""
     return [f for f in dataclasses.fields(cls) if f.init and f.metadata.get("yaml", True)]
 
 
+class _Place:
+    """Where the values being checked came from: a file (with lines when it was YAML) or a name such as
+    ``flags``; and the error class to raise."""
+
+    def __init__(self, source: YamlSource | None, where: str | None, error: type[ConfigError]) -> None:
+        self.source, self.error = source, error
+        self.file = source.file if source else where
+
+    def fail(self, problem: str, path: KeyPath) -> ConfigError:
+        return self.error(problem).located(path, self.file, self.source.line if self.source else None)
+
+
 def build(cls: type, value: object, path: KeyPath = (), source: YamlSource | None = None,
-          error: type[ConfigError] = ConfigError, extra: dict | None = None):
-    """Make a ``cls`` from a mapping, checking keys and types; ``extra`` sets non-YAML fields."""
+          error: type[ConfigError] = ConfigError, extra: dict | None = None, where: str | None = None):
+    """A ``cls`` made from the mapping ``value``, its keys and value types checked.
+
+    ``path`` is where ``value`` sits in the file, ``source`` the YAML file it came from (for lines) or ``where``
+    names its origin otherwise (``"flags"``, a file read elsewhere); ``extra`` sets fields a mapping may not."""
+    return _build(cls, value, path, _Place(source, where, error), extra)
+
+
+def _build(cls: type, value: object, path: KeyPath, place: _Place, extra: dict | None = None):
     if not isinstance(value, dict):
-        raise error(f"expected a mapping of {_names(cls)}, got {_describe(value)}").located(path, source)
+        raise place.fail(f"expected a mapping of {_names(cls)}, got {_describe(value)}", path)
     known = {f.name: f for f in yaml_fields(cls)}
     unknown = [k for k in value if k not in known]
     if unknown:
-        raise error(f"unknown key {unknown[0]!r} (known keys: {', '.join(known)})").located(path + (unknown[0],), source)
+        raise place.fail(f"unknown key(s) {', '.join(map(str, unknown))}; known keys: {', '.join(sorted(known))}",
+                         path + (unknown[0],))
     hints = typing.get_type_hints(cls)
     kwargs = dict(extra or {})
     for name, field in known.items():
         if name in value:
-            kwargs[name] = coerce(value[name], hints[name], path + (name,), source, error)
+            kwargs[name] = _coerce(value[name], hints[name], path + (name,), place)
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            raise error(f"missing required key {name!r}").located(path + (name,), source)
+            raise place.fail(f"missing required key {name!r}", path + (name,))
     try:
         return cls(**kwargs)
     except ConfigError as failure:
-        raise failure.located(path, source) from None
+        raise failure.located(path, place.file, place.source.line if place.source else None) from None
 
 
-def coerce(value: object, hint: object, path: KeyPath, source: YamlSource | None, error: type[ConfigError] = ConfigError):
-    """Check ``value`` against a type hint (bool/int/float/str, Optional, tuple[X, ...],
-    dict[str, X], dataclasses) and convert lists to tuples."""
+def coerce(value: object, hint: object, path: KeyPath = (), source: YamlSource | None = None,
+           error: type[ConfigError] = ConfigError, where: str | None = None):
+    """``value`` checked against the type ``hint`` (see the module docstring), lists made tuples where the hint
+    is a tuple; a :class:`ConfigError` at ``path`` otherwise."""
+    return _coerce(value, hint, path, _Place(source, where, error))
+
+
+def _coerce(value: object, hint: object, path: KeyPath, place: _Place):
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -143,36 +135,47 @@ def coerce(value: object, hint: object, path: KeyPath, source: YamlSource | None
         failures = []
         for option in options:
             try:
-                return coerce(value, option, path, source, error)
+                return _coerce(value, option, path, place)
             except ConfigError as failure:
                 if failure.key != format_key(path):  # right shape, wrong inside: that error is the one
                     raise
                 failures.append(failure)
-        raise failures[-1] if len(options) == 1 else error(
-            f"expected {' or '.join(_type_name(o) for o in options)}, got {_describe(value)}").located(path, source)
-    if origin is tuple and isinstance(value, list):
-        return tuple(coerce(item, args[0], path + (i,), source, error) for i, item in enumerate(value))
+        raise failures[-1] if len(options) == 1 else place.fail(
+            f"expected {' or '.join(_type_name(o) for o in options)}, got {_describe(value)}", path)
+    if origin is typing.Literal:
+        if any(value == option and type(value) is type(option) for option in args):
+            return value
+        raise place.fail(f"{value!r} is not one of {', '.join(map(str, args))}", path)
+    if origin in (tuple, list):
+        items = value.split() if isinstance(value, str) and origin is list else value
+        if isinstance(items, (list, tuple)):
+            checked = [_coerce(item, args[0], path + (i,), place) for i, item in enumerate(items)]
+            return tuple(checked) if origin is tuple else checked
     if origin is dict and isinstance(value, dict):
-        return {key: coerce(item, args[1], path + (key,), source, error) for key, item in value.items()}
+        return {key: _coerce(item, args[1], path + (key,), place) for key, item in value.items()}
     if dataclasses.is_dataclass(hint):
-        return build(hint, value, path, source, error)
+        if isinstance(value, hint):
+            return value
+        return _build(hint, value, path, place)
     if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if hint is int and isinstance(value, int) and not isinstance(value, bool):
         return value
     if hint in (bool, str) and isinstance(value, hint):
         return value
-    raise error(f"expected {_type_name(hint)}, got {_describe(value)}").located(path, source)
+    raise place.fail(f"expected {_type_name(hint)}, got {_describe(value)}", path)
 
 
 def _type_name(hint: object) -> str:
     if dataclasses.is_dataclass(hint):
         return f"a mapping of {_names(hint)}"
     origin = typing.get_origin(hint)
-    if origin is tuple:
+    if origin in (tuple, list):
         return f"a list of {_type_name(typing.get_args(hint)[0])}"
     if origin is dict:
         return f"a mapping of {_type_name(typing.get_args(hint)[1])}"
+    if origin is typing.Literal:
+        return f"one of {', '.join(map(str, typing.get_args(hint)))}"
     return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
 
 

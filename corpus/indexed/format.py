@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from corpus.core.errors import CorpusError
+from corpus.core.errors import UserError
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -42,7 +42,7 @@ CODE_BY_DTYPE: dict[np.dtype, int] = {dtype: code for code, dtype in DTYPE_BY_CO
 _CHUNK = 1 << 20
 
 
-class IndexFormatError(CorpusError, ValueError):
+class IndexFormatError(UserError, ValueError):
     """A ``.bin/.idx`` pair is malformed or inconsistent.
 
     ``path`` is the offending file; the message says what is wrong and, where possible, how to fix it.

@@ -10,15 +10,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from corpus.indexed import sidecar
-from corpus.core.errors import CorpusError
-from corpus.indexed import IndexedWriter, idx_path, read_header
+from corpus.core.errors import UserError
+from corpus.indexed import IndexedWriter, idx_path, read_header, sidecar
 from corpus.indexed.prefixes import expand_all
 
 log = logging.getLogger(__name__)
 
 
-class MergeError(CorpusError):
+class MergeError(UserError):
     """The inputs of a merge cannot be combined (mixed dtypes or tokenizers, output among inputs)."""
 
 
@@ -51,7 +50,8 @@ def _check_compatible(prefixes: list[str]) -> tuple[object, dict | None]:
         )
     if known and len(known) < len(prefixes):
         missing = [p for p in prefixes if p not in known]
-        log.warning("%d input(s) have no tokenizer record (e.g. %s); assuming they match the others", len(missing), missing[0])
+        log.warning("%d input(s) have no tokenizer record (e.g. %s); assuming they match the others", len(missing),
+                    missing[0])
     first_meta = next((metas[p] for p in prefixes if metas[p]), None)
     return next(iter(dtypes.values())), first_meta
 

@@ -8,12 +8,11 @@ from __future__ import annotations
 import glob
 import os
 
-
-from corpus.core.errors import CorpusError
+from corpus.core.errors import UserError
 from corpus.indexed import idx_path, strip_suffix
 
 
-class PrefixNotFound(CorpusError, FileNotFoundError):
+class PrefixNotFound(UserError, FileNotFoundError):
     """A user-given dataset spec matched no ``.idx`` file."""
 
 

@@ -144,7 +144,8 @@ class IndexedReader:
         if length is None:
             length = size - offset
         if offset < 0 or length < 0 or offset + length > size:
-            raise IndexError(f"{self.prefix}: range [{offset}, {offset + length}) outside sequence {index} of {size} tokens")
+            raise IndexError(f"{self.prefix}: range [{offset}, {offset + length}) outside sequence {index} of {size} "
+                             "tokens")
         start = int(self.sequence_pointers[index]) // self.dtype.itemsize + offset
         tokens = self._bin_map[start : start + length]
         if len(tokens) != length:  # only reachable when opened with validate="header"

@@ -25,7 +25,8 @@ def _reopen_at(path: Path, size: int):
     try:
         handle = open(path, "r+b")
     except FileNotFoundError:
-        raise IndexFormatError(path, "cannot resume: this partial file is missing; start again without --resume") from None
+        raise IndexFormatError(path,
+                               "cannot resume: this partial file is missing; start again without --resume") from None
     actual = os.fstat(handle.fileno()).st_size
     if actual < size:
         handle.close()
@@ -161,7 +162,8 @@ class IndexedWriter:
             lengths = [array.size] if array.size else []
         lengths = np.asarray(lengths, dtype=np.int64)
         if int(lengths.sum()) != array.size:
-            raise ValueError(f"{self.prefix}: lengths sum to {int(lengths.sum())} but the document has {array.size} tokens")
+            raise ValueError(f"{self.prefix}: lengths sum to {int(lengths.sum())} but the document has {array.size} "
+                             "tokens")
         self._write_tokens(array)
         self._lengths.extend(lengths.astype(np.int32))
         self.end_document()

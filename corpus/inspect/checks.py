@@ -19,8 +19,16 @@ from typing import Callable
 
 import numpy as np
 
-from corpus.indexed import sidecar
-from corpus.indexed import HEADER_SIZE, IndexFormatError, bin_path, idx_path, index_arrays, read_header, strip_suffix
+from corpus.indexed import (
+    HEADER_SIZE,
+    IndexFormatError,
+    bin_path,
+    idx_path,
+    index_arrays,
+    read_header,
+    sidecar,
+    strip_suffix,
+)
 from corpus.inspect.stats import DOCUMENT_CHUNK, iter_document_bounds, iter_token_chunks
 
 log = logging.getLogger(__name__)
@@ -184,7 +192,8 @@ def _check_pointers(pair: _Pair) -> list[Problem]:
     lengths, pointers, itemsize = pair.sequence_lengths, pair.sequence_pointers, pair.dtype.itemsize
     found = _Findings(pair, "pointers", pair.idx_file)
     if len(pointers) and pointers[0] != 0:
-        found.add_one(f"sequence 0 starts at byte {pointers[0]}, not 0", pair.document_of_sequence(0), pair.pointer_offset(0))
+        found.add_one(f"sequence 0 starts at byte {pointers[0]}, not 0", pair.document_of_sequence(0),
+                      pair.pointer_offset(0))
 
     def describe(s: int) -> tuple[str, int | None, int | None]:
         expected = int(pointers[s - 1]) + int(lengths[s - 1]) * itemsize

@@ -11,16 +11,14 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from corpus.core.errors import CorpusError
+from corpus.core.errors import UserError
+from corpus.core.optional import missing
 from corpus.indexed import IndexedReader
 from corpus.inspect.stats import token_frequencies
-
-if TYPE_CHECKING:
-    from corpus.inspect.run import InspectReport
+from corpus.inspect.summary import InspectReport
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +31,18 @@ ID_BINS = 256
 LEGEND_LIMIT = 10
 
 
-class PlotError(CorpusError):
+class PlotError(UserError):
     """A plot cannot be written (matplotlib missing, unsupported file type)."""
 
 
 def require_matplotlib() -> None:
     """Raise :class:`PlotError` with the install command when matplotlib is not importable."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+    if missing("matplotlib"):
         raise PlotError("--plot needs matplotlib, which is not installed: pip install 'blendforge[plot]' "
-                        "(or pip install matplotlib), or drop --plot") from None
+                        "(or pip install matplotlib), or drop --plot")
 
 
-def _id_limit(report: "InspectReport") -> int:
+def _id_limit(report: InspectReport) -> int:
     vocab = (report.meta or {}).get("vocab_size")
     if vocab:
         return int(vocab)
@@ -54,12 +50,13 @@ def _id_limit(report: "InspectReport") -> int:
     return 1 << (8 * dtype.itemsize) if dtype.kind in "iu" and dtype.itemsize <= 2 else DEFAULT_ID_LIMIT
 
 
-def _draw(axes_lengths, axes_ids, report: "InspectReport") -> None:
+def _draw(axes_lengths, axes_ids, report: InspectReport) -> None:
     """Add one prefix's length histogram and id-frequency curve to the two panels."""
     with IndexedReader(report.prefix) as reader:
         counts, outside = token_frequencies(reader.tokens, _id_limit(report))
     if outside:
-        log.warning("%s: %d token ids outside [0, %d) left out of the frequency plot", report.prefix, outside, len(counts))
+        log.warning("%s: %d token ids outside [0, %d) left out of the frequency plot", report.prefix, outside,
+                    len(counts))
     edges = np.asarray(report.histogram.edges, dtype=np.float64)
     if len(edges):
         edges[0] = max(edges[0], 0.5)  # a log axis cannot start at 0: empty documents sit left of 1
@@ -68,7 +65,7 @@ def _draw(axes_lengths, axes_ids, report: "InspectReport") -> None:
     axes_ids.stairs(np.add.reduceat(counts, edges[:-1]), edges, label=report.prefix)
 
 
-def write_plot(path: str | os.PathLike, reports: list["InspectReport"]) -> None:
+def write_plot(path: str | os.PathLike, reports: list[InspectReport]) -> None:
     """Write document-length histograms and token-id frequencies of ``reports`` to the image ``path``
     (format from its suffix, e.g. ``.png``); several prefixes are overlaid."""
     require_matplotlib()
@@ -85,7 +82,8 @@ def write_plot(path: str | os.PathLike, reports: list["InspectReport"]) -> None:
         _draw(axes_lengths, axes_ids, report)
     axes_lengths.set(xscale="log", yscale="log", xlabel="tokens per document (power-of-two bins)",
                      ylabel="documents", title="document lengths")
-    axes_ids.set(yscale="log", xlabel=f"token id ({ID_BINS} equal bins)", ylabel="occurrences", title="token-id frequency")
+    axes_ids.set(yscale="log", xlabel=f"token id ({ID_BINS} equal bins)", ylabel="occurrences",
+                 title="token-id frequency")
     if 1 < len(reports) <= LEGEND_LIMIT:
         axes_lengths.legend(fontsize="small", loc="best")
     partial = path.with_name(path.name + ".partial")

@@ -1,10 +1,6 @@
-"""``corpus inspect``: what is inside a ``.bin/.idx`` pair — header, counts, document-length
-statistics and histogram, the sidecar, decoded documents, and (``--check``) every problem.
-
-The summary reads only the ``.idx``: document lengths come from the sequence pointers with vectorised
-numpy over the memory map, in bounded chunks, so a file of tens of millions of documents is summarised
-in seconds, holding one int64 per document (exact quantiles need them all). Checks live in
-``corpus/inspect/checks.py``, decoding in ``corpus/inspect/show.py``, plots in ``corpus/inspect/plot.py``.
+"""``corpus inspect``: what is inside ``.bin/.idx`` pairs — the summary (:mod:`corpus.inspect.summary`), and on
+request every problem (:mod:`corpus.inspect.checks`), decoded documents (:mod:`corpus.inspect.show`) and
+histograms drawn to a file (:mod:`corpus.inspect.plot`).
 """
 
 from __future__ import annotations
@@ -14,44 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from corpus.indexed import sidecar
-from corpus.core.errors import CorpusError
-from corpus.indexed import VERSION, IndexedReader, IndexFormatError
-from corpus.inspect.checks import CheckOptions, Problem, check_prefix
-from corpus.inspect.stats import Histogram, LengthStats, document_lengths, length_histogram, length_stats
-from corpus.inspect.show import DocumentRange, ShownDocument, cached_tokenizer, show_documents
+from corpus.indexed import IndexFormatError
 from corpus.indexed.prefixes import expand_all
+from corpus.inspect.checks import CheckOptions, Problem, check_prefix
+from corpus.inspect.plot import require_matplotlib, write_plot
+from corpus.inspect.show import DocumentRange, ShownDocument, cached_tokenizer, show_documents
+from corpus.inspect.summary import InspectError, InspectReport, inspect_prefix
 
 if TYPE_CHECKING:
     from corpus.tokenizers import TokenizerConfig
-
-
-class InspectError(CorpusError):
-    """A dataset cannot be inspected as asked (unreadable sidecar, bad option combination)."""
-
-
-@dataclass(frozen=True)
-class InspectReport:
-    """The summary of one ``.bin/.idx`` pair."""
-
-    prefix: str
-    idx_file: str
-    bin_file: str
-    version: int
-    dtype: str
-    num_sequences: int
-    num_documents: int
-    num_tokens: int
-    idx_bytes: int
-    bin_bytes: int
-    empty_documents: int
-    #: Tokens per document; None for a file without documents.
-    lengths: LengthStats | None
-    histogram: Histogram
-    #: The ``.meta.json`` sidecar, None for files written by Megatron itself.
-    meta: dict | None
 
 
 @dataclass(frozen=True)
@@ -106,40 +73,6 @@ class Inspection:
         return result
 
 
-def read_meta(prefix: str) -> dict | None:
-    """The sidecar of ``prefix`` (None when absent); an unreadable one is an :class:`InspectError`."""
-    try:
-        return sidecar.read(prefix)
-    except ValueError as error:
-        raise InspectError(str(error)) from None
-
-
-def inspect_prefix(prefix: str) -> InspectReport:
-    """Summarise one pair: header, counts, sizes, document-length statistics and histogram, sidecar.
-
-    Opens with full validation, so a corrupt pair raises :class:`IndexFormatError` (``check_prefix``
-    lists every problem instead).
-    """
-    with IndexedReader(prefix) as reader:
-        lengths = document_lengths(reader)
-        return InspectReport(
-            prefix=reader.prefix,
-            idx_file=str(reader.idx_file),
-            bin_file=str(reader.bin_file),
-            version=VERSION,
-            dtype=str(reader.dtype),
-            num_sequences=reader.num_sequences,
-            num_documents=reader.num_documents,
-            num_tokens=reader.num_tokens,
-            idx_bytes=reader.idx_file.stat().st_size,
-            bin_bytes=reader.bin_file.stat().st_size,
-            empty_documents=int(np.count_nonzero(lengths == 0)),
-            lengths=length_stats(lengths),
-            histogram=length_histogram(lengths),
-            meta=read_meta(reader.prefix),
-        )
-
-
 def _inspect_one(prefix: str, config: InspectConfig, vocab_size: int | None) -> Inspection:
     problems = None
     if config.check:
@@ -159,8 +92,6 @@ def _inspect_one(prefix: str, config: InspectConfig, vocab_size: int | None) -> 
 def inspect(config: InspectConfig) -> list[Inspection]:
     """Inspect every dataset ``config`` names (in the order given, globs sorted) and write the plot."""
     if config.plot is not None:
-        from corpus.inspect.plot import require_matplotlib, write_plot
-
         require_matplotlib()  # before any work, not after minutes of it
     prefixes = expand_all(config.datasets)
     # An explicit tokenizer bounds the ids (--check) of every file; otherwise each sidecar does.

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from corpus.core.errors import CorpusError
+from corpus.core.errors import UserError
 from corpus.indexed import IndexedReader
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class ShowError(CorpusError):
+class ShowError(UserError):
     """A ``--show`` selection is malformed or outside the file."""
 
 
@@ -42,7 +42,8 @@ class DocumentRange:
             start = int(head) if head.strip() or not colon else 0
             stop = start + 1 if not colon else int(tail) if tail.strip() else None
         except ValueError:
-            raise ShowError(f"--show {text!r}: expected N (one document) or A:B (documents A to B-1), e.g. 0:5") from None
+            raise ShowError(f"--show {text!r}: expected N (one document) or A:B (documents A to B-1), "
+                            "e.g. 0:5") from None
         if start < 0 or (stop is not None and stop <= start):
             raise ShowError(f"--show {text!r}: give document numbers from 0 with B greater than A, e.g. 0:5")
         return cls(start, stop)
@@ -88,7 +89,7 @@ def resolve_tokenizer(prefix: str, config: "TokenizerConfig | None", meta: dict 
 
     try:
         return cached_tokenizer(config_from_record(record))
-    except CorpusError as error:
+    except UserError as error:
         raise ShowError(f"{prefix}: cannot rebuild the tokenizer its sidecar records ({error}); "
                         "give --tokenizer-type/--tokenizer-model to decode") from None
 

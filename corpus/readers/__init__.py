@@ -10,8 +10,15 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
-from corpus.readers.batches import (ColumnPayload, LinePayload, RawBatch, ReadOptions, ResumePoint, Slice,
-                                    describe_location)
+from corpus.readers.batches import (
+    ColumnPayload,
+    LinePayload,
+    RawBatch,
+    ReadOptions,
+    ResumePoint,
+    Slice,
+    describe_location,
+)
 from corpus.readers.inputs import InputError, InputFile, expand_inputs, format_of
 from corpus.readers.lines import read_lines
 from corpus.readers.parquet import read_rows

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from corpus.core.errors import CorpusError
+from corpus.core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ FORMATS: dict[str, str] = {
 }
 
 
-class InputError(CorpusError):
+class InputError(UserError):
     """An ``--input`` names nothing readable (missing file, unsupported format, empty glob)."""
 
 
@@ -77,7 +77,8 @@ def _matches(spec: str) -> list[str]:
         return [spec]
     readable = [p for p in found if format_of(p)]
     if len(readable) < len(found):
-        log.info("%s: ignoring %d file(s) that are not .jsonl/.json(.gz/.zst)/.parquet", spec, len(found) - len(readable))
+        log.info("%s: ignoring %d file(s) that are not .jsonl/.json(.gz/.zst)/.parquet", spec,
+                 len(found) - len(readable))
     if not readable:
         raise InputError(f"{spec}: matched no .jsonl, .jsonl.gz, .jsonl.zst or .parquet file")
     return readable

@@ -65,7 +65,8 @@ def _compressed_blocks(handle, fmt: str, skip: int) -> Iterator[tuple[int, bytes
                 yield pos, out
         pos = handle.tell()
     if fed:
-        raise ReadFailure(f"truncated {fmt.split('.')[-1]} stream: the file ends before the end of the compressed data", pos)
+        raise ReadFailure(f"truncated {fmt.split('.')[-1]} stream: the file ends before the end of the compressed "
+                          "data", pos)
 
 
 def _plain_blocks(handle) -> Iterator[tuple[int, bytes]]:

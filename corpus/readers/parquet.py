@@ -43,7 +43,8 @@ def _resolve(schema, key: str) -> _Column:
         arrow_type = schema.field(top).type
         for name in rest:
             if not pa.types.is_struct(arrow_type) or arrow_type.get_field_index(name) < 0:
-                return _Column(None, (), f"missing key '{key}' (no field '{name}' in column '{top}' of type {arrow_type})")
+                return _Column(None, (),
+                               f"missing key '{key}' (no field '{name}' in column '{top}' of type {arrow_type})")
             arrow_type = arrow_type.field(name).type
         read_path, fields = key, tuple(rest)
     if not _is_text(arrow_type):

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
-from corpus.core.errors import CorpusError
-from corpus.tokenizers import TokenizerConfig, config_from_dict
+from corpus.core.errors import ConfigError
+from corpus.core.typed_config import build
+from corpus.tokenizers.config import TokenizerConfig
 
 ON_ERROR = ("fail", "skip")
 
 
-class TokenizeConfigError(CorpusError):
+class TokenizeConfigError(ConfigError):
     """An option of ``corpus tokenize`` is invalid."""
 
 
@@ -96,12 +97,6 @@ class TokenizeConfig:
 
 
 def config_from_mapping(values: dict) -> TokenizeConfig:
-    """Build a config from a plain dict (e.g. YAML), rejecting unknown keys by name."""
-    known = {f.name for f in fields(TokenizeConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise TokenizeConfigError(f"unknown tokenize option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    tokenizer = values.get("tokenizer")
-    if isinstance(tokenizer, dict):
-        values = {**values, "tokenizer": config_from_dict(tokenizer)}
-    return TokenizeConfig(**values)
+    """Build a config from a plain dict (e.g. JSON or YAML), through the project's validator: unknown keys and
+    wrongly typed values are named; the ``tokenizer`` mapping becomes a :class:`TokenizerConfig`."""
+    return build(TokenizeConfig, values, error=TokenizeConfigError, where="tokenize config")

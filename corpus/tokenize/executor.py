@@ -13,13 +13,13 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Iterator
 
-from corpus.core.errors import CorpusError
+from corpus.core.errors import UserError
+from corpus.readers import RawBatch
 from corpus.tokenize.ahead import run_ahead
 from corpus.tokenize.worker import BatchEncoder, EncodedBatch, WorkerSpec, encode_in_worker, start_worker
-from corpus.readers import RawBatch
 
 
-class WorkerDied(CorpusError):
+class WorkerDied(UserError):
     """A worker process ended abruptly (killed, out of memory)."""
 
 
@@ -31,7 +31,8 @@ def encode_inline(batches: Iterator[RawBatch], encoder: BatchEncoder) -> Iterato
                      name="encode")
 
 
-def encode_in_pool(batches: Iterator[RawBatch], spec: WorkerSpec, workers: int) -> Iterator[tuple[RawBatch, EncodedBatch]]:
+def encode_in_pool(batches: Iterator[RawBatch], spec: WorkerSpec, workers: int) -> Iterator[tuple[RawBatch,
+                                                                                                  EncodedBatch]]:
     """Encode in ``workers`` spawned processes; results come back in input order."""
     limit = 2 * workers + 2
     context = multiprocessing.get_context("spawn")

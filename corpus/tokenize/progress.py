@@ -37,13 +37,15 @@ class Progress:
 
     def _start_bar(self) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
+        from rich.progress import Progress as RichProgress
 
         self.bar = RichProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
                                 TextColumn("{task.fields[rates]}"), TimeRemainingColumn(),
                                 console=Console(stderr=True), refresh_per_second=4)
         self.bar.start()
-        self.task = self.bar.add_task(self.label, total=max(self.total_bytes, 1), completed=self.start.input_bytes, rates="")
+        self.task = self.bar.add_task(self.label, total=max(self.total_bytes, 1), completed=self.start.input_bytes,
+                                      rates="")
 
     def update(self, counters: Counters) -> None:
         now = time.monotonic()

@@ -12,13 +12,13 @@ import json
 import os
 from pathlib import Path
 
-from corpus.core.errors import CorpusError
+from corpus.core.errors import UserError
 from corpus.readers import ResumePoint
 
 STATE_VERSION = 1
 
 
-class ResumeError(CorpusError):
+class ResumeError(UserError):
     """``--resume`` cannot continue the interrupted run (different options or inputs, damaged state)."""
 
 
@@ -58,7 +58,8 @@ def check_same_run(state: dict, fingerprint: dict, prefix: str) -> None:
     before = state.get("fingerprint", {})
     changed = sorted(name for name in set(before) | set(fingerprint) if before.get(name) != fingerprint.get(name))
     if changed:
-        raise ResumeError(f"{state_path(prefix)}: cannot resume, {', '.join(changed)} changed since the interrupted run "
+        raise ResumeError(f"{state_path(prefix)}: cannot resume, {', '.join(changed)} changed since the interrupted "
+                          "run "
                           "(inputs must be unchanged and options the same); start again without --resume")
 
 

@@ -19,10 +19,10 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from corpus.core.errors import CorpusError
-from corpus.indexed import sidecar
-from corpus.indexed import exists, token_dtype_for_vocab
+from corpus.core.errors import UserError
+from corpus.indexed import exists, sidecar, token_dtype_for_vocab
 from corpus.indexed.sidecar import options_hash
+from corpus.readers import RawBatch, ReadOptions, Slice, describe_location, expand_inputs, extract, read_slices
 from corpus.tokenize import resume_state as checkpoints
 from corpus.tokenize.config import TokenizeConfig
 from corpus.tokenize.executor import encode_in_pool, encode_inline
@@ -31,7 +31,6 @@ from corpus.tokenize.progress import Progress
 from corpus.tokenize.shards import Shard, plan_slices, resolve_shard
 from corpus.tokenize.stats import Counters, RunStats, peak_rss_mb, write_stats_json
 from corpus.tokenize.worker import BatchEncoder, EncodedBatch, WorkerSpec
-from corpus.readers import RawBatch, ReadOptions, Slice, describe_location, expand_inputs, extract, read_slices
 from corpus.tokenizers import TextTokenizer, select_encoder
 
 log = logging.getLogger(__name__)
@@ -43,7 +42,7 @@ BatchHook = Callable[[Counters, int], None]
 SAMPLE_BYTES = 512 << 10
 
 
-class BadRecordError(CorpusError):
+class BadRecordError(UserError):
     """A bad input record under ``--on-error fail``."""
 
 
@@ -121,7 +120,8 @@ def _previous_state(job: Job) -> dict | None:
     state_file = checkpoints.state_path(job.prefix)
     if not job.config.resume:
         if state_file.exists():
-            log.warning("%s: discarding the partial output of an interrupted run (pass --resume to continue it)", job.prefix)
+            log.warning("%s: discarding the partial output of an interrupted run (pass --resume to continue it)",
+                        job.prefix)
             checkpoints.remove(job.prefix)
         return None
     state = checkpoints.load(job.prefix)
@@ -242,7 +242,8 @@ def _stats(job: Job, counters: Counters, start: Counters, seconds: tuple[float, 
     """``seconds``: the whole run and its start-up."""
     skipped = f"{job.prefix}.skipped.jsonl" if counters.records_skipped else None
     return RunStats(
-        counters=counters, seconds=seconds[0], startup_seconds=seconds[1], rate_records=counters.records_read - start.records_read,
+        counters=counters, seconds=seconds[0], startup_seconds=seconds[1],
+        rate_records=counters.records_read - start.records_read,
         rate_bytes=counters.input_bytes - start.input_bytes, rate_tokens=counters.total_tokens - start.total_tokens,
         input_bytes_total=sum(piece.size for piece in job.slices), encoder=job.tokenizer.encoder_name,
         encoder_reason=job.encoder_reason, shard={"index": job.shard.index, "count": job.shard.count},
@@ -268,7 +269,7 @@ def _already_done(job: Job) -> Counters | None:
 def tokenize(config: TokenizeConfig, on_batch: BatchHook | None = None) -> RunStats:
     """Tokenize ``config.inputs`` into ``P_<key>_document.bin/.idx`` (+ sidecar) and return the statistics.
 
-    Raises :class:`BadRecordError` (under ``on_error="fail"``) or another :class:`CorpusError` for
+    Raises :class:`BadRecordError` (under ``on_error="fail"``) or another :class:`UserError` for
     problems a person must fix; an interrupted run leaves its checkpoint for ``resume=True``.
     ``on_batch(counters, worker_rss_kb)`` runs after each batch is written, with the largest peak RSS a
     pool worker has reported so far (``corpus autotune-workers`` times the steady state and sizes the

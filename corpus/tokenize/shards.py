@@ -13,14 +13,14 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from corpus.core.errors import CorpusError
+from corpus.core.errors import UserError
 from corpus.readers import InputFile, Slice
 
 #: Environment variables that name a process's rank and the world size, first match wins.
 LAUNCHER_VARIABLES = (("SLURM_PROCID", "SLURM_NTASKS"), ("RANK", "WORLD_SIZE"))
 
 
-class ShardError(CorpusError):
+class ShardError(UserError):
     """Impossible ``--shard-index/--num-shards`` (or launcher variables)."""
 
 
@@ -46,7 +46,8 @@ def resolve_shard(index: int | None, count: int | None, environ: Mapping[str, st
                 try:
                     index, count = int(environ[rank_name]), int(environ[size_name])
                 except ValueError:
-                    raise ShardError(f"{rank_name}={environ[rank_name]!r}/{size_name}={environ[size_name]!r} are not integers") from None
+                    raise ShardError(f"{rank_name}={environ[rank_name]!r}/{size_name}={environ[size_name]!r} are not "
+                                     "integers") from None
                 source = f"{rank_name}/{size_name}"
                 break
         else:

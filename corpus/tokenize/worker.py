@@ -8,10 +8,11 @@ thread pool) never crosses a process boundary, and no process holding one is for
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
-from corpus.tokenize.stats import own_peak_rss_kb
 from corpus.readers import ColumnPayload, Extracted, LinePayload, extract
+from corpus.tokenize.stats import own_peak_rss_kb
 from corpus.tokenizers import TextTokenizer, TokenizeError, TokenizerConfig, select_encoder
 
 

@@ -17,26 +17,11 @@ create tokenizers in spawned (or forkserver) workers only.
 
 from __future__ import annotations
 
-from corpus.tokenizers.base import TextTokenizer
-from corpus.tokenizers.config import (
-    TokenizeError,
-    TokenizerConfig,
-    TokenizerConfigError,
-    config_from_dict,
-    config_from_record,
-)
-from corpus.tokenizers.registry import TOKENIZER_TYPES, lookup
+from corpus.tokenizers.base import TextTokenizer, build_tokenizer
+from corpus.tokenizers.config import TokenizerConfig, config_from_dict, config_from_record
+from corpus.tokenizers.errors import TokenizeError, TokenizerConfigError
+from corpus.tokenizers.registry import TOKENIZER_TYPES
 from corpus.tokenizers.select import select_encoder
-
-
-def build_tokenizer(config: TokenizerConfig, threads: int | None = None) -> TextTokenizer:
-    """The reference tokenizer of ``config.type`` (the library megatron-core wraps, never megatron-core).
-
-    ``threads`` bounds the threads the library may use inside one batch call (None: its default, all
-    cores); the pipeline passes its ``--threads-per-worker``.
-    """
-    return lookup(config.type).build(config, threads)
-
 
 __all__ = [
     "TOKENIZER_TYPES",

@@ -18,8 +18,10 @@ import numpy as np
 
 from corpus.indexed.sidecar import fingerprint_files
 from corpus.tokenizers import long_texts
+from corpus.tokenizers.config import TokenizerConfig
+from corpus.tokenizers.errors import TokenizeError, TokenizerConfigError
 from corpus.tokenizers.long_texts import CutRule
-from corpus.tokenizers.config import TokenizeError, TokenizerConfig, TokenizerConfigError
+from corpus.tokenizers.registry import lookup
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +121,8 @@ class TextTokenizer(ABC):
         """Positions of the texts to encode in pieces (none unless this tokenizer has a cut rule)."""
         if self.cut_rule is None:
             return []
-        return [index for index, text in enumerate(texts) if isinstance(text, str) and len(text) > long_texts.LONG_TEXT_CHARS]
+        return [index for index, text in enumerate(texts) if isinstance(text,
+                                                                        str) and len(text) > long_texts.LONG_TEXT_CHARS]
 
     def _encode_with_long_texts(self, texts: list[str], long: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """The flat ids of a batch holding very long texts: the short ones in one library call, each
@@ -197,6 +200,16 @@ class TextTokenizer(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config.type}, vocab_size={self.vocab_size}, encoder={self.encoder_name!r})"
+
+
+def build_tokenizer(config: TokenizerConfig, threads: int | None = None) -> TextTokenizer:
+    """The reference tokenizer of ``config.type`` (the library megatron-core wraps, never megatron-core).
+
+    ``threads`` bounds the threads the library may use inside one batch call (None: its default, all
+    cores); the pipeline passes its ``--threads-per-worker``.
+    """
+    spec = lookup(config.type)
+    return spec.load(spec.adapter)(config, threads)
 
 
 def absolute_config(config: TokenizerConfig) -> TokenizerConfig:

@@ -8,32 +8,20 @@ object) and build their own tokenizer from it. The field names follow Megatron's
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-from corpus.core.errors import CorpusError
+from corpus.core.typed_config import build
+from corpus.tokenizers.errors import TokenizerConfigError
+from corpus.tokenizers.registry import OPTION_NAMES, TokenizerType, lookup
+
+log = logging.getLogger(__name__)
 
 ENCODERS = ("auto", "reference", "gigatoken")
 TIKTOKEN_PATTERNS = ("v1", "v2")
 # Megatron's TikTokenizer always defines <unk> <s> </s> <mask> <pad> <cls> <sep> below the shifted ranks.
 MIN_TIKTOKEN_SPECIAL_TOKENS = 7
-
-
-class TokenizerConfigError(CorpusError):
-    """A tokenizer option is wrong: unknown type, missing or unreadable file, impossible value."""
-
-
-class TokenizeError(CorpusError):
-    """A text could not be encoded (e.g. NullTokenizer input that is not integers).
-
-    ``index`` is the position of the offending text in the batch given to ``encode_batch`` so the
-    pipeline can name the record and apply its ``--on-error`` policy.
-    """
-
-    def __init__(self, index: int, reason: str) -> None:
-        super().__init__(reason)
-        self.index = index
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -69,8 +57,6 @@ class TokenizerConfig:
     library; ``reference``: always the reference library; ``gigatoken``: require the fast path."""
 
     def __post_init__(self) -> None:
-        from corpus.tokenizers.registry import lookup
-
         spec = lookup(self.type)
         if self.encoder not in ENCODERS:
             raise TokenizerConfigError(f"encoder {self.encoder!r} is not one of {', '.join(ENCODERS)}")
@@ -89,7 +75,7 @@ class TokenizerConfig:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise TokenizerConfigError(f"{name} {value} must be a non-negative token id")
-        spec.check(self)
+        _check_type_options(spec, self)
 
     def replace(self, **changes) -> "TokenizerConfig":
         """A copy with some fields changed (validated again)."""
@@ -100,15 +86,19 @@ class TokenizerConfig:
         return dataclasses.asdict(self)
 
 
+def _check_type_options(spec: TokenizerType, config: TokenizerConfig) -> None:
+    """Refuse a config missing what its type needs; warn about file options the type ignores."""
+    missing = [OPTION_NAMES[name] for name in spec.needs if getattr(config, name) in (None, "")]
+    if missing:
+        raise TokenizerConfigError(f"--tokenizer-type {spec.name} needs {' and '.join(missing)} ({spec.files})")
+    for name in ("model", "vocab_file", "merge_file"):
+        if getattr(config, name) and name not in spec.needs:
+            log.warning("%s is not used by --tokenizer-type %s; ignoring it", OPTION_NAMES[name], spec.name)
+
+
 def config_from_dict(values: dict, where: str = "tokenizer config") -> TokenizerConfig:
-    """Build a config from a dict, rejecting unknown keys with a message naming them and ``where``."""
-    known = {f.name for f in fields(TokenizerConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise TokenizerConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}")
-    if "type" not in values:
-        raise TokenizerConfigError(f"{where}: missing key 'type'")
-    return TokenizerConfig(**values)
+    """Build a config from a dict (the project's validator: unknown keys and wrong types named with ``where``)."""
+    return build(TokenizerConfig, values, error=TokenizerConfigError, where=where)
 
 
 def config_from_record(record: dict) -> TokenizerConfig:

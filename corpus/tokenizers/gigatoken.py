@@ -67,7 +67,8 @@ SOURCES = {
 }
 
 
-def with_affixes(flat: np.ndarray, lengths: np.ndarray, prefix: list[int], suffix: list[int]) -> tuple[np.ndarray, np.ndarray]:
+def with_affixes(flat: np.ndarray, lengths: np.ndarray, prefix: list[int], suffix: list[int]) -> tuple[np.ndarray,
+                                                                                                       np.ndarray]:
     """Put ``prefix`` before and ``suffix`` after every text of a flat batch (the post-processor's tokens)."""
     if not prefix and not suffix:
         return flat, lengths
@@ -75,7 +76,8 @@ def with_affixes(flat: np.ndarray, lengths: np.ndarray, prefix: list[int], suffi
     new_lengths = lengths + extra
     starts = np.concatenate(([0], np.cumsum(new_lengths)[:-1]))
     out = np.empty(int(new_lengths.sum()), dtype=flat.dtype)
-    out[np.arange(len(flat)) + np.repeat(starts + len(prefix) - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)] = flat
+    out[np.arange(len(flat)) + np.repeat(starts + len(prefix) - np.concatenate(([0], np.cumsum(lengths)[:-1])),
+                                         lengths)] = flat
     if prefix:
         out[(starts[:, None] + np.arange(len(prefix))).ravel()] = np.tile(prefix, len(lengths))
     if suffix:

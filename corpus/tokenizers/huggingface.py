@@ -21,7 +21,8 @@ import os
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
 from corpus.tokenizers.base import TextTokenizer, library_version
-from corpus.tokenizers.config import TokenizerConfig, TokenizerConfigError, existing_file
+from corpus.tokenizers.config import TokenizerConfig, existing_file
+from corpus.tokenizers.errors import TokenizerConfigError
 from corpus.tokenizers.long_texts import REGEX_PRETOKENIZER, SPACE_PREFIXED, CutRule
 
 log = logging.getLogger(__name__)
@@ -213,6 +214,13 @@ def tokenizer_json_path(model: str) -> str:
             raise TokenizerConfigError(f"--tokenizer-model {model}: the directory has no tokenizer.json "
                                        "(blendforge reads HuggingFace fast-tokenizer files only)")
     return path
+
+
+def fingerprinted_files(path: str) -> list[str]:
+    """tokenizer.json (the file, or ``DIR/tokenizer.json``) and the configs read beside it: the files whose
+    bytes make an HF tokenizer's fingerprint, in the order ``describe()`` reads them."""
+    json_path = tokenizer_json_path(path)
+    return [json_path, *named_special_tokens(os.path.dirname(json_path))[2]]
 
 
 def load_tokenizer_json(path: str) -> Tokenizer:

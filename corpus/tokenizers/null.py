@@ -9,7 +9,8 @@ text encodes to no ids (megatron-core raises on it).
 from __future__ import annotations
 
 from corpus.tokenizers.base import TextTokenizer
-from corpus.tokenizers.config import TokenizeError, TokenizerConfig
+from corpus.tokenizers.config import TokenizerConfig
+from corpus.tokenizers.errors import TokenizeError
 
 
 class NullTextTokenizer(TextTokenizer):

@@ -1,74 +1,71 @@
-"""The table of tokenizer types, keyed by Megatron's ``--tokenizer-type`` names.
+"""The one table of tokenizer types, keyed by Megatron's ``--tokenizer-type`` names.
 
-Adding a type is adding an entry. Adapters are imported only when built, so listing the table (for
-``--help``) or validating a config costs no library import.
+Each entry says what the type needs, which family it belongs to (what a blend file's ``tokenizer.kind``
+names), which adapter builds it and which files make its fingerprint. Adding a type is adding an entry.
+Adapters are imported only when built, so listing the table (for ``--help``), validating a config or
+checking a blend costs no tokenizer library import.
 """
 
 from __future__ import annotations
 
 import importlib
-import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Callable
 
-if TYPE_CHECKING:
-    from corpus.tokenizers.base import TextTokenizer
-    from corpus.tokenizers.config import TokenizerConfig
+from corpus.tokenizers.errors import TokenizerConfigError
 
-log = logging.getLogger(__name__)
-
+#: The command-line spelling of each file or size option a type may need.
 OPTION_NAMES = {"model": "--tokenizer-model", "vocab_file": "--vocab-file", "merge_file": "--merge-file",
                 "vocab_size": "--vocab-size"}
 
 
 @dataclass(frozen=True)
 class TokenizerType:
-    """One ``--tokenizer-type``: what it needs and which adapter builds it."""
+    """One ``--tokenizer-type``: what it needs, its family, and which adapter builds it."""
 
     name: str
+    family: str
+    """The kind a blend file may name for every type of the family (``huggingface``, ``sentencepiece``…)."""
     files: str
     """What the user passes, for help texts and errors."""
     needs: tuple[str, ...]
     """Config fields that must be set."""
     adapter: str
     """``module:function(config, threads)`` building the reference TextTokenizer."""
+    fingerprinted: str | None = None
+    """``module:function(path) -> [files]`` naming the files whose bytes make the fingerprint of a tokenizer
+    given by one path (None: that one file)."""
 
-    def check(self, config: TokenizerConfig) -> None:
-        """Refuse a config missing what this type needs; warn about file options it ignores."""
-        from corpus.tokenizers.config import TokenizerConfigError
-
-        missing = [OPTION_NAMES[name] for name in self.needs if getattr(config, name) in (None, "")]
-        if missing:
-            raise TokenizerConfigError(f"--tokenizer-type {self.name} needs {' and '.join(missing)} ({self.files})")
-        for name in ("model", "vocab_file", "merge_file"):
-            if getattr(config, name) and name not in self.needs:
-                log.warning("%s is not used by --tokenizer-type %s; ignoring it", OPTION_NAMES[name], self.name)
-
-    def build(self, config: TokenizerConfig, threads: int | None) -> TextTokenizer:
-        """Import the adapter and build the reference tokenizer (``threads``: see build_tokenizer)."""
-        module, function = self.adapter.split(":")
-        return getattr(importlib.import_module(module), function)(config, threads)
+    def load(self, target: str) -> Callable:
+        """The function a ``module:function`` field of this entry names (imported now)."""
+        module, function = target.split(":")
+        return getattr(importlib.import_module(module), function)
 
 
 TOKENIZER_TYPES: dict[str, TokenizerType] = {
     spec.name: spec
     for spec in (
-        TokenizerType("HuggingFaceTokenizer", "a tokenizer.json file or a directory holding one", ("model",),
-                      "corpus.tokenizers.huggingface:build_huggingface"),
-        TokenizerType("GPT2BPETokenizer", "GPT-2 vocab.json and merges.txt", ("vocab_file", "merge_file"),
+        TokenizerType("HuggingFaceTokenizer", "huggingface", "a tokenizer.json file or a directory holding one",
+                      ("model",), "corpus.tokenizers.huggingface:build_huggingface",
+                      "corpus.tokenizers.huggingface:fingerprinted_files"),
+        TokenizerType("GPT2BPETokenizer", "gpt2", "GPT-2 vocab.json and merges.txt", ("vocab_file", "merge_file"),
                       "corpus.tokenizers.huggingface:build_gpt2_bpe"),
-        TokenizerType("SentencePieceTokenizer", "a SentencePiece .model file", ("model",),
+        TokenizerType("SentencePieceTokenizer", "sentencepiece", "a SentencePiece .model file", ("model",),
                       "corpus.tokenizers.sentencepiece:build_sentencepiece"),
-        TokenizerType("GPTSentencePieceTokenizer", "a SentencePiece .model file", ("model",),
+        TokenizerType("GPTSentencePieceTokenizer", "sentencepiece", "a SentencePiece .model file", ("model",),
                       "corpus.tokenizers.sentencepiece:build_sentencepiece"),
-        TokenizerType("Llama2Tokenizer", "a SentencePiece .model file", ("model",),
+        TokenizerType("Llama2Tokenizer", "sentencepiece", "a SentencePiece .model file", ("model",),
                       "corpus.tokenizers.sentencepiece:build_sentencepiece"),
-        TokenizerType("TikTokenizer", "a tiktoken JSON vocabulary (Megatron's list, Mistral's tekken*.json) "
-                      "or a .tiktoken rank file", ("model",), "corpus.tokenizers.tiktoken:build_tiktoken"),
-        TokenizerType("NullTokenizer", "no file: text is space-separated integer ids", ("vocab_size",),
+        TokenizerType("TikTokenizer", "tiktoken", "a tiktoken JSON vocabulary (Megatron's list, Mistral's "
+                      "tekken*.json) or a .tiktoken rank file", ("model",),
+                      "corpus.tokenizers.tiktoken:build_tiktoken"),
+        TokenizerType("NullTokenizer", "null", "no file: text is space-separated integer ids", ("vocab_size",),
                       "corpus.tokenizers.null:build_null"),
     )
 }
+
+#: Every family, in table order.
+FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(spec.family for spec in TOKENIZER_TYPES.values()))
 
 
 def lookup(name: str) -> TokenizerType:
@@ -76,8 +73,24 @@ def lookup(name: str) -> TokenizerType:
     try:
         return TOKENIZER_TYPES[name]
     except KeyError:
-        from corpus.tokenizers.config import TokenizerConfigError
-
         raise TokenizerConfigError(
             f"unknown --tokenizer-type {name!r}; valid types: {', '.join(TOKENIZER_TYPES)}") from None
 
+
+def family_of(name: str | None) -> str | None:
+    """The family a type name or a family name (any case) belongs to, or None if it is neither."""
+    if name is None:
+        return None
+    lowered = name.lower()
+    for spec in TOKENIZER_TYPES.values():
+        if lowered in (spec.family, spec.name.lower()):
+            return spec.family
+    return None
+
+
+def fingerprinted_files(kind: str, path: str) -> list[str]:
+    """The files whose bytes ``corpus tokenize`` fingerprints for a tokenizer of ``kind`` (a type or family
+    name) given as ``path``, in the order it reads them."""
+    family = family_of(kind)
+    spec = next(spec for spec in TOKENIZER_TYPES.values() if spec.family == family)
+    return spec.load(spec.fingerprinted)(path) if spec.fingerprinted else [path]

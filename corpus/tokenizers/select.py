@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 
-from corpus.tokenizers.base import TextTokenizer
-from corpus.tokenizers.config import TokenizerConfig, TokenizerConfigError
+from corpus.core.optional import missing
+from corpus.tokenizers.base import TextTokenizer, build_tokenizer
+from corpus.tokenizers.config import TokenizerConfig
+from corpus.tokenizers.errors import TokenizerConfigError
 
 log = logging.getLogger(__name__)
 
@@ -47,20 +49,21 @@ def _first_difference(fast: TextTokenizer, reference: TextTokenizer, texts: list
     return None
 
 
-def _try_fast(reference: TextTokenizer, sample_texts: list[str], threads: int | None) -> tuple[TextTokenizer | None, str]:
+def _try_fast(reference: TextTokenizer, sample_texts: list[str],
+              threads: int | None) -> tuple[TextTokenizer | None, str]:
     """The gigatoken tokenizer and why, or None and why not."""
+    # NOTE: imported here, not at the top: it loads the tokenizer libraries of every family it covers
     from corpus.tokenizers.gigatoken import SOURCES, GigatokenTextTokenizer
 
     if reference.config.type not in SOURCES:
         return None, f"the gigatoken fast path does not cover {reference.config.type}"
-    try:
-        import gigatoken  # noqa: F401
-    except ImportError:
+    if missing("gigatoken"):
         return None, "gigatoken is not installed (pip install gigatoken for the fast path)"
     try:
         fast = GigatokenTextTokenizer(reference, threads)
     except Exception as error:  # noqa: BLE001 - gigatoken refuses unsupported tokenizers with plain errors
-        return None, f"gigatoken refused this tokenizer: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return None, f"gigatoken refused this tokenizer: {first_line}"
     checks = [*sample_texts, *HARD_CASES, *_special_token_cases(reference)]
     difference = _first_difference(fast, reference, checks)
     if difference is not None:
@@ -70,15 +73,14 @@ def _try_fast(reference: TextTokenizer, sample_texts: list[str], threads: int | 
                   f"texts ({megabytes:.1f} MB) and {len(checks) - len(sample_texts)} hard cases and special strings")
 
 
-def select_encoder(config: TokenizerConfig, sample_texts: list[str], threads: int | None = None) -> tuple[TextTokenizer, str]:
+def select_encoder(config: TokenizerConfig, sample_texts: list[str],
+                   threads: int | None = None) -> tuple[TextTokenizer, str]:
     """The tokenizer to encode with and a one-line reason for the choice.
 
     ``encoder="auto"`` takes gigatoken when it is installed, takes the tokenizer and gives identical ids
     on ``sample_texts`` (real input) and the hard cases; otherwise the reference library, saying why.
     ``encoder="reference"`` never tries gigatoken; ``encoder="gigatoken"`` raises when it cannot be used.
     """
-    from corpus.tokenizers import build_tokenizer
-
     reference = build_tokenizer(config, threads)
     if config.encoder == "reference":
         return reference, f"{reference.encoder_name}: reference encoder requested"

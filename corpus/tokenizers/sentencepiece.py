@@ -12,7 +12,8 @@ from __future__ import annotations
 import sentencepiece
 
 from corpus.tokenizers.base import TextTokenizer, library_version
-from corpus.tokenizers.config import TokenizerConfig, TokenizerConfigError, existing_file
+from corpus.tokenizers.config import TokenizerConfig, existing_file
+from corpus.tokenizers.errors import TokenizerConfigError
 from corpus.tokenizers.long_texts import SPACE_PREFIXED
 
 
@@ -28,7 +29,8 @@ class SentencePieceTextTokenizer(TextTokenizer):
         try:
             self.processor.Load(path)
         except (OSError, RuntimeError) as error:
-            raise TokenizerConfigError(f"--tokenizer-model {config.model}: not a SentencePiece model ({error})") from None
+            raise TokenizerConfigError(f"--tokenizer-model {config.model}: not a SentencePiece model "
+                                       f"({error})") from None
         self.encoder_name = library_version("sentencepiece")
         super().__init__(config, self.processor.get_piece_size(),
                          eod=_defined(self.processor.eos_id()), bos=_defined(self.processor.bos_id()))

@@ -24,7 +24,8 @@ import orjson
 import tiktoken
 
 from corpus.tokenizers.base import TextTokenizer, library_version
-from corpus.tokenizers.config import TokenizerConfig, TokenizerConfigError, existing_file
+from corpus.tokenizers.config import TokenizerConfig, existing_file
+from corpus.tokenizers.errors import TokenizerConfigError
 from corpus.tokenizers.long_texts import REGEX_PRETOKENIZER
 
 # megatron.core.tokenizers.text.libraries.tiktoken_tokenizer, verbatim.
@@ -91,7 +92,8 @@ def resolve_vocab_size(config: TokenizerConfig, num_ranks: int) -> int:
     if config.vocab_size is None:
         return min(DEFAULT_VOCAB_SIZE, num_ranks + specials)
     if config.vocab_size <= specials:
-        raise TokenizerConfigError(f"--vocab-size {config.vocab_size} must exceed --tiktoken-num-special-tokens {specials}")
+        raise TokenizerConfigError(f"--vocab-size {config.vocab_size} must exceed --tiktoken-num-special-tokens "
+                                   f"{specials}")
     if config.vocab_size > num_ranks + specials:
         raise TokenizerConfigError(
             f"--vocab-size {config.vocab_size} needs {config.vocab_size - specials} ranks but {config.model} has "

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from corpus.blending.schema import load_blend
 from corpus.blending.datasets import build_split_datasets, megatron_sample_counts, show_samples_command
+from corpus.blending.schema import load_blend
 from tests.conftest import REPO, run_cli
 from tests.corpus.blending.blend_data import EXAMPLES, example_texts, write_example
 
@@ -101,14 +101,16 @@ def test_human_output_and_errors_without_traceback(project: Path) -> None:
     bad.write_text((project / "blends" / "web_code.yaml").read_text().replace("weight: 0.3", "weight: -1"))
     result = run_cli("corpus", "blend", str(bad), check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert "bad.yaml:" in result.stderr and "sources[1].weight" in result.stderr and "give a weight > 0" in result.stderr
+    assert "bad.yaml:" in result.stderr and "sources[1].weight" in result.stderr
+    assert "give a weight > 0" in result.stderr
     wrong = project / "blends" / "wrong_tokenizer.yaml"
     other = project / "examples" / "other.json"
     other.write_text((EXAMPLES / "tokenizer.json").read_text().replace("<|endoftext|>", "<|end|>"))
     wrong.write_text((project / "blends" / "web_code.yaml").read_text().replace("tokenizer.json", "other.json"))
     result = run_cli("corpus", "blend", str(wrong), check=False)
     assert result.returncode == 1 and "tokenizer.path" in result.stderr and "not the tokenizer" in result.stderr
-    out_of_range = run_cli("corpus", "blend", _blend(project), "--num-samples", "10", "--show-samples", "5:50", check=False)
+    out_of_range = run_cli("corpus", "blend", _blend(project), "--num-samples", "10", "--show-samples", "5:50",
+                           check=False)
     assert out_of_range.returncode == 1 and "pick a range inside 0:" in out_of_range.stderr
     usage = run_cli("corpus", "blend", _blend(project), "--build", check=False)
     assert usage.returncode == 2 and "--build needs --num-samples" in usage.stderr

@@ -95,7 +95,8 @@ def test_show_with_an_explicit_tiktoken_file(tmp_path: Path, tokenizer_files) ->
     tokens.flush()
     result = inspect_cli(tmp_path / "t", "--check", *flags, check=False)
     assert result.returncode == 1
-    assert "token-ids: id 2000000 outside the vocabulary [0, 101256) at token 5 of the document (document 0," in result.stdout
+    assert ("token-ids: id 2000000 outside the vocabulary [0, 101256) at token 5 of the document (document 0,"
+            in result.stdout)
     assert len(documents[0]) > 5
 
 
@@ -124,7 +125,8 @@ def test_planted_defect_fails_check_naming_prefix_document_offset(tmp_path: Path
     tokens.flush()
     result = inspect_cli(prefix, "--check", check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert f"{prefix}: eod: document 1 ends with id 42, not EOD (0) (document 1, {prefix}.bin byte {2 * end})" in result.stdout
+    assert (f"{prefix}: eod: document 1 ends with id 42, not EOD (0) (document 1, {prefix}.bin byte {2 * end})"
+            in result.stdout)
     assert "check failed: 1 problem(s) in 1 of 1 file(s)" in result.stderr
     payload = json.loads(inspect_cli(prefix, "--check", "--json", check=False).stdout)
     assert payload["problems"] == [{"check": "eod", "count": 1, "document": 1, "file": f"{prefix}.bin",
@@ -161,7 +163,8 @@ def test_json_is_stable_and_shaped_by_what_was_typed(real, tmp_path: Path) -> No
     assert isinstance(globbed, list) and globbed[0]["prefix"] == str(prefix)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib (the plot extra) is not installed")
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
+                    reason="matplotlib (the plot extra) is not installed")
 def test_plot_writes_a_png(real, tmp_path: Path) -> None:
     out = tmp_path / "plots" / "lengths.png"
     out.parent.mkdir()

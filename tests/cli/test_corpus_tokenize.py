@@ -35,7 +35,8 @@ def test_megatron_command_line_on_the_examples(tmp_path, megatron_indexed):
 
 def test_several_inputs_in_order_and_quiet(tmp_path):
     prefix = tmp_path / "both"
-    result = run_cli("corpus", "tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--input", str(EXAMPLES / "code.jsonl"),
+    result = run_cli("corpus", "tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--input",
+                     str(EXAMPLES / "code.jsonl"),
                      "--output-prefix", str(prefix), *MEGATRON_STYLE, "--quiet")
     assert result.stdout == "" and result.stderr == ""
     reader = IndexedReader(f"{prefix}_text_document")

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tests.conftest import REPO, run_cli
-from trainer.config.schema import TrainConfig
 from trainer.config.loading import load_config, merge
+from trainer.config.schema import TrainConfig
 
 TINY_MODEL = {"num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "num_query_groups": 2,
               "ffn_hidden_size": 64, "vocab_size": 96}

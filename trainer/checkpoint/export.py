@@ -14,14 +14,15 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from corpus.core.errors import ConfigError
 from corpus.indexed.sidecar import fingerprint_files
 from trainer.checkpoint import store as checkpoint
-from trainer.model.attention import BACKENDS
-from trainer.config.schema import ModelConfig
-from trainer.config.loading import from_dict
-from trainer.errors import CheckpointError, ConfigError
-from trainer.model.gpt import GPT, build_model
 from trainer.checkpoint.state_dict import model_state
+from trainer.config.loading import from_dict
+from trainer.config.schema import ModelConfig
+from trainer.errors import CheckpointError
+from trainer.model.attention import BACKENDS
+from trainer.model.gpt import GPT, build_model
 from trainer.parallel.state import ParallelState
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,8 @@ def load_for_export(load: str | os.PathLike) -> tuple[GPT, dict]:
 def llama_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     """Our parameters under transformers' Llama names and layouts."""
     config = model.config
-    groups, per_group, head_dim = config.num_query_groups, config.num_attention_heads // config.num_query_groups, config.head_dim
+    groups, head_dim = config.num_query_groups, config.head_dim
+    per_group = config.num_attention_heads // groups
     tensors = {"model.embed_tokens.weight": model.embedding.weight, "model.norm.weight": model.final_norm.weight,
                "lm_head.weight": model.output.weight}
     for index, layer in enumerate(model.layers):

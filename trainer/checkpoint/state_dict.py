@@ -27,8 +27,8 @@ from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadat
 from torch.distributed.tensor import DTensor, Shard
 
 from trainer.errors import CheckpointError
-from trainer.model.layers import ShardedWeight
 from trainer.model.gpt import GPT
+from trainer.model.layers import ShardedWeight
 from trainer.parallel.state import ParallelState
 
 log = logging.getLogger(__name__)

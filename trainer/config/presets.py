@@ -23,10 +23,11 @@ class ModelShape:
 
 
 PRESETS: dict[str, ModelShape] = {
-    "tiny": ModelShape(4, 128, 4, 2, 352, 10_000.0, "~0.7M parameters besides the embeddings: CPU tests and the quickstart"),
+    "tiny": ModelShape(4, 128, 4, 2, 352, 10_000.0,
+                       "~0.7M parameters besides the embeddings: CPU tests and the quickstart"),
     "125m": ModelShape(12, 768, 12, 12, 2048, 10_000.0, "GPT-3 Small width with SwiGLU"),
     "350m": ModelShape(24, 1024, 16, 16, 2816, 10_000.0, "GPT-3 Medium width with SwiGLU"),
-    # NOTE: exactly the model of DESIGN §7 (shared/bench/gpu_baseline.py): keep it so throughput compares.
+    # NOTE: exactly the model of bench/baselines/ (the GPU comparisons): keep it so throughput compares.
     "1.3b": ModelShape(24, 2048, 16, 16, 5632, 10_000.0, "DESIGN §7 baseline shape (1.37B with a 32k vocabulary)"),
     "8b": ModelShape(32, 4096, 32, 8, 14336, 500_000.0, "Llama-3-8B shape (GQA with 8 KV heads, RoPE base 500k)"),
 }
@@ -35,6 +36,7 @@ PRESETS: dict[str, ModelShape] = {
 def preset_table() -> str:
     """One line per preset, for ``--help`` and error messages."""
     return "; ".join(
-        f"{name}: {s.num_layers}L d{s.hidden_size} h{s.num_attention_heads}/kv{s.num_query_groups} ffn{s.ffn_hidden_size}"
+        f"{name}: {s.num_layers}L d{s.hidden_size} h{s.num_attention_heads}/kv{s.num_query_groups} "
+        f"ffn{s.ffn_hidden_size}"
         for name, s in PRESETS.items()
     )

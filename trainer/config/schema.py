@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
-from trainer.errors import ConfigError
+from corpus.core.errors import ConfigError
 from trainer.config.presets import PRESETS, preset_table
 
 
@@ -86,8 +86,10 @@ class ModelConfig:
             _require(getattr(self, name) > 0, f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         _require(self.hidden_size % heads == 0,
                  f"--hidden-size {self.hidden_size} must be divisible by --num-attention-heads {heads}")
-        _require(heads % groups == 0, f"--num-attention-heads {heads} must be a multiple of --num-query-groups {groups}")
-        _require(self.vocab_size is None or self.vocab_size > 0, f"--vocab-size must be positive, got {self.vocab_size}")
+        _require(heads % groups == 0,
+                 f"--num-attention-heads {heads} must be a multiple of --num-query-groups {groups}")
+        _require(self.vocab_size is None or self.vocab_size > 0,
+                 f"--vocab-size must be positive, got {self.vocab_size}")
         _require(self.make_vocab_size_divisible_by > 0, "--make-vocab-size-divisible-by must be positive")
 
     @property
@@ -123,9 +125,11 @@ class DataConfig:
                                        ("--mock-data", self.mock_data)) if on]
         _require(len(given) == 1, "give exactly one data source: --blend FILE, --data-path PREFIX… or --mock-data"
                  + (f" (got {' and '.join(given)})" if given else ""))
-        _require(self.seq_length is None or self.seq_length > 0, f"--seq-length must be positive, got {self.seq_length}")
+        _require(self.seq_length is None or self.seq_length > 0,
+                 f"--seq-length must be positive, got {self.seq_length}")
         if (self.mock_data or self.data_path) and self.seq_length is None:
-            raise ConfigError("--seq-length is required with --mock-data and --data-path (a blend file carries its own)")
+            raise ConfigError("--seq-length is required with --mock-data and --data-path (a blend file carries its "
+                              "own)")
 
 
 @dataclass
@@ -155,7 +159,8 @@ class OptimConfig:
                                                      "rounding, half the memory).", "--exp-avg-sq-dtype")
 
     def __post_init__(self) -> None:
-        _require(self.lr > 0 and 0 <= self.min_lr <= self.lr, f"need 0 <= --min-lr ({self.min_lr}) <= --lr ({self.lr}), --lr > 0")
+        _require(self.lr > 0 and 0 <= self.min_lr <= self.lr,
+                 f"need 0 <= --min-lr ({self.min_lr}) <= --lr ({self.lr}), --lr > 0")
         _require(self.lr_warmup_iters >= 0, "--lr-warmup-iters must be >= 0")
         _require(self.clip_grad >= 0 and self.weight_decay >= 0, "--clip-grad and --weight-decay must be >= 0")
         _require(self.lr_decay_iters is None or self.lr_decay_iters > 0, "--lr-decay-iters must be positive")
@@ -182,11 +187,10 @@ class FP8Config:
                             "(trainer.fp8.BACKENDS).", "--fp8-backend")
     fp8_transpose: Literal["fused", "kernel", "producers"] = knob(
         "producers", "scaled_mm backend: how the transposed FP8 copies of the weight gradient's operands are made: "
-        "kernel: by a separate tiled Triton kernel (trainer/kernels/fp8_transpose.py; 1.8% more tokens/s than fused on an "
-        "H200, ~15% more peak memory: the forward keeps the transposed input); producers: as kernel, but under "
-        "delayed scaling the SwiGLU and RoPE backward kernels write the transposed copies of the fc1 and QKV output "
-        "gradients themselves (no transposing pass over them; 0.3–1.1% more tokens/s than kernel on an H200); fused: "
-        "by torch.compile inside the kernel producing the tensor.", "--fp8-transpose")
+        "kernel: by a separate tiled Triton kernel (faster than fused, more peak memory: the forward keeps the "
+        "transposed input); producers: as kernel, but under delayed scaling the SwiGLU and RoPE backward kernels "
+        "write the transposed copies of the fc1 and QKV output gradients themselves (no transposing pass over "
+        "them; the fastest); fused: by torch.compile inside the kernel producing the tensor.", "--fp8-transpose")
     fp8_min_dim: int = knob(512, "GEMMs with an input or output width below this stay bf16 (the casts would cost "
                             "more than the FP8 GEMM saves); widths not divisible by 16 always do.", "--fp8-min-dim")
 
@@ -265,7 +269,8 @@ class LoggingConfig:
                                      "from the GPU name; needed for unknown GPUs).", "--peak-tflops")
 
     def __post_init__(self) -> None:
-        _require(self.log_interval > 0 and self.eval_interval > 0, "--log-interval and --eval-interval must be positive")
+        _require(self.log_interval > 0 and self.eval_interval > 0,
+                 "--log-interval and --eval-interval must be positive")
         _require(self.eval_iters >= 0, "--eval-iters must be >= 0")
 
 
@@ -331,7 +336,8 @@ class ParallelConfig:
                      "ddp_bucket_size"):
             value = getattr(self, name)
             _require(value is None or value > 0, f"--{name.replace('_', '-')} must be positive, got {value}")
-        _require(self.virtual_pipeline_model_parallel_size is None or self.num_layers_per_virtual_pipeline_stage is None,
+        _require(self.virtual_pipeline_model_parallel_size is None
+                 or self.num_layers_per_virtual_pipeline_stage is None,
                  "give --virtual-pipeline-model-parallel-size or --num-layers-per-virtual-pipeline-stage, not both")
         virtual = self.virtual_pipeline_model_parallel_size or self.num_layers_per_virtual_pipeline_stage
         _require(virtual is None or self.pipeline_model_parallel_size > 1,

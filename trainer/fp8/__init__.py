@@ -1,12 +1,11 @@
 """FP8 training: backends (Transformer Engine, torchao.float8, our own ``torch._scaled_mm`` linear) behind
-the local-GEMM registry of :mod:`trainer.model.layers`, chosen once at start-up by :func:`select_fp8`.
+the local-GEMM registry of :mod:`trainer.model.layers`, chosen once at start-up by :func:`select_fp8`. The casting
+kernels they use (the SwiGLU and RoPE backwards writing FP8, the FP8 transposes) are in :mod:`trainer.kernels`.
 
 | module | job |
 |---|---|
 | `scaling.py` | FP8 formats, dynamic per-tensor/per-row scaling (quantize, dequantize), the GEMM eligibility rule |
 | `scaled_mm.py` | our FP8 linear: custom autograd functions on `torch._scaled_mm` (the `scaled_mm` backend) |
-| `transpose.py` | the backward's transposed FP8 copies as a tiled Triton kernel (a Triton op; `--fp8-transpose kernel`, and `producers`, the default, for the operands no kernel before it transposes) |
-| `rotary_cast.py` | delayed scaling's QKV gradient: RoPE's backward writing it cast to FP8, with its amax (a Triton op), and with `--fp8-transpose producers` (the default) its transposed copy too (as the SwiGLU kernel does fc1's) |
 | `delayed.py` | delayed scaling for it: per-linear scales and amaxes, the once-a-step history update, calibration |
 | `torchao_gemm.py` | the `torchao` backend: torchao.float8's autograd function behind our GEMM contract |
 | `te_gemm.py` | the `te` backend: one `te.Linear` per weight sharing it, `te.autocast` around the forward pass |

@@ -17,7 +17,6 @@ output layer in bf16 and applies :class:`~trainer.fp8.scaling.Eligibility` to th
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 from dataclasses import dataclass, field
 from typing import Callable
@@ -25,8 +24,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from corpus.core.errors import ConfigError
+from corpus.core.optional import missing
 from trainer.config.schema import FP8Config
-from trainer.errors import ConfigError
 from trainer.fp8.delayed import Calibration, DelayedScalingUpdate
 from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe, make_scaled_mm_gemm
 from trainer.fp8.scaling import FORMATS, Eligibility
@@ -138,13 +138,7 @@ RECIPE_TEXT = {"delayed": "delayed scaling (amax history {history} steps, {algo}
 
 def missing_module(backend: FP8Backend) -> str | None:
     """Why ``backend`` cannot be imported here (None when it can)."""
-    if backend.needs_module is None:
-        return None
-    try:
-        importlib.import_module(backend.needs_module)
-    except Exception as error:  # NOTE: TE raises OSError/RuntimeError, not only ImportError, when its libraries are off
-        return f"{backend.needs_module.split('.')[0]} does not import ({type(error).__name__}: {str(error)[:80]})"
-    return None
+    return None if backend.needs_module is None else missing(backend.needs_module)
 
 
 def check_hardware(device: torch.device) -> None:
@@ -155,7 +149,8 @@ def check_hardware(device: torch.device) -> None:
     capability = torch.cuda.get_device_capability(device)
     if capability < MIN_CAPABILITY:
         raise ConfigError(f"--fp8-format needs compute capability 8.9+ (Ada, Hopper, Blackwell); "
-                          f"{torch.cuda.get_device_name(device)} has {capability[0]}.{capability[1]}. Drop --fp8-format "
+                          f"{torch.cuda.get_device_name(device)} has {capability[0]}.{capability[1]}. Drop "
+                          "--fp8-format "
                           "to train in bf16")
 
 

@@ -17,14 +17,14 @@ before each GEMM). Transformer Engine's ``DelayedScaling`` recipe, done with tor
 - the weights' amaxes come from the optimizer's update that wrote the weights when it can record them
   (:meth:`trainer.optim.adamw.LowPrecisionAdamW.record_weight_amaxes`, for every FP8 weight this rank steps; on
   CUDA its one AdamW kernel, which holds each weight in registers anyway); else — the first update of a
-  process, torch's AdamW, ZeRO-1 stepping some weights on other ranks — from a pass over every weight
-  (~1.1 ms a step of the 1.3b preset on an H200, bench/train_h200.md, eleventh run). The same values.
+  process, torch's AdamW, ZeRO-1 stepping some weights on other ranks — from a pass over every weight (the
+  same values, at a pass's cost).
 
 The first step of every run (a resumed one too) *calibrates* (:class:`Calibration`): it runs current
 scaling, eagerly, and measures the amaxes the history starts from. Transformer Engine instead casts its
-first step with scale 1, which flushes most gradients to zero in e5m2 (on the H200 parity run that cost
-~20 steps of lag: step 2's loss 10.44 against bf16's 10.07). So the history need not be in checkpoints
-(it is not). Scales are per rank: each rank dequantizes its own GEMMs, so ranks need not agree (TE reduces
+first step with scale 1, which flushes most gradients to zero in e5m2 and costs the loss curve some twenty
+steps of lag (bench/RESULTS.md). So the history need not be in checkpoints (it is not). Scales are per rank: each rank
+dequantizes its own GEMMs, so ranks need not agree (TE reduces
 amaxes over the group; here nothing waits on a collective).
 """
 
@@ -35,9 +35,7 @@ import contextlib
 import torch
 from torch import nn
 
-from trainer.fp8.scaling import fp8_max
-from trainer.kernels.ops import kernel_op, launcher
-from trainer.model.swiglu import reference_backward, triton_backward
+from trainer.kernels.fp8_cast import fp8_max
 
 #: Index of each operand's scale and amax in the per-linear tensors.
 INPUT, WEIGHT, GRAD = 0, 1, 2
@@ -85,8 +83,8 @@ class Calibration:
     def step_context(self, chunks: list[nn.Module]) -> contextlib.AbstractContextManager:
         """What a training step over the model ``chunks`` runs in: while calibrating, eagerly (``torch.compiler``
         stance ``force_eager``) and with every block recomputed in its backward pass — eager passes keep far
-        more activations than compiled ones (1.3b FP8 on an H200: 40.5 GiB against 33.6), so the run's first
-        step would otherwise set its memory peak. Recomputing changes no value."""
+        more activations than compiled ones, so the run's first step would otherwise set its memory peak.
+        Recomputing changes no value."""
         return _eager_and_recomputed(chunks) if self.active else contextlib.nullcontext()
 
 
@@ -103,57 +101,6 @@ def _eager_and_recomputed(chunks: list[nn.Module]):
     finally:
         for chunk, value in before:
             chunk.recompute = value
-
-
-def cast_with_scale(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``x · scale`` saturated into ``dtype``: no wait for ``x``'s own amax, so compiled, the cast and
-    :func:`amax_of` the same ``x`` share one read of it."""
-    limit = fp8_max(dtype)
-    return (x.float() * scale).clamp(-limit, limit).to(dtype)
-
-
-def amax_of(x: torch.Tensor) -> torch.Tensor:
-    """``x``'s largest magnitude, fp32 0-d.
-
-    NOTE: per row first: a row reduction runs over the same loop as a cast of ``x``, so Inductor puts both in
-    one kernel (a whole-tensor amax is split differently and got a kernel and a read of its own on the H200)."""
-    return x.abs().amax(dim=-1).amax().float()
-
-
-@kernel_op("blendforge::swiglu_backward_cast")
-def swiglu_backward_cast(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
-                         dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """``trainer.model.swiglu.swiglu_backward`` as the FP8 GEMMs after it take it: :func:`cast_with_scale` of the
-    gradient (rounded to ``fused``'s dtype), and :func:`amax_of` it — on CUDA from the SwiGLU kernel itself.
-
-    NOTE: a Triton op, not an opaque custom op: Inductor then allocates the output, knows it aligned, and the
-    FP8 transpose after it loads 16 bytes a thread (behind the opaque op it took 188 instead of 92 µs a layer
-    on the H200, bench/train_h200.md, tenth run)."""
-    return launcher(triton_backward, swiglu_cast_reference, fused.device)(fused, grad, scale, dtype)
-
-
-@kernel_op("blendforge::swiglu_backward_cast_transposed")
-def swiglu_backward_cast_transposed(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor,
-                                    dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`swiglu_backward_cast` with the cast gradient's transpose [2F, rows] (row-major, the weight
-    gradient GEMM's left operand) between the two: on CUDA written by the same kernel, so no transposing copy
-    reads the gradient again (``--fp8-transpose producers``)."""
-    return launcher(triton_backward, swiglu_cast_reference, fused.device)(fused, grad, scale, dtype, transposed=True)
-
-
-def swiglu_cast_reference(fused: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype,
-                          transposed: bool = False) -> tuple[torch.Tensor, ...]:
-    """:func:`swiglu_backward_cast` (with ``transposed``: :func:`swiglu_backward_cast_transposed`) in tensor
-    code."""
-    return cast_outputs(reference_backward(fused, grad), scale, dtype, transposed)
-
-
-def cast_outputs(grad: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype,
-                 transposed: bool) -> tuple[torch.Tensor, ...]:
-    """What a casting op returns for ``grad``, in tensor code: :func:`cast_with_scale` of it, then with
-    ``transposed`` that cast's transpose (row-major), then :func:`amax_of` it."""
-    cast = cast_with_scale(grad, scale, dtype)
-    return (cast, cast.t().contiguous(), amax_of(grad)) if transposed else (cast, amax_of(grad))
 
 
 def record_amax(running: torch.Tensor, amax: torch.Tensor) -> None:

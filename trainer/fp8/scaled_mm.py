@@ -22,11 +22,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from trainer.fp8.delayed import (GRAD, INPUT, WEIGHT, Calibration, DelayedScales, amax_of, cast_with_scale,
-                                  record_amax, swiglu_backward_cast, swiglu_backward_cast_transposed)
+from trainer.fp8.delayed import GRAD, INPUT, WEIGHT, Calibration, DelayedScales, record_amax
 from trainer.fp8.scaling import ALIGNMENT, E4M3, Eligibility, quantize
-from trainer.kernels.rotary_cast import rotary_backward_cast, rotary_backward_cast_transposed
+from trainer.kernels.fp8_cast import amax_of, cast_with_scale
 from trainer.kernels.fp8_transpose import fp8_transpose
+from trainer.kernels.rotary import rotary_backward_cast, rotary_backward_cast_transposed
+from trainer.kernels.swiglu import swiglu_backward_cast, swiglu_backward_cast_transposed
 from trainer.model.rotary import HeadShape, rotary_heads, rotary_heads_values
 from trainer.model.swiglu import swiglu, swiglu_values
 
@@ -50,16 +51,18 @@ def fp8_matmul(a: torch.Tensor, b: torch.Tensor, a_inverse: torch.Tensor, b_inve
     ``fast_accum``: Hopper's faster, less often promoted FP8 accumulation (the forward GEMM only, as
     Transformer Engine and torchao do; the gradient GEMMs keep the precise one)."""
     if a.stride(-1) != 1 or b.stride(0) != 1:
-        raise ValueError(f"FP8 GEMM layout: a must be row-major and b column-major (strides {a.stride()}, {b.stride()})")
+        raise ValueError(f"FP8 GEMM layout: a must be row-major and b column-major (strides {a.stride()}, "
+                         f"{b.stride()})")
     if any(size % ALIGNMENT for size in (*a.shape, b.shape[1])):
-        raise ValueError(f"FP8 GEMM shapes {tuple(a.shape)} @ {tuple(b.shape)}: every dimension must be a multiple of 16")
+        raise ValueError(f"FP8 GEMM shapes {tuple(a.shape)} @ {tuple(b.shape)}: every dimension must be a multiple of "
+                         "16")
     rowwise = a_inverse.dim() > 0
     result_dtype = torch.bfloat16 if rowwise else out_dtype  # row-wise kernels write bf16
     out = torch._scaled_mm(a, b, scale_a=a_inverse, scale_b=b_inverse, out_dtype=result_dtype,
                            use_fast_accum=fast_accum)
     # NOTE: no `.to()` when the dtype already matches: torch 2.11's compiler drops the gradients of an autograd
-    # function that returns that no-op alias of a tensor made inside it (pytorch#180642's family; every block
-    # weight got a zero gradient on the H200). tests/trainer/fp8 hold compiled gradients to eager ones.
+    # function that returns that no-op alias of a tensor made inside it (pytorch#180642's family: every block
+    # weight gets a zero gradient). tests/trainer/fp8 hold compiled gradients to eager ones.
     return out if out.dtype == out_dtype else out.to(out_dtype)
 
 
@@ -164,7 +167,7 @@ class _DelayedScaledLinear(torch.autograd.Function):
 class _DelayedScaledSwiGLULinear(torch.autograd.Function):
     """``swiglu(x @ weightᵀ)`` for a ``[gate; up]`` weight, the GEMM as :class:`_DelayedScaledLinear`'s. Its
     backward pass gets the GEMM's output gradient already scaled and cast to FP8, with its amax, from the
-    SwiGLU backward kernel (:func:`trainer.fp8.delayed.swiglu_backward_cast`): no bf16 gradient is stored and
+    SwiGLU backward kernel (:func:`trainer.kernels.swiglu.swiglu_backward_cast`): no bf16 gradient is stored and
     read again by a cast."""
 
     @staticmethod
@@ -185,7 +188,7 @@ class _DelayedScaledSwiGLULinear(torch.autograd.Function):
 class _DelayedScaledRotaryLinear(torch.autograd.Function):
     """``rotary_heads(x @ weightᵀ)`` (q, k rotated, v) for a fused QKV weight, the GEMM as
     :class:`_DelayedScaledLinear`'s. Its backward pass gets the GEMM's output gradient already scaled and cast
-    to FP8, with its amax, from RoPE's backward kernel (:func:`trainer.kernels.rotary_cast.rotary_backward_cast`)."""
+    to FP8, with its amax, from RoPE's backward kernel (:func:`trainer.kernels.rotary.rotary_backward_cast`)."""
 
     @staticmethod
     def forward(ctx, x, weight, recipe, out_dtype, scales, x_inverse, w_inverse, g_inverse, amax_grad,

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from trainer.kernels.fp8_cast import fp8_max
+
 E4M3 = torch.float8_e4m3fn
 E5M2 = torch.float8_e5m2
 
@@ -28,11 +30,6 @@ AMAX_FLOOR = 1e-12
 
 #: FP8 GEMMs need every dimension a multiple of this (cuBLAS/CUTLASS alignment of 16-byte rows).
 ALIGNMENT = 16
-
-
-def fp8_max(dtype: torch.dtype) -> float:
-    """Largest finite value of an FP8 dtype (448 for e4m3fn, 57344 for e5m2)."""
-    return float(torch.finfo(dtype).max)
 
 
 def scale_for(amax: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -1,155 +1,103 @@
-"""One Triton kernel launch per optimizer step for :class:`trainer.optim.adamw.LowPrecisionAdamW` on CUDA.
+"""AdamW's update with bf16 weights and moments stored by stochastic rounding, as tensor code (the formula) and
+as one Triton launch for every parameter on CUDA (:mod:`trainer.kernels.triton_kernels.adamw`).
 
-Every parameter's weight, gradient and moments are read once and written once (the gradient only read),
-in whichever of fp32 and bf16 each is held (an fp32 ``main_grad`` beside bf16 weights too), the bf16
-results stored with stochastic rounding from the same 32-bit hash as :func:`trainer.optim.adamw.random_bits`
-(unsigned 32-bit arithmetic here, int64 masked to 32 bits there: the same bits, so the kernel and the
-tensor-code update agree but where a compiler's fused multiply-add moves an fp32 result by an ulp; a test
-holds them to that).
-
-One launch for all parameters (a table of their addresses, as apex's multi-tensor apply), not one per
-parameter: on an H200 the per-parameter launches of a 1.3B model cost ~79 µs of Python each, 11.6 ms a
-step against 8 ms of GPU work, and the GPU waited; ``torch.compile`` of the tensor code was slower still
-(Inductor computes the hash in int64, and every call pays Dynamo's guards): bench/train_h200.md, sixth run.
-A skipped step (``found_inf`` set: a non-finite loss or gradient) writes nothing.
-
-Imported only where the fused update is asked for (CUDA): CPU builds of torch come without Triton.
+The random bits are a counter-based hash of the element's position, the step and the parameter
+(:func:`random_bits`): no generator state, no stored noise, the same bits when a resumed run replays a step, and
+a handful of integer operations where Philox draws cost ~100 per element. The kernel computes the same hash in
+unsigned 32-bit arithmetic, so kernel and tensor code agree but where a compiler's fused multiply-add moves an
+fp32 result by an ulp (a test holds them to that).
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
-import triton
-import triton.language as tl
 
-from trainer.optim.adamw import Work
-from trainer.kernels.multi_tensor import TRITON_DTYPES, aligned, at, program_table
+from trainer.kernels.ops import triton_kernels
 
-#: Elements per loop iteration, iterations per program, warps per program: ``bench/adamw_kernel.py`` sweeps
-#: them on the GPU (an iteration's block sits in registers: larger ones lower the occupancy).
-BLOCK = 2048
-BLOCKS_PER_PROGRAM = 8
-NUM_WARPS = 8
+#: Multipliers of the 32-bit integer hash (odd, below 2^31 so int64 products never overflow).
+_HASH_MULTIPLIERS = (0x7FEB352D, 0x5BD1E995)
+_LOW32 = 0xFFFFFFFF
 
 
-@triton.jit
-def _hash32(x):
-    """:func:`trainer.optim.adamw.random_bits`'s hash of uint32 positions."""
-    x = x ^ (x >> 16)
-    x = x * 0x7FEB352D
-    x = x ^ (x >> 16)
-    x = x * 0x5BD1E995
+def random_bits(numel: int, offset: int, device: torch.device) -> torch.Tensor:
+    """32 pseudo-random bits (int64 in ``[0, 2^32)``) for each of ``numel`` consecutive elements, a hash
+    of ``offset + position``: a bijection of 32-bit integers, so distinct positions never share bits."""
+    x = (torch.arange(numel, dtype=torch.int64, device=device) + offset) & _LOW32
+    for multiplier in _HASH_MULTIPLIERS:
+        x = x ^ (x >> 16)
+        x = (x * multiplier) & _LOW32
     return x ^ (x >> 15)
 
 
-@triton.jit
-def _store(pointer, offsets, mask, value, noise):
-    """``value`` (fp32) stored as is, or rounded to bf16 up or down by ``noise`` (16 random bits); returns the
-    value stored (fp32)."""
-    if pointer.dtype.element_ty == tl.bfloat16:
-        value = ((value.to(tl.uint32, bitcast=True) + noise) & 0xFFFF0000).to(tl.float32, bitcast=True)
-    tl.store(pointer + offsets, value.to(pointer.dtype.element_ty), mask=mask)
-    return value
+def stochastic_round_to_bf16(x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """``x`` (fp32) rounded to bf16 up or down, with the probability of rounding the magnitude up equal to the
+    fraction of the way to the next bf16 value when ``noise`` (integers, same shape) is uniform in
+    ``[0, 2^16)``: unbiased in expectation."""
+    bits = x.view(torch.int32)
+    truncated = (bits + noise.to(torch.int32)) & -65536  # NOTE: a carry out of the low 16 bits rounds up
+    return truncated.view(torch.float32).to(torch.bfloat16)
 
 
-@triton.jit
-def adamw_update_kernel(table_ptr, chunks_ptr, hyper_ptr, grad_scale_ptr, found_inf_ptr,
-                        HAS_GRAD_SCALE: tl.constexpr, HAS_FOUND_INF: tl.constexpr, HAS_AMAX: tl.constexpr,
-                        PARAM_DTYPE: tl.constexpr,
-                        GRAD_DTYPE: tl.constexpr, EXP_AVG_DTYPE: tl.constexpr, EXP_AVG_SQ_DTYPE: tl.constexpr,
-                        ALIGNED: tl.constexpr, BLOCK: tl.constexpr, BLOCKS_PER_PROGRAM: tl.constexpr,
-                        ROW: tl.constexpr):
-    """``BLOCKS_PER_PROGRAM`` consecutive ``BLOCK``s of one tensor per program: ``chunks`` holds (tensor, chunk)
-    pairs, the table one row per tensor (param, grad, exp_avg, exp_avg_sq addresses, element count, hash key,
-    address of the fp32 amax to raise to the largest updated weight or 0), ``hyper`` 7 floats per tensor.
-
-    NOTE: a program reads its table row and hyperparameters once, then loops: with one block per program
-    those dependent reads came before every block's data, and the kernel moved 1.8-2.2 TB/s; looping, 2.5
-    (torch's fused AdamW's rate; a plain copy moves 4.3): bench/adamw_kernel.md."""
-    if HAS_FOUND_INF:
-        if tl.load(found_inf_ptr) != 0:
-            return
-    tensor = tl.load(chunks_ptr + 2 * tl.program_id(0)).to(tl.int64)
-    chunk = tl.load(chunks_ptr + 2 * tl.program_id(0) + 1).to(tl.int64)
-    row = table_ptr + tensor * ROW
-    count, key = tl.load(row + 4), tl.load(row + 5).to(tl.uint32)
-    param_base = tl.load(row).to(tl.pointer_type(PARAM_DTYPE))
-    grad_base = tl.load(row + 1).to(tl.pointer_type(GRAD_DTYPE))
-    exp_avg_base = tl.load(row + 2).to(tl.pointer_type(EXP_AVG_DTYPE))
-    exp_avg_sq_base = tl.load(row + 3).to(tl.pointer_type(EXP_AVG_SQ_DTYPE))
-    hyper = hyper_ptr + tensor * 7
-    lr, beta1, beta2, eps = tl.load(hyper), tl.load(hyper + 1), tl.load(hyper + 2), tl.load(hyper + 3)
-    weight_decay, correction1, correction2_sqrt = tl.load(hyper + 4), tl.load(hyper + 5), tl.load(hyper + 6)
-    grad_factor = tl.div_rn(1.0, tl.load(grad_scale_ptr)) if HAS_GRAD_SCALE else 1.0
-    offsets = tl.arange(0, BLOCK)
-    largest = 0.0  # NOTE: a scalar, each block's max folded in: a [BLOCK] vector took 79 registers, not 64, and the
-    # update 6-7% longer recording amaxes (bench/adamw_kernel.md, session 13)
-    for index in range(BLOCKS_PER_PROGRAM):
-        start = (chunk * BLOCKS_PER_PROGRAM + index) * BLOCK
-        param_ptr, grad_ptr = at(param_base, start, ALIGNED), at(grad_base, start, ALIGNED)
-        exp_avg_ptr, exp_avg_sq_ptr = at(exp_avg_base, start, ALIGNED), at(exp_avg_sq_base, start, ALIGNED)
-        remaining = count - start
-        if ALIGNED:  # a multiple of 16 elements: the mask is constant over each 16-byte vector
-            remaining = tl.multiple_of(remaining, 16)
-        mask = offsets < remaining
-        grad = tl.load(grad_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        if HAS_GRAD_SCALE:
-            grad = grad * grad_factor
-        first = tl.load(exp_avg_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        second = tl.load(exp_avg_sq_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        weight = tl.load(param_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        first = first + (1.0 - beta1) * (grad - first)  # torch's lerp for weights below 0.5
-        second = second * beta2 + grad * grad * (1.0 - beta2)
-        weight = weight * (1.0 - lr * weight_decay)
-        denominator = tl.sqrt_rn(second) * tl.div_rn(1.0, correction2_sqrt) + eps
-        weight = weight - tl.div_rn(first, denominator) * tl.div_rn(lr, correction1)
-        position = ((start + offsets) * 2).to(tl.uint32) + key
-        bits, more_bits = _hash32(position), _hash32(position + 1)
-        weight = _store(param_ptr, offsets, mask, weight, bits & 0xFFFF)
-        _store(exp_avg_ptr, offsets, mask, first, bits >> 16)
-        _store(exp_avg_sq_ptr, offsets, mask, second, more_bits & 0xFFFF)
-        if HAS_AMAX:
-            largest = tl.maximum(largest, tl.max(tl.abs(weight)))  # NOTE: masked lanes hold 0
-    if HAS_AMAX:
-        amax_address = tl.load(row + 6)
-        if amax_address != 0:  # NOTE: relaxed: nothing in the kernel reads it (acq_rel, the default, fences every
-            # program's stores first: on the H200 the update took 30% longer recording amaxes, 10% with relaxed —
-            # bench/adamw_kernel.md, session 12)
-            tl.atomic_max(amax_address.to(tl.pointer_type(tl.float32)), largest, sem="relaxed")
+def update_slice(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+                 hyper: torch.Tensor, grad_scale: torch.Tensor | None, key: int,
+                 amax: torch.Tensor | None = None) -> None:
+    """One AdamW update of matching flat slices (torch.optim.AdamW's arithmetic, in fp32) with the gradient
+    divided by ``grad_scale`` when given; ``hyper`` = :func:`hyperparameters`, ``key`` = :func:`hash_key`
+    (positions ``2 * i`` and ``2 * i + 1`` give element ``i`` 64 random bits, 16 for each bf16 store);
+    ``amax`` (fp32, one element), when given, is raised to the largest magnitude of the updated weights."""
+    lr, beta1, beta2, eps, weight_decay, correction1, correction2_sqrt = hyper.unbind()
+    # NOTE: per-tensor divisors as reciprocals, so the kernel divides once per tensor, not per element
+    grad = grad.float() if grad_scale is None else grad.float() * (1 / grad_scale)
+    first = exp_avg.float().lerp(grad, 1 - beta1)
+    second = exp_avg_sq.float() * beta2 + grad * grad * (1 - beta2)
+    weight = param.float() * (1 - lr * weight_decay)
+    weight = weight - first / (second.sqrt() * (1 / correction2_sqrt) + eps) * (lr / correction1)
+    results = ((param, weight), (exp_avg, first), (exp_avg_sq, second))
+    noises: tuple[torch.Tensor | None, ...] = (None, None, None)
+    if any(target.dtype != torch.float32 for target, _ in results):
+        bits = random_bits(2 * param.numel(), key, param.device).view(-1, 2)
+        noises = (bits[:, 0] & 0xFFFF, bits[:, 0] >> 16, bits[:, 1] & 0xFFFF)
+    for (target, value), noise in zip(results, noises):
+        target.copy_(value if target.dtype == torch.float32 else stochastic_round_to_bf16(value, noise))
+    if amax is not None and param.numel():
+        amax.copy_(torch.maximum(amax, param.abs().max().float().reshape(amax.shape)))
 
 
-def _signature(work: Work) -> tuple:
-    """What one launch needs alike: the dtypes, and whether it is :func:`~trainer.kernels.multi_tensor.aligned`."""
-    tensors = (work.param, work.grad, work.exp_avg, work.exp_avg_sq)
-    return (*(t.dtype for t in tensors), aligned(tensors))
+def hash_key(step: int, ordinal: int) -> int:
+    """Where the random bits of the optimizer's ``ordinal``-th parameter begin at ``step`` (two hash
+    positions per element, so a slice at element ``start`` begins ``2 * start`` later): a different stream
+    per step and parameter."""
+    return (step * 0x9E3779B1 + ordinal * 0x85EBCA77) & _LOW32
 
 
-#: Entries of a tensor's row of the launch table.
-ROW = 7
+def hyperparameters(group: dict, step: int) -> list[float]:
+    """``[lr, beta1, beta2, eps, weight_decay, 1 - beta1^step, sqrt(1 - beta2^step)]`` of a parameter group
+    at ``step`` (the ``hyper`` of :func:`update_slice` as a tensor)."""
+    beta1, beta2 = group["betas"]
+    return [float(group["lr"]), beta1, beta2, group["eps"], group["weight_decay"], 1 - beta1**step,
+            math.sqrt(1 - beta2**step)]
 
 
-def update(works: list[Work], grad_scale: torch.Tensor | None, found_inf: torch.Tensor | None, *,
-           block: int = BLOCK, blocks_per_program: int = BLOCKS_PER_PROGRAM, num_warps: int = NUM_WARPS) -> None:
-    """:func:`trainer.optim.adamw.update_slice` of every ``Work``, one launch per :func:`_signature` (gradients
-    divided by ``grad_scale`` when given; nothing written when ``found_inf`` is nonzero); ``block``,
-    ``blocks_per_program`` and ``num_warps`` set the launch shape (the defaults are the fastest measured)."""
-    launches: dict[tuple, list[Work]] = {}
-    for work in works:
-        launches.setdefault(_signature(work), []).append(work)
-    for (param_dtype, grad_dtype, exp_avg_dtype, exp_avg_sq_dtype, is_aligned), group in launches.items():
-        device = group[0].param.device
-        table = torch.tensor([[w.param.data_ptr(), w.grad.data_ptr(), w.exp_avg.data_ptr(), w.exp_avg_sq.data_ptr(),
-                               w.param.numel(), w.key, 0 if w.amax is None else w.amax.data_ptr()] for w in group],
-                             dtype=torch.int64)
-        hyper = torch.tensor([w.hyper for w in group], dtype=torch.float32)
-        # NOTE: non-blocking from pageable memory is staged at once and waits for no queued GPU work
-        table, hyper = table.to(device, non_blocking=True), hyper.to(device, non_blocking=True)
-        chunks = program_table(tuple(w.param.numel() for w in group), device, block * blocks_per_program)
-        adamw_update_kernel[(chunks.numel() // 2,)](
-            table, chunks, hyper, hyper if grad_scale is None else grad_scale,
-            hyper if found_inf is None else found_inf, HAS_GRAD_SCALE=grad_scale is not None,
-            HAS_FOUND_INF=found_inf is not None, HAS_AMAX=any(w.amax is not None for w in group),
-            ROW=ROW, PARAM_DTYPE=TRITON_DTYPES[param_dtype],
-            GRAD_DTYPE=TRITON_DTYPES[grad_dtype],
-            EXP_AVG_DTYPE=TRITON_DTYPES[exp_avg_dtype], EXP_AVG_SQ_DTYPE=TRITON_DTYPES[exp_avg_sq_dtype],
-            ALIGNED=is_aligned, BLOCK=block, BLOCKS_PER_PROGRAM=blocks_per_program, num_warps=num_warps)
+@dataclass(frozen=True)
+class Work:
+    """One parameter's update in a step: flat tensors, its :func:`hyperparameters` and :func:`hash_key`, and
+    where to raise the updated weight's amax to, if anywhere (:meth:`LowPrecisionAdamW.record_weight_amaxes`)."""
+
+    param: torch.Tensor
+    grad: torch.Tensor
+    exp_avg: torch.Tensor
+    exp_avg_sq: torch.Tensor
+    hyper: list[float]
+    key: int
+    amax: torch.Tensor | None = None
+
+
+def fused_update() -> Callable[[list[Work], torch.Tensor | None, torch.Tensor | None], None] | None:
+    """The one-launch update of every :class:`Work` on CUDA (``update(works, grad_scale, found_inf)``), or None
+    where Triton is not importable (logged once: the update then runs as tensor code, a dozen passes)."""
+    module = triton_kernels("adamw")
+    return module.update if module is not None else None

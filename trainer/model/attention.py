@@ -6,14 +6,13 @@ over the flattened B·S tokens plus B·S, as the data side emits for ``--reset-a
 kernels take) a token only attends to earlier tokens of its own document.
 
 ``auto`` on CUDA times every backend that works for the run's shape (forward + backward) and keeps the
-fastest: on Hopper that is SDPA's cuDNN kernel (~1.8x FlashAttention-2, DESIGN §5), the flash-attn
+fastest: on Hopper that is SDPA's cuDNN kernel (bench/RESULTS.md), the flash-attn
 package wins where it is importable and faster. On CPU ``auto`` is SDPA's math kernel.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
 from dataclasses import dataclass
 from typing import Callable
@@ -22,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from trainer.errors import ConfigError
+from corpus.core.errors import ConfigError
+from corpus.core.optional import missing
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +105,7 @@ def _unusable(backend: AttentionBackend, device: torch.device) -> str | None:
     if backend.cuda_only and device.type != "cuda":
         return "needs CUDA"
     if backend.needs_module is not None:
-        try:
-            importlib.import_module(backend.needs_module)
-        except ImportError:
-            return f"{backend.needs_module} is not installed"
+        return missing(backend.needs_module)
     return None
 
 

@@ -24,15 +24,23 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from trainer.model.attention import AttentionBackend
+from corpus.core.errors import ConfigError
 from trainer.config.schema import ModelConfig
+from trainer.model.attention import AttentionBackend
 from trainer.model.fused_loss import ChunkLoss, chunk_loss_and_grad, fused_loss_sum
-from trainer.errors import ConfigError
-from trainer.model.layers import (ColumnParallelLinear, LocalGemm, RMSNorm, RotaryEmbedding, RowParallelLinear,
-                            VocabParallelEmbedding, local_gemm, scaled_init_std)
+from trainer.model.layers import (
+    ColumnParallelLinear,
+    LocalGemm,
+    RMSNorm,
+    RotaryEmbedding,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    local_gemm,
+    scaled_init_std,
+)
 from trainer.parallel.collectives import TensorParallel
-from trainer.parallel.vocab_cross_entropy import token_losses
 from trainer.parallel.state import ParallelState
+from trainer.parallel.vocab_cross_entropy import token_losses
 
 
 def residual_dtype(config: ModelConfig, compute_dtype: torch.dtype) -> torch.dtype:
@@ -85,9 +93,9 @@ class TransformerLayer(nn.Module):
     """Pre-norm block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))`` — with that last add left to the
     next block (or the final norm), which takes ``(residual, branch)`` and adds them before its first norm.
 
-    NOTE: the block-end add as a kernel of its own read two hidden-state tensors and wrote one (60 µs a layer
-    of the 1.3b preset on an H200); added in the next compiled block it fuses into that block's first norm
-    kernel, as the mid-block add fuses into the second norm (bench/train_h200.md, fourteenth run)."""
+    NOTE: the block-end add as a kernel of its own reads two hidden-state tensors and writes one; added in the next
+    compiled block it fuses into that block's first norm kernel, as the mid-block add fuses into the second norm
+    (bench/RESULTS.md)."""
 
     def __init__(self, config: ModelConfig, parallel: ParallelState, attention: AttentionBackend,
                  gemm: LocalGemm) -> None:

@@ -20,11 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.errors import ConfigError
-from trainer.parallel.collectives import TensorParallel
-from trainer.parallel.state import ParallelState
+from corpus.core.errors import ConfigError
 from trainer.model.rotary import HeadShape, rotary_heads
 from trainer.model.swiglu import swiglu
+from trainer.parallel.collectives import TensorParallel
+from trainer.parallel.state import ParallelState
 
 #: A local GEMM computes ``x @ weight.T`` for one shard (``torch.nn.functional.linear``'s contract). A GEMM
 #: with per-linear state (delayed FP8 scaling) has a ``new_scales()`` method; each linear then owns what it

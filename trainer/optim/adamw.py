@@ -9,29 +9,19 @@ nearest loses every update below half an ulp. Here the update runs in fp32 and e
 stored with stochastic rounding: round-to-nearest would freeze the second moment, whose per-step change
 (``1 - beta2`` = 0.1%) is below half a bf16 ulp (0.2%), and late small weight updates alike.
 
-The random bits are a counter-based hash of the element's position, the step and the parameter
-(:func:`random_bits`): no generator state, no stored noise, the same bits when a resumed run replays a
-step, and a handful of integer operations where Philox draws cost ~100 per element. Parameters are
-updated in slices of :data:`SLICE` elements so the fp32 temporaries of the eager update stay small next
-to the 8B model.
-
-On CUDA the update is one Triton launch for every parameter (``fused=True``, :mod:`trainer.kernels.adamw`):
-it reads each weight, gradient and moments once and writes them once, with the same random bits as the
-tensor code here, where the eager update runs a dozen full passes.
+The arithmetic and its random bits are :mod:`trainer.kernels.adamw`'s. On CUDA the update is one Triton launch
+for every parameter (``fused=True``): it reads each weight, gradient and moments once and writes them once,
+where the eager update runs a dozen full passes; the eager update goes in slices of :data:`SLICE` elements so
+its fp32 temporaries stay small next to an 8B model.
 
 With everything fp32 the update is ``torch.optim.AdamW``'s to fp32 rounding (a test holds it to that).
 """
 
 from __future__ import annotations
 
-import logging
-import math
-from dataclasses import dataclass
-from typing import Callable
-
 import torch
 
-log = logging.getLogger(__name__)
+from trainer.kernels.adamw import Work, fused_update, hash_key, hyperparameters, update_slice
 
 #: Elements updated at once (bounds the fp32 temporaries: ~6 of this size).
 SLICE = 2**25
@@ -39,98 +29,10 @@ SLICE = 2**25
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-#: Multipliers of the 32-bit integer hash (odd, below 2^31 so int64 products never overflow).
-_HASH_MULTIPLIERS = (0x7FEB352D, 0x5BD1E995)
-_LOW32 = 0xFFFFFFFF
-
-
-def random_bits(numel: int, offset: int, device: torch.device) -> torch.Tensor:
-    """32 pseudo-random bits (int64 in ``[0, 2^32)``) for each of ``numel`` consecutive elements, a hash
-    of ``offset + position``: a bijection of 32-bit integers, so distinct positions never share bits."""
-    x = (torch.arange(numel, dtype=torch.int64, device=device) + offset) & _LOW32
-    for multiplier in _HASH_MULTIPLIERS:
-        x = x ^ (x >> 16)
-        x = (x * multiplier) & _LOW32
-    return x ^ (x >> 15)
-
-
-def stochastic_round_to_bf16(x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """``x`` (fp32) rounded to bf16 up or down, with the probability of rounding the magnitude up equal to the
-    fraction of the way to the next bf16 value when ``noise`` (integers, same shape) is uniform in
-    ``[0, 2^16)``: unbiased in expectation."""
-    bits = x.view(torch.int32)
-    truncated = (bits + noise.to(torch.int32)) & -65536  # NOTE: a carry out of the low 16 bits rounds up
-    return truncated.view(torch.float32).to(torch.bfloat16)
-
-
-def update_slice(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
-                 hyper: torch.Tensor, grad_scale: torch.Tensor | None, key: int,
-                 amax: torch.Tensor | None = None) -> None:
-    """One AdamW update of matching flat slices (torch.optim.AdamW's arithmetic, in fp32) with the gradient
-    divided by ``grad_scale`` when given; ``hyper`` = :func:`hyperparameters`, ``key`` = :func:`hash_key`
-    (positions ``2 * i`` and ``2 * i + 1`` give element ``i`` 64 random bits, 16 for each bf16 store);
-    ``amax`` (fp32, one element), when given, is raised to the largest magnitude of the updated weights."""
-    lr, beta1, beta2, eps, weight_decay, correction1, correction2_sqrt = hyper.unbind()
-    # NOTE: per-tensor divisors as reciprocals, so the kernel divides once per tensor, not per element
-    grad = grad.float() if grad_scale is None else grad.float() * (1 / grad_scale)
-    first = exp_avg.float().lerp(grad, 1 - beta1)
-    second = exp_avg_sq.float() * beta2 + grad * grad * (1 - beta2)
-    weight = param.float() * (1 - lr * weight_decay)
-    weight = weight - first / (second.sqrt() * (1 / correction2_sqrt) + eps) * (lr / correction1)
-    results = ((param, weight), (exp_avg, first), (exp_avg_sq, second))
-    noises: tuple[torch.Tensor | None, ...] = (None, None, None)
-    if any(target.dtype != torch.float32 for target, _ in results):
-        bits = random_bits(2 * param.numel(), key, param.device).view(-1, 2)
-        noises = (bits[:, 0] & 0xFFFF, bits[:, 0] >> 16, bits[:, 1] & 0xFFFF)
-    for (target, value), noise in zip(results, noises):
-        target.copy_(value if target.dtype == torch.float32 else stochastic_round_to_bf16(value, noise))
-    if amax is not None and param.numel():
-        amax.copy_(torch.maximum(amax, param.abs().max().float().reshape(amax.shape)))
-
-
-def hash_key(step: int, ordinal: int) -> int:
-    """Where the random bits of the optimizer's ``ordinal``-th parameter begin at ``step`` (two hash
-    positions per element, so a slice at element ``start`` begins ``2 * start`` later): a different stream
-    per step and parameter."""
-    return (step * 0x9E3779B1 + ordinal * 0x85EBCA77) & _LOW32
-
-
-def hyperparameters(group: dict, step: int) -> list[float]:
-    """``[lr, beta1, beta2, eps, weight_decay, 1 - beta1^step, sqrt(1 - beta2^step)]`` of a parameter group
-    at ``step`` (the ``hyper`` of :func:`update_slice` as a tensor)."""
-    beta1, beta2 = group["betas"]
-    return [float(group["lr"]), beta1, beta2, group["eps"], group["weight_decay"], 1 - beta1**step,
-            math.sqrt(1 - beta2**step)]
-
-
 def gradient_of(param: torch.Tensor) -> torch.Tensor | None:
     """The gradient ``param`` is stepped with: its fp32 ``main_grad`` where the gradient reducer keeps one
     (``--accumulate-allreduce-grads-in-fp32``, Megatron's attribute), else its ``.grad``."""
     return getattr(param, "main_grad", param.grad)
-
-
-@dataclass(frozen=True)
-class Work:
-    """One parameter's update in a step: flat tensors, its :func:`hyperparameters` and :func:`hash_key`, and
-    where to raise the updated weight's amax to, if anywhere (:meth:`LowPrecisionAdamW.record_weight_amaxes`)."""
-
-    param: torch.Tensor
-    grad: torch.Tensor
-    exp_avg: torch.Tensor
-    exp_avg_sq: torch.Tensor
-    hyper: list[float]
-    key: int
-    amax: torch.Tensor | None = None
-
-
-def _fused_update() -> Callable[[list[Work], torch.Tensor | None, torch.Tensor | None], None] | None:
-    """:func:`trainer.kernels.adamw.update`, or None (logged) where Triton is not importable."""
-    try:
-        from trainer.kernels.adamw import update
-    except ImportError as error:
-        log.warning("the AdamW update runs as tensor code (a dozen passes, not one kernel): %s", error)
-        return None
-    return update
 
 
 class LowPrecisionAdamW(torch.optim.Optimizer):
@@ -142,7 +44,7 @@ class LowPrecisionAdamW(torch.optim.Optimizer):
         """``fused``: update every parameter in one Triton launch (CUDA; tensor code, logged, without Triton)."""
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
         self.dtypes = (exp_avg_dtype, exp_avg_sq_dtype)
-        self.kernel = _fused_update() if fused else None
+        self.kernel = fused_update() if fused else None
         self.weight_amaxes: dict[torch.Tensor, torch.Tensor] = {}
         self.register_load_state_dict_pre_hook(LowPrecisionAdamW._keep_loaded_moments)
         self.register_load_state_dict_post_hook(LowPrecisionAdamW._restore_moments)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from corpus.core.errors import ConfigError
 from trainer.config.schema import OptimConfig
-from trainer.errors import ConfigError
 
 #: progress in [0, 1] → fraction of the way from --lr down to --min-lr.
 DECAY_STYLES: dict[str, Callable[[float], float]] = {

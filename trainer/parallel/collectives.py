@@ -27,8 +27,8 @@ from trainer.parallel.state import ParallelState
 SEQUENCE_DIM = 1
 
 # NOTE: functional collectives (a new tensor, its wait a data dependency), not the in-place
-# ``dist.*_into_tensor`` calls: compiled blocks mixing those with our FP8 GEMM trained wrong on two
-# H200s (bench/parallel_h200x2.md), the kind of ordering bug functional collectives exist to avoid.
+# ``dist.*_into_tensor`` calls: compiled blocks mixing those with our FP8 GEMM train wrong on two GPUs, the kind
+# of ordering bug functional collectives exist to avoid.
 
 
 def all_reduce(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:

@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from corpus.core.errors import ConfigError
 from trainer.config.schema import ParallelConfig
-from trainer.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -4,11 +4,11 @@ step; ``--compile-cache``: their compiled artifacts carried from one run to the 
 Per block rather than the whole model: one graph compiled once serves every layer (the layers share
 code and shapes), compile time stays that of one block, and the embedding, the output GEMMs and the
 optimizer stay eager. Inside a block Inductor fuses RMSNorm, RoPE, SwiGLU, the residual adds and the
-FP8 scaling/casts around the GEMMs. The final norm compiles too, with the last block's residual add: eager,
-its fp32 steps were ten kernels, ~1.1 ms a step of the 1.3b preset on an H200; compiled, two, ~0.13 ms. The
-fused loss's softmax step (``trainer.model.fused_loss``) compiles into one looped kernel over the logits (the
-log-sum-exp, then their gradient written in their dtype) and a small one for the loss (a one-pass Triton kernel
-holding each row in registers was no faster in the step: bench/train_h200.md, fifteenth run).
+FP8 scaling/casts around the GEMMs. The final norm compiles too, with the last block's residual add (eager, its
+fp32 steps are ten kernels; compiled, two). The fused loss's softmax step (``trainer.model.fused_loss``) compiles
+into one looped kernel over the logits (the log-sum-exp, then their gradient written in their dtype) and a small
+one for the loss; a one-pass Triton kernel holding each row in registers is no faster in the step
+(bench/RESULTS.md).
 ``nn.Module.compile`` keeps parameter names, so checkpoints of a compiled run load into an eager one and back.
 
 The cache file is PyTorch's portable "mega-cache" (``torch.compiler.save_cache_artifacts``): the FX
@@ -18,9 +18,8 @@ caches of this process; the log says how many graphs then came from it.
 
 NOTE: our own Triton ops (``torch.library.triton_op``) compile into the blocks' code, but AOTAutograd keys
 its cache on the graph that calls them, not on their source: an edited kernel would hit the entry compiled
-from the old one (on the H200 an A/B of two trees sharing one machine's caches compiled the other tree's
-blocks in seconds: its numbers could not be trusted). So
-:func:`tag_caches` puts a digest of the modules that define them into every cache key.
+from the old one (two trees sharing one machine's caches run each other's kernels). So :func:`tag_caches` puts
+a digest of the kernels package's sources into every cache key.
 """
 
 from __future__ import annotations
@@ -33,28 +32,31 @@ from pathlib import Path
 
 import torch
 
+from corpus.core.errors import ConfigError
 from trainer.model.fused_loss import compile_chunk_loss
-from trainer.errors import ConfigError
 from trainer.model.gpt import GPT
 
 log = logging.getLogger(__name__)
 
-#: Inductor's coordinate-descent search over each reduction kernel's launch parameters: the FP8 blocks'
-#: amax and norm reductions ran ~2% faster per step on an H200 (bench/train_h200.md), at some compile time.
+#: Inductor's coordinate-descent search over each reduction kernel's launch parameters: the FP8 blocks' amax and
+#: norm reductions run faster for some compile time (bench/RESULTS.md).
 INDUCTOR_OPTIONS = {"coordinate_descent_tuning": True}
 
 
-#: The modules defining the Triton ops the compiled blocks run (``trainer.kernels.ops.kernel_op``; their sources go
-#: into every cache key).
-TRITON_OP_MODULES = ("trainer.model.swiglu", "trainer.model.rotary", "trainer.fp8.delayed", "trainer.kernels.rotary_cast",
-                     "trainer.kernels.fp8_transpose")
+#: The package whose source files go into every cache key: our Triton ops and their kernels.
+KERNEL_PACKAGE = "trainer.kernels"
 
 
-def kernel_fingerprint(modules: tuple[str, ...] = TRITON_OP_MODULES) -> str:
-    """A digest of the source files of ``modules``."""
+def kernel_sources() -> list[Path]:
+    """Every source file of :data:`KERNEL_PACKAGE` (the ops, their formulas and their Triton kernels), sorted."""
+    return sorted(Path(importlib.import_module(KERNEL_PACKAGE).__file__).parent.rglob("*.py"))
+
+
+def kernel_fingerprint(paths: list[Path] | None = None) -> str:
+    """A digest of the bytes of ``paths`` (default: :func:`kernel_sources`)."""
     digest = hashlib.sha256()
-    for name in modules:
-        digest.update(Path(importlib.import_module(name).__file__).read_bytes())
+    for path in kernel_sources() if paths is None else paths:
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 

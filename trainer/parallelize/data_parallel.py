@@ -5,8 +5,8 @@ optimizer step: ``trainer.optim.optimizer.clipped_step``).
 With several DP replicas, gradients live in flat per-bucket buffers (each parameter's ``.grad`` is a
 view into one), so a bucket is reduced by one collective with no copy, as DDP's
 ``gradient_as_bucket_view`` does. With one, nothing travels and the gradients stay the tensors autograd
-makes: no zeroed buffer for every step's gradients to be added into (that zeroing and adding was ~2% of
-a 1.3B model's step on an H200). Buckets follow the reverse parameter order, roughly the order the
+makes: no zeroed buffer for every step's gradients to be added into (that zeroing and adding is a few percent
+of a step; bench/RESULTS.md). Buckets follow the reverse parameter order, roughly the order the
 backward pass produces gradients; with
 ``--overlap-grad-reduce`` a bucket is reduced as soon as its last gradient of the step has been
 accumulated (a post-accumulate-grad hook counts ``params × micro-batches`` arrivals), else all after the
@@ -32,19 +32,16 @@ the TP group; and the gradient norm counts them once.
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from trainer.config.schema import ParallelConfig
+from trainer.kernels.grad_norm import sum_of_squares_function
 from trainer.parallel.state import ParallelState
-
-log = logging.getLogger(__name__)
 
 DEFAULT_BUCKET = 40_000_000  # parameters; Megatron's default (at least 1M × DP)
 
@@ -85,23 +82,6 @@ def _owners(sizes: list[int], dp_size: int) -> list[int]:
     return owners
 
 
-def foreach_sum_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """Σ x² over every element of ``tensors`` (0-d fp32), from torch's per-tensor norms."""
-    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors)).float()).square()
-
-
-def _sum_of_squares_function(device: torch.device) -> Callable[[list[torch.Tensor]], torch.Tensor]:
-    """The gradient norm's sum of squares: one Triton launch on CUDA (:mod:`trainer.kernels.grad_norm`), torch's
-    per-tensor norms elsewhere or without Triton (logged)."""
-    if device.type == "cuda":
-        try:
-            from trainer.kernels.grad_norm import sum_of_squares
-            return sum_of_squares
-        except ImportError as error:
-            log.warning("the gradient norm runs as torch's per-tensor norms (a launch per ~21M elements): %s", error)
-    return foreach_sum_of_squares
-
-
 class GradReducer:
     """Gradient buffers, their reduction over the DP group, the global norm, clipping and (ZeRO-1) the
     weight broadcast, for the parameters of this rank's model chunks."""
@@ -126,7 +106,7 @@ class GradReducer:
             for bucket, owner in zip(self.buckets, _owners(sizes, parallel.dp_size)):
                 bucket.owner = owner
         self._bucket_of = {id(p): bucket for bucket in self.buckets for p in bucket.params}
-        self._sum_of_squares = _sum_of_squares_function(parallel.device)
+        self._sum_of_squares = sum_of_squares_function(parallel.device)
         self._next = 0
         if self.overlap_grad or self.main_grads:
             for param, _ in params:

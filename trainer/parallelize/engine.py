@@ -14,13 +14,13 @@ import torch
 import torch.distributed as dist
 
 from trainer.config.schema import ParallelConfig
-from trainer.model.layers import ShardedWeight
 from trainer.fp8 import FP8Engine
 from trainer.model.gpt import GPT
+from trainer.model.layers import ShardedWeight
+from trainer.parallel.state import ParallelState
 from trainer.parallelize.data_parallel import GradReducer
 from trainer.parallelize.pipeline import ChunkModule, MicroBatches, build_schedule
-from trainer.parallel.state import ParallelState
-from trainer.runtime.runtime import Precision
+from trainer.runtime.device import Precision
 
 
 def _parameters(chunks: list[GPT], parallel: ParallelState) -> list[tuple[torch.nn.Parameter, bool]]:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from trainer.model.attention import AttentionBackend
+from corpus.core.errors import ConfigError
 from trainer.config.schema import ModelConfig, ParallelConfig
-from trainer.errors import ConfigError
+from trainer.model.attention import AttentionBackend
 from trainer.model.gpt import GPT, StageSpec, build_model, parameter_counts
 from trainer.parallel.state import ParallelState
 

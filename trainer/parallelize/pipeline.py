@@ -21,7 +21,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleIn
 from trainer.fp8 import FP8Engine
 from trainer.model.gpt import GPT, residual_dtype
 from trainer.parallel.state import ParallelState
-from trainer.runtime.runtime import Precision
+from trainer.runtime.device import Precision
 
 
 class MicroBatches:

@@ -18,11 +18,18 @@ from typing import Iterator, Protocol
 import numpy as np
 import torch
 
-from corpus.blending.schema import BlendConfig, SampleOptions, apply_overrides, blend_from_data_path, dump_blend, load_blend
 from corpus.blending.datasets import SampleCounts, megatron_sample_counts, show_samples_command
 from corpus.blending.loader import BlendLoader, build_datasets
-from corpus.indexed.sidecar import options_hash
 from corpus.blending.samples import make_batch
+from corpus.blending.schema import (
+    BlendConfig,
+    SampleOptions,
+    apply_overrides,
+    blend_from_data_path,
+    dump_blend,
+    load_blend,
+)
+from corpus.indexed.sidecar import options_hash
 from trainer.config.schema import DataConfig, TrainConfig
 from trainer.parallel.state import ParallelState
 
@@ -101,7 +108,8 @@ def _mock_data(config: TrainConfig, parallel: ParallelState, counts: SampleCount
     data, seed = config.data, config.training.seed
     vocab = config.model.vocab_size or MOCK_VOCAB_SIZE
     options = SampleOptions(**_sample_options(data))
-    fingerprint = "mock-" + options_hash({"seed": seed, "vocab": vocab, "seq": data.seq_length, **_sample_options(data)})
+    fingerprint = "mock-" + options_hash({"seed": seed, "vocab": vocab, "seq": data.seq_length,
+                                          **_sample_options(data)})
     loaders = {}
     for index, split in enumerate(SPLITS):
         samples = MockSamples(counts.of(split), data.seq_length, vocab, seed + index, options)

@@ -16,15 +16,20 @@ from pathlib import Path
 
 import torch
 
-from trainer.parallelize.compile import save_compiled
+from corpus.core.errors import ConfigError
 from trainer.config.schema import TrainConfig
-from trainer.errors import ConfigError, OutOfMemory, TrainingDiverged
-from trainer.run.metrics import MetricsSink, perplexity, throughput
+from trainer.errors import OutOfMemory, TrainingDiverged
 from trainer.optim.optimizer import clipped_step, set_learning_rate
-from trainer.run.profiling import StepProfiler
 from trainer.parallel.state import shutdown_parallel
-from trainer.run.build import Run, build_run, metrics_sink, save
-from trainer.runtime.runtime import GarbageCollection, fetch_later, garbage_collection, stop_on_signals
+from trainer.parallelize.compile import save_compiled
+from trainer.run.build import build_run, metrics_sink
+from trainer.run.metrics import MetricsSink, perplexity, throughput
+from trainer.run.profiling import StepProfiler
+from trainer.run.resume import save
+from trainer.run.state import Run
+from trainer.runtime.collection import GarbageCollection, garbage_collection
+from trainer.runtime.device import fetch_later
+from trainer.runtime.stops import stop_on_signals
 
 log = logging.getLogger(__name__)
 

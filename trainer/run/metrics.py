@@ -138,7 +138,8 @@ class MetricsSink:
     def _console_line(self, record: dict) -> str:
         head = f"step {record['step']}/{self.train_iters}"
         if "eval_loss" in record:
-            return f"{head} | {record.get('split', 'valid')} loss {record['eval_loss']:.4f} | ppl {record['eval_ppl']:.2f}"
+            split = record.get("split", "valid")
+            return f"{head} | {split} loss {record['eval_loss']:.4f} | ppl {record['eval_ppl']:.2f}"
         parts = [head, f"loss {record['loss']:.4f}", f"lr {record['lr']:.3e}", f"grad norm {record['grad_norm']:.3f}",
                  f"{record['tokens_per_s']:,.0f} tok/s"]
         if self.config.log_throughput:

@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from corpus.core.errors import ConfigError
 from trainer.config.schema import ProfileConfig
-from trainer.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

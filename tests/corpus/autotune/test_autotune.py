@@ -12,14 +12,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from corpus.autotune.search import (AutotuneConfig, AutotuneConfigError, AutotuneError, MAX_TRIALS, autotune,
-                             available_cores, default_workers, parse_candidates)
+from corpus.autotune import trial as autotune_trial
 from corpus.autotune.report import NOISE_FLOOR, Candidate, Run, recommend, run_rates
 from corpus.autotune.sample import write_sample
-from corpus.autotune import trial as autotune_trial
+from corpus.autotune.search import (
+    MAX_TRIALS,
+    AutotuneConfig,
+    AutotuneConfigError,
+    AutotuneError,
+    autotune,
+    available_cores,
+    default_workers,
+    parse_candidates,
+)
 from corpus.autotune.trial import TrialReport, _BatchClock, _DeadlineReached, _measure, run_trial, steady_window
-from corpus.tokenize.stats import Counters
 from corpus.readers import LinePayload, extract
+from corpus.tokenize.stats import Counters
 from tests.corpus.tokenize.support import TOKENIZER, WEB, config, hf_tokenizer
 
 LINES = WEB.read_bytes().splitlines()

@@ -11,7 +11,7 @@ import yaml
 
 from corpus.indexed import IndexedWriter
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 EOD = 0
 VOCAB = 1000
 

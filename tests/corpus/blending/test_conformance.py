@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from corpus.blending.schema import blend_from_dict
 from corpus.blending.datasets import SampleCounts, build_split_datasets
 from corpus.blending.index_maps import SPLIT_NAMES
+from corpus.blending.schema import blend_from_dict
 from corpus.indexed.merge import merge
 from tests.corpus.blending.blend_data import EOD, VOCAB, write_random
 
@@ -61,7 +61,8 @@ def _source_entries(case: Case, names: list[str], weighted: bool) -> list[dict]:
 def _our_blend(case: Case, folder) -> dict:
     data = {"seq_length": case.seq_length, "seed": case.seed, "cache_dir": "cache", "samples": case.options}
     if case.per_split:
-        data["sources"] = {split: _source_entries(case, names, split == "train") for split, names in case.per_split.items()}
+        data["sources"] = {split: _source_entries(case, names, split == "train") for split,
+                           names in case.per_split.items()}
     else:
         data["split"] = case.split
         data["sources"] = _source_entries(case, [n for n, _, _ in case.sources], True)
@@ -75,12 +76,14 @@ def _megatron_blend(case: Case, folder, names: list[str], weighted: bool):
 
 def _megatron(api, case: Case, folder, **options):
     config = dict(random_seed=case.seed, sequence_length=case.seq_length, tokenizer=_Tokenizer(),
-                  reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, create_attention_mask=False,
+                  reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
+                  create_attention_mask=False,
                   path_to_cache=str(folder / "megatron-cache"))
     config.update(case.options)
     config.update(options)
     if case.per_split:
-        config["blend_per_split"] = [_megatron_blend(case, folder, case.per_split[s], s == "train") for s in SPLIT_NAMES]
+        config["blend_per_split"] = [_megatron_blend(case, folder, case.per_split[s],
+                                                     s == "train") for s in SPLIT_NAMES]
     else:
         config["blend"] = _megatron_blend(case, folder, [n for n, _, _ in case.sources], True)
         config["split"] = case.split
@@ -90,7 +93,8 @@ def _megatron(api, case: Case, folder, **options):
 
 def _megatron_tokens(api, dataset, index: int) -> np.ndarray:
     if isinstance(dataset, api.BlendedDataset):
-        return _megatron_tokens(api, dataset.datasets[dataset.dataset_index[index]], dataset.dataset_sample_index[index])
+        return _megatron_tokens(api, dataset.datasets[dataset.dataset_index[index]],
+                                dataset.dataset_sample_index[index])
     return dataset._query_document_sample_shuffle_indices(index)[0]
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from corpus.blending import index_maps as maps
-from corpus.blending.schema import blend_from_dict
 from corpus.blending.datasets import SampleCounts, build_split_datasets
+from corpus.blending.schema import blend_from_dict
 from corpus.indexed import IndexedWriter
 
 SPLITS = ["99,1,0", "969, 30, 1", "1", "80,20", "0,1,0", "33,33,34", "1.5,0.25,0.25", "98,2,0", "100,0,0", "7,0,3"]
@@ -16,7 +16,9 @@ SPLITS = ["99,1,0", "969, 30, 1", "1", "80,20", "0,1,0", "33,33,34", "1.5,0.25,0
 @pytest.mark.parametrize("split", SPLITS)
 def test_split_ranges_equal_megatron(split: str, megatron_datasets) -> None:
     from megatron.core.datasets.blended_megatron_dataset_config import (
-        convert_split_vector_to_split_matrix, parse_and_normalize_split)
+        convert_split_vector_to_split_matrix,
+        parse_and_normalize_split,
+    )
 
     expected = convert_split_vector_to_split_matrix(parse_and_normalize_split(split))
     assert maps.split_matrix(split) == expected

@@ -14,15 +14,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from corpus.blending.schema import blend_from_dict
 from corpus.blending.datasets import SampleCounts, megatron_sample_counts
 from corpus.blending.loader import BlendLoader, LoaderStateError, TorchSplitDataset, build_datasets
+from corpus.blending.schema import blend_from_dict
 from tests.conftest import REPO
 from tests.corpus.blending.blend_data import EOD, write_random
 
 BLEND = {"seq_length": 24, "seed": 5, "split": "95,5,0", "cache_dir": "cache",
          "samples": {"eod_mask_loss": True, "reset_position_ids": True, "reset_attention_mask": True},
-         "sources": [{"name": "web", "prefix": "web", "weight": 0.7}, {"name": "code", "prefix": "code", "weight": 0.3}]}
+         "sources": [{"name": "web", "prefix": "web", "weight": 0.7}, {"name": "code", "prefix": "code",
+                                                                       "weight": 0.3}]}
 
 
 @pytest.fixture
@@ -161,11 +162,13 @@ def test_resume_after_kill_equals_an_uninterrupted_run(folder: Path, tmp_path_fa
     process = run(folder, 0.05)
     checkpoint = folder / "checkpoint.json"
     deadline = time.monotonic() + 300
-    while (not checkpoint.exists() or len(json.loads(checkpoint.read_text())["digests"]) < 10) and time.monotonic() < deadline:
+    while ((not checkpoint.exists() or len(json.loads(checkpoint.read_text())["digests"]) < 10)
+           and time.monotonic() < deadline):
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait()
     interrupted_at = len(json.loads(checkpoint.read_text())["digests"])
     assert 10 <= interrupted_at < 120
     assert run(folder, 0).wait(timeout=300) == 0
-    assert json.loads(checkpoint.read_text())["digests"] == json.loads((reference / "checkpoint.json").read_text())["digests"]
+    reference_digests = json.loads((reference / "checkpoint.json").read_text())["digests"]
+    assert json.loads(checkpoint.read_text())["digests"] == reference_digests

@@ -14,14 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus.blending.schema import blend_from_dict
 from corpus.blending.datasets import SampleCounts, build_split_datasets
 from corpus.blending.map_cache import CacheError, MapCache, cache_key
+from corpus.blending.schema import blend_from_dict
 from tests.conftest import REPO
 from tests.corpus.blending.blend_data import write_random
 
 BLEND = {"seq_length": 32, "seed": 3, "split": "95,5,0", "cache_dir": "cache",
-         "sources": [{"name": "web", "prefix": "web", "weight": 0.6}, {"name": "code", "prefix": "code/*", "weight": 0.4}]}
+         "sources": [{"name": "web", "prefix": "web", "weight": 0.6}, {"name": "code", "prefix": "code/*",
+                                                                       "weight": 0.4}]}
 
 # Waits for the go file so every process asks for the maps at the same moment, then reports what it built.
 WORKER = """

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from corpus.blending.schema import blend_from_dict
-from corpus.blending.report import dry_run, format_report, report_to_json
 from corpus.blending.datasets import SampleCounts, build_split_datasets
+from corpus.blending.report import dry_run, format_report, report_to_json
+from corpus.blending.schema import blend_from_dict
 from tests.corpus.blending.blend_data import write_random
 
 SOURCES = [{"name": "web", "prefix": "web", "weight": 3}, {"name": "code", "prefix": "code", "weight": 1}]

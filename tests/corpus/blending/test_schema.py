@@ -1,4 +1,4 @@
-"""Every blend mistake is a CorpusError naming the file, the line, the key and the fix."""
+"""Every blend mistake is a UserError naming the file, the line, the key and the fix."""
 
 from __future__ import annotations
 
@@ -10,11 +10,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus.blending.schema import (BlendConfig, BlendError, apply_overrides, blend_from_data_path, blend_from_dict, dump_blend,
-                          load_blend)
 from corpus.blending.datasets import SampleCounts, build_split_datasets
-from corpus.core.errors import CorpusError
 from corpus.blending.resolve import resolve_blend
+from corpus.blending.schema import (
+    BlendConfig,
+    BlendError,
+    apply_overrides,
+    blend_from_data_path,
+    blend_from_dict,
+    dump_blend,
+    load_blend,
+)
+from corpus.core.errors import UserError
 from tests.corpus.blending.blend_data import tokenizer_record, write_random
 
 GOOD = """\
@@ -80,13 +87,14 @@ SCHEMA_ERRORS = [
 
 
 @pytest.mark.parametrize("old,new,line,key,fix", SCHEMA_ERRORS, ids=[e[3] + ":" + e[4] for e in SCHEMA_ERRORS])
-def test_schema_errors_name_file_line_key_and_fix(folder: Path, old: str, new: str, line: int, key: str, fix: str) -> None:
+def test_schema_errors_name_file_line_key_and_fix(folder: Path, old: str, new: str, line: int, key: str,
+                                                  fix: str) -> None:
     assert old in GOOD
     path = _blend(folder, GOOD.replace(old, new, 1))
     with pytest.raises(BlendError) as caught:
         load_blend(path)
     message = str(caught.value)
-    assert isinstance(caught.value, CorpusError)
+    assert isinstance(caught.value, UserError)
     assert message.startswith(f"{path}:"), message
     assert fix in message, message
     if key:
@@ -95,11 +103,13 @@ def test_schema_errors_name_file_line_key_and_fix(folder: Path, old: str, new: s
 
 
 def test_per_split_lists_reject_split_and_unknown_split_names(folder: Path) -> None:
-    per_split = "seq_length: 16\nsources:\n  train: [{name: web, prefix: data/web}]\n  dev: [{name: web, prefix: data/web}]\n"
+    per_split = ("seq_length: 16\nsources:\n  train: [{name: web, prefix: data/web}]\n  dev: [{name: web, prefix: "
+                 "data/web}]\n")
     with pytest.raises(BlendError, match=r"blend.yaml:4: sources.dev: unknown split 'dev'"):
         load_blend(_blend(folder, per_split))
     with pytest.raises(BlendError, match="'split' cannot be used with per-split source lists"):
-        load_blend(_blend(folder, per_split.replace("  dev: [{name: web, prefix: data/web}]\n", "") + "split: '1,0,0'\n"))
+        load_blend(_blend(folder, per_split.replace("  dev: [{name: web, prefix: data/web}]\n",
+                                                    "") + "split: '1,0,0'\n"))
 
 
 def test_missing_file_and_non_mapping(folder: Path) -> None:

@@ -7,8 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus.indexed import sidecar
-from corpus.indexed import IndexedReader, IndexedWriter
+from corpus.indexed import IndexedReader, IndexedWriter, sidecar
 from corpus.indexed.merge import MergeError, merge
 from corpus.indexed.prefixes import PrefixNotFound
 from tests.conftest import run_cli
@@ -92,9 +91,11 @@ def test_nothing_matched(tmp_path: Path) -> None:
 
 def test_cli_merge(tmp_path: Path) -> None:
     make_shards(tmp_path, 4)
-    result = run_cli("corpus", "merge", "--input", str(tmp_path / "part-*_text_document"), "--output-prefix", str(tmp_path / "all"))
+    result = run_cli("corpus", "merge", "--input", str(tmp_path / "part-*_text_document"), "--output-prefix",
+                     str(tmp_path / "all"))
     assert "merged 4 inputs" in result.stdout
     assert IndexedReader(tmp_path / "all").num_documents > 0
-    failed = run_cli("corpus", "merge", "--input", str(tmp_path / "missing"), "--output-prefix", str(tmp_path / "x"), check=False)
+    failed = run_cli("corpus", "merge", "--input", str(tmp_path / "missing"), "--output-prefix", str(tmp_path / "x"),
+                     check=False)
     assert failed.returncode == 1
     assert "missing.idx: no such file" in failed.stderr and "Traceback" not in failed.stderr

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from corpus.indexed import sidecar
-from corpus.indexed import HEADER_SIZE, IndexedWriter, index_arrays, read_header
-from corpus.inspect.run import InspectConfig, InspectError, inspect, inspect_prefix
+from corpus.indexed import HEADER_SIZE, IndexedWriter, index_arrays, read_header, sidecar
 from corpus.inspect.checks import CheckOptions, check_prefix
+from corpus.inspect.run import InspectConfig, inspect
 from corpus.inspect.show import DocumentRange, ShowError, show_documents
 from corpus.inspect.stats import length_histogram
+from corpus.inspect.summary import InspectError, inspect_prefix
 
 VOCAB, EOD = 1000, 999
 
@@ -24,7 +24,8 @@ def random_documents(rng: np.random.Generator, count: int = 300) -> list[list[np
     """Documents of 0-3 sequences (sentence-split style); each non-empty document ends with EOD."""
     documents = []
     for _ in range(count):
-        sequences = [rng.integers(0, EOD, size=rng.integers(1, 80)).astype(np.uint16) for _ in range(rng.integers(0, 4))]
+        sequences = [rng.integers(0, EOD, size=rng.integers(1, 80)).astype(np.uint16) for _ in range(rng.integers(0,
+                                                                                                                  4))]
         if sequences:
             sequences[-1][-1] = EOD
         documents.append(sequences)
@@ -257,7 +258,8 @@ def test_sidecar_problems(pair: Path) -> None:
     assert any("num_tokens" in m for m in messages) and any("dtype='int32'" in m for m in messages)
     sidecar.write(pair, {**meta, "vocab_size": 70000})
     [problem] = checks(pair)
-    assert problem.check == "sidecar" and "dtype uint16 cannot hold the ids of a 70000-token vocabulary" in problem.message
+    assert problem.check == "sidecar"
+    assert "dtype uint16 cannot hold the ids of a 70000-token vocabulary" in problem.message
     Path(f"{pair}.meta.json").write_text("{not json")
     [problem] = checks(pair)
     assert problem.check == "sidecar" and "not valid JSON" in problem.message

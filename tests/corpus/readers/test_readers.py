@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from corpus.readers import (InputError, ReadOptions, ResumePoint, Slice, expand_inputs, extract, read_slices)
+from corpus.readers import InputError, ReadOptions, ResumePoint, Slice, expand_inputs, extract, read_slices
 from corpus.readers import lines as lines_module
 
 RECORDS = [
@@ -129,7 +129,8 @@ def test_parquet_bad_values_and_columns(tmp_path):
     (batch, *_) = read_all([path], ["text"])[1]
     assert extract(batch.payload, ["text"]).bad == [(1, "key 'text' is null, not a string")]
     (batch, *_) = read_all([path], ["n"])[1]
-    assert [reason for _, reason in extract(batch.payload, ["n"]).bad] == ["key 'n' is a int64 column, not a string"] * 3
+    assert [reason for _, reason in extract(batch.payload,
+                                            ["n"]).bad] == ["key 'n' is a int64 column, not a string"] * 3
     (batch, *_) = read_all([path], ["title"])[1]
     assert "missing key 'title'" in extract(batch.payload, ["title"]).bad[0][1]
 

@@ -21,7 +21,8 @@ def hf_tokenizer(**changes) -> TokenizerConfig:
 
 def config(tmp: Path, inputs: list, name: str = "out", **changes) -> TokenizeConfig:
     """A quiet config writing ``tmp/name``; in-process encoding unless ``workers`` is given."""
-    options = dict(json_keys=["text"], append_eod=True, workers=0, quiet=True, tokenizer=hf_tokenizer(), sample_records=16)
+    options = dict(json_keys=["text"], append_eod=True, workers=0, quiet=True, tokenizer=hf_tokenizer(),
+                   sample_records=16)
     options.update(changes)
     return TokenizeConfig(inputs=[str(p) for p in inputs], output_prefix=str(tmp / name), **options)
 

@@ -34,7 +34,8 @@ def uninterrupted(tmp_path_factory):
 def interrupt_after(monkeypatch, batches: int, checkpoint_every: int) -> None:
     """Stop the run with KeyboardInterrupt after ``batches`` batches were written, checkpointing only
     every ``checkpoint_every`` batches so data past the last checkpoint is on disk when it stops."""
-    original_consume, original_checkpoint = corpus.tokenize.run._Writing.consume, corpus.tokenize.run._Writing.checkpoint
+    writing = corpus.tokenize.run._Writing
+    original_consume, original_checkpoint = writing.consume, writing.checkpoint
     calls = {"consume": 0, "checkpoint": 0}
 
     def consume(self, batch, result):

@@ -16,13 +16,21 @@ import pytest
 
 from corpus.indexed import IndexedReader
 from corpus.indexed.merge import merge
-from corpus.tokenize.shards import _file_groups, resolve_shard, ShardError
 from corpus.readers import expand_inputs
 from corpus.tokenize.run import BadRecordError, tokenize
+from corpus.tokenize.shards import ShardError, _file_groups, resolve_shard
 from corpus.tokenizers import build_tokenizer
 from tests.conftest import REPO
-from tests.corpus.tokenize.support import (CODE, TOKENIZER, WEB, config, hf_tokenizer, output_bytes, sample_records,
-                                           write_jsonl)
+from tests.corpus.tokenize.support import (
+    CODE,
+    TOKENIZER,
+    WEB,
+    config,
+    hf_tokenizer,
+    output_bytes,
+    sample_records,
+    write_jsonl,
+)
 
 
 def bos_tokenizer(tmp_path: Path) -> tuple[str, int]:
@@ -33,7 +41,8 @@ def bos_tokenizer(tmp_path: Path) -> tuple[str, int]:
     spec["post_processor"] = {"type": "TemplateProcessing",
                               "single": [{"SpecialToken": {"id": bos["content"], "type_id": 0}},
                                          {"Sequence": {"id": "A", "type_id": 0}}],
-                              "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                              "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B",
+                                                                                              "type_id": 1}}],
                               "special_tokens": {bos["content"]: {"id": bos["content"], "ids": [bos["id"]],
                                                                   "tokens": [bos["content"]]}}}
     path = tmp_path / "bos_tokenizer.json"
@@ -122,11 +131,13 @@ def test_skip_lists_every_bad_record_and_keeps_keys_aligned(tmp_path):
     assert "malformed JSON" in reasons[0] and "is a JSON number" in reasons[1] and "missing key 'title'" in reasons[2]
     assert "invalid UTF-8" in reasons[3] and "truncated gz stream" in reasons[4]
     written = 3 + 2 + 2
-    assert (stats.counters.records_read, stats.counters.records_written, stats.counters.records_skipped) == (12, written, 5)
+    assert (stats.counters.records_read, stats.counters.records_written, stats.counters.records_skipped) == (12,
+                                                                                                             written, 5)
     for key in ("text", "title"):
         assert IndexedReader(tmp_path / f"out_{key}_document").num_documents == written
     titles = IndexedReader(tmp_path / "out_title_document")
-    assert [titles.document(d)[0].tolist()[:-1] for d in (3, 4)] == build_tokenizer(hf_tokenizer()).encode_batch(["x", "y"])
+    assert [titles.document(d)[0].tolist()[:-1] for d in (3, 4)] == build_tokenizer(hf_tokenizer()).encode_batch(["x",
+                                                                                                                  "y"])
 
 
 def test_a_clean_run_removes_a_stale_skipped_list(tmp_path):

@@ -18,7 +18,8 @@ HARD_CASES = [
     "日本語の文章です。中文文本，还有标点。한국어 텍스트도 있습니다.",
     "Русский текст и ελληνικά και العربية وعبرית",
     "emoji 🚀🔥 family 👨‍👩‍👧‍👦 flag 🇳🇱 skin 👍🏽 keycap 1️⃣",
-    "def f(x: int) -> int:\n\t\"\"\"Doc.\"\"\"\n    return x ** 2  # square\n\nif __name__ == '__main__':\n    print(f(3))\n",
+    "def f(x: int) -> int:\n\t\"\"\"Doc.\"\"\"\n    return x ** 2  # square\n\nif __name__ == '__main__':\n    "
+    "print(f(3))\n",
     "x = {'a': [1, 2.5e-10, 0xFF, None]}; y = a->b && c || !d; // C-ish\r\n",
     "1234567890 3.14159265 1,000,000 2024-01-01T12:00:00Z",
     "special strings: <s> </s> <unk> <pad> <SPECIAL_7> <|endoftext|> <|begin_of_text|> [INST] <mask>",

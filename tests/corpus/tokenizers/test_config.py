@@ -6,12 +6,19 @@ import pickle
 
 import pytest
 
-from corpus.tokenizers import TokenizerConfig, TokenizerConfigError, build_tokenizer, config_from_dict, config_from_record
+from corpus.tokenizers import (
+    TokenizerConfig,
+    TokenizerConfigError,
+    build_tokenizer,
+    config_from_dict,
+    config_from_record,
+)
 from corpus.tokenizers.registry import TOKENIZER_TYPES
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"type": "BertWordPieceCase"}, "unknown --tokenizer-type 'BertWordPieceCase'; valid types: HuggingFaceTokenizer, "),
+    ({"type": "BertWordPieceCase"},
+     "unknown --tokenizer-type 'BertWordPieceCase'; valid types: HuggingFaceTokenizer, "),
     ({"type": "HuggingFaceTokenizer"}, "HuggingFaceTokenizer needs --tokenizer-model"),
     ({"type": "GPT2BPETokenizer", "vocab_file": "v.json"}, "needs --merge-file"),
     ({"type": "NullTokenizer"}, "NullTokenizer needs --vocab-size"),
@@ -21,7 +28,7 @@ from corpus.tokenizers.registry import TOKENIZER_TYPES
     ({"type": "NullTokenizer", "vocab_size": 5, "encoder": "fast"}, "encoder 'fast' is not one of auto, reference"),
     ({"type": "NullTokenizer", "vocab_size": 5, "eod_id": -1}, "eod_id -1 must be a non-negative"),
     ({"type": "NullTokenizer", "vocab_size": 5, "eos": 1}, r"unknown key\(s\) eos; known keys: bos_id, "),
-    ({"vocab_size": 5}, "missing key 'type'"),
+    ({"vocab_size": 5}, "missing required key 'type'"),
 ])
 def test_bad_configs(values, message):
     with pytest.raises(TokenizerConfigError, match=message):

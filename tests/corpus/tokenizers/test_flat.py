@@ -25,7 +25,8 @@ def test_with_affixes_matches_the_list_construction(prefix, suffix):
 def test_flat_equals_lists(encoder):
     from corpus.tokenizers import select_encoder
 
-    config = TokenizerConfig(type="HuggingFaceTokenizer", model=str(REPO / "examples" / "tokenizer.json"), encoder=encoder)
+    config = TokenizerConfig(type="HuggingFaceTokenizer", model=str(REPO / "examples" / "tokenizer.json"),
+                             encoder=encoder)
     tokenizer = select_encoder(config, [])[0] if encoder == "gigatoken" else build_tokenizer(config)
     texts = ["", "hello world", "日本語 🚀", "def f(x):\n    return x", " " * 40]
     flat, lengths = tokenizer.encode_batch_flat(texts)

@@ -77,7 +77,8 @@ def test_byte_level_decode_round_trip(tokenizer_files, conformance_texts, name):
 
 def test_file_and_directory_are_the_same_tokenizer(tokenizer_files):
     directory = build_tokenizer(TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.cl100k_json))
-    file = build_tokenizer(TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.cl100k_json + "/tokenizer.json"))
+    file = build_tokenizer(TokenizerConfig("HuggingFaceTokenizer",
+                                           model=tokenizer_files.cl100k_json + "/tokenizer.json"))
     assert directory.describe()["fingerprint"] == file.describe()["fingerprint"]
     assert directory.encode_batch(["same ids"]) == file.encode_batch(["same ids"])
 
@@ -136,7 +137,8 @@ class _TextDependentPostProcessor:
         return self._wrap(self.inner.encode(text, add_special_tokens=False), add_special_tokens)
 
     def encode_batch_fast(self, texts: list[str], add_special_tokens: bool = True):
-        return [self._wrap(e, add_special_tokens) for e in self.inner.encode_batch_fast(texts, add_special_tokens=False)]
+        return [self._wrap(e, add_special_tokens) for e in self.inner.encode_batch_fast(texts,
+                                                                                        add_special_tokens=False)]
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)

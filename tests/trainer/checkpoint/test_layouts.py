@@ -1,6 +1,7 @@
 """Checkpoints written at one TP × PP × DP layout load at another: TP2×PP2×DP2 (sequence parallel,
 ZeRO-1, overlapped reduction, 8 CPU ranks) saved at step 10 and resumed at TP1×PP2×DP4, TP1×PP1×DP8 with
-ZeRO-1 (8 ranks each; the save/resume pair of issue #9's eight-GPU run) and TP1×PP1×DP1 (one process) continue the loss curve of an uninterrupted one-process run; a vocabulary
+ZeRO-1 (8 ranks each; the save/resume pair of issue #9's eight-GPU run) and TP1×PP1×DP1 (one process) continue the loss
+curve of an uninterrupted one-process run; a vocabulary
 padded for another TP size loads the rows both layouts have."""
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import torch
 from tests.trainer.parallelize.support import assert_same_curve, curve, layout_overrides, run_ranks
 from trainer.checkpoint import store as checkpoint
 from trainer.config.loading import load_config, merge
-from trainer.run.loop import train
 from trainer.run.build import build_run
+from trainer.run.loop import train
 
 TP2_PP2_DP2 = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "sequence_parallel": True,
                "use_distributed_optimizer": True, "overlap_grad_reduce": True, "overlap_param_gather": True,

@@ -82,11 +82,13 @@ KILLER = textwrap.dedent("""
     import json, os, signal, sys
     import torch
     torch.set_num_threads(1)
-    from trainer.checkpoint import store as checkpoint, loop
+    from trainer.checkpoint import store as checkpoint
+    from trainer.run import loop
     from trainer.config.loading import load_config
     target, nth, overrides = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
     owner, name = {
-        "dcp_write": (__import__("torch.distributed.checkpoint.filesystem", fromlist=["x"]).FileSystemWriter, "write_data"),
+        "dcp_write": (__import__("torch.distributed.checkpoint.filesystem", fromlist=["x"]).FileSystemWriter,
+                      "write_data"),
         "json": (checkpoint, "_write_atomically"),
         "prune": (checkpoint.shutil, "rmtree"),
     }[target]
@@ -116,7 +118,8 @@ def test_kill_during_save_leaves_a_loadable_checkpoint_and_resume_matches(tmp_pa
     reference.mkdir()
     train(tiny_config(reference, training={"train_iters": 6}))
     overrides = tiny_overrides(tmp_path, training={"train_iters": 6},
-                               checkpoint={"save": save, "save_interval": 2, "save_retain": 1 if target == "prune" else None})
+                               checkpoint={"save": save, "save_interval": 2,
+                                           "save_retain": 1 if target == "prune" else None})
     killed = subprocess.run([sys.executable, "-c", KILLER, target, str(nth), json.dumps(overrides)], cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
@@ -130,4 +133,5 @@ def test_kill_during_save_leaves_a_loadable_checkpoint_and_resume_matches(tmp_pa
 
 
 def load_config_with_load(tmp_path, save):
-    return tiny_config(tmp_path, training={"train_iters": 6}, checkpoint={"save": save, "load": save, "save_interval": 2})
+    return tiny_config(tmp_path, training={"train_iters": 6}, checkpoint={"save": save, "load": save,
+                                                                          "save_interval": 2})

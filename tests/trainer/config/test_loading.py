@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from corpus.core.errors import ConfigError
 from trainer.config.loading import config_fields, from_dict, load_config
-from trainer.errors import ConfigError
 
 MOCK = {"data": {"mock_data": True, "seq_length": 64}, "training": {"train_iters": 5}}
 
@@ -23,8 +23,8 @@ def test_yaml_then_flags(tmp_path):
 @pytest.mark.parametrize("document, fragment", [
     ("model: {num_layer: 3}", "unknown key(s) num_layer"),
     ("optimizer: {lr: 1}", "unknown section(s) optimizer"),
-    ("optim: {lr: fast}", "optim.lr: expected float"),
-    ("training: {micro_batch_size: 2.5}", "training.micro_batch_size: expected int"),
+    ("optim: {lr: fast}", "optim.lr: expected a number"),
+    ("training: {micro_batch_size: 2.5}", "training.micro_batch_size: expected an integer"),
     ("training: {precision: fp16}", "not one of auto, bf16, fp32"),
     ("- a list", "expected a mapping"),
     ("model: [1, 2]", ": model: expected a mapping"),

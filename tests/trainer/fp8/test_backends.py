@@ -10,10 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from corpus.core.errors import ConfigError
 from tests.conftest import run_cli
 from tests.trainer.conftest import read_metrics, tiny_config
 from trainer.config.schema import FP8Config
-from trainer.errors import ConfigError
 from trainer.fp8 import backends
 from trainer.fp8.backends import check_hardware, resolve_backend, select_fp8
 from trainer.fp8.delayed import DelayedScalingUpdate
@@ -67,7 +67,8 @@ def test_delayed_scaling_on_scaled_mm_is_delayed(fp8_capable, caplog):
     assert engine.gemm_name == "fp8_scaled_mm" and engine.gemm_name in GEMMS and engine.compilable
     assert "recipe delayed: delayed scaling (amax history 1024 steps, max)" in engine.description
     assert "e5m2 gradients" in engine.description and "instead" not in caplog.text
-    assert isinstance(engine.parts.after_backward, DelayedScalingUpdate) and hasattr(GEMMS["fp8_scaled_mm"], "new_scales")
+    assert isinstance(engine.parts.after_backward, DelayedScalingUpdate) and hasattr(GEMMS["fp8_scaled_mm"],
+                                                                                     "new_scales")
 
 
 def test_fp8_transpose_producers_has_the_gradient_kernels_write_their_transposes(fp8_capable):

@@ -13,16 +13,17 @@ import torch.nn.functional as F
 
 from tests.trainer.conftest import read_metrics, tiny_config
 from tests.trainer.kernels.triton_support import ON_CUDA
-from trainer.optim.adamw import LowPrecisionAdamW
-from trainer.fp8.delayed import (WEIGHT, Calibration, DelayedScales, DelayedScalingUpdate, amax_of, cast_with_scale,
-                                 swiglu_backward_cast)
+from trainer.fp8.delayed import WEIGHT, Calibration, DelayedScales, DelayedScalingUpdate
 from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe, make_scaled_mm_gemm
 from trainer.fp8.scaling import E4M3, E5M2, Eligibility, fp8_max
+from trainer.kernels.fp8_cast import amax_of, cast_with_scale
+from trainer.kernels.swiglu import reference_backward, swiglu_backward_cast
 from trainer.model.layers import ColumnParallelLinear
+from trainer.model.swiglu import swiglu
+from trainer.optim.adamw import LowPrecisionAdamW
+from trainer.parallel.state import ParallelState
 from trainer.run import loop
 from trainer.run.loop import train
-from trainer.parallel.state import ParallelState
-from trainer.model.swiglu import reference_backward, swiglu
 
 RECIPE = ScaledMMRecipe(E4M3, E5M2, rowwise=False)
 GEMM = DelayedScaledGemm(RECIPE, Eligibility(16), Calibration(active=False))  # past its first step
@@ -290,7 +291,8 @@ def test_a_run_with_delayed_scaling_trains_and_updates_its_scales(fp8_capable, t
     fp32, and every FP8 linear's moved away from its starting 1."""
     updates, cache_saves = [], []
     update = DelayedScalingUpdate.__call__
-    monkeypatch.setattr(DelayedScalingUpdate, "__call__", lambda self, chunks: (update(self, chunks), updates.append(self)))
+    monkeypatch.setattr(DelayedScalingUpdate, "__call__", lambda self, chunks: (update(self, chunks),
+                                                                                updates.append(self)))
     monkeypatch.setattr(loop, "save_compiled", lambda path: cache_saves.append(len(updates)))
     model = {"hidden_size": 64, "ffn_hidden_size": 128, "num_attention_heads": 4}
     common = {"data": {"mock_data": True, "seq_length": 32}, "training": {"precision": "bf16"},
@@ -299,7 +301,8 @@ def test_a_run_with_delayed_scaling_trains_and_updates_its_scales(fp8_capable, t
     runs = {"plain": {"model": model},
             "tensorwise": {"model": model, "fp8": {**fp8, "fp8_recipe": "tensorwise"}},
             "delayed": {"model": {**model, "compile": "blocks", "compile_cache": str(tmp_path / "compiled.bin")},
-                        "fp8": {**fp8, "fp8_recipe": "delayed", "fp8_amax_history_len": 4, "fp8_amax_compute_algo": "max"}}}
+                        "fp8": {**fp8, "fp8_recipe": "delayed", "fp8_amax_history_len": 4,
+                                "fp8_amax_compute_algo": "max"}}}
     for name, sections in runs.items():
         assert train(tiny_config(tmp_path / name, **common, **sections)).iteration == 8
     plain, tensorwise, delayed = ([r["loss"] for r in read_metrics(tmp_path / name / "metrics.jsonl") if "loss" in r]

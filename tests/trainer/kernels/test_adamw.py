@@ -12,8 +12,8 @@ from tests.trainer.kernels.triton_support import INTERPRETER_AND_CUDA, run_kerne
 KERNEL_CHECK = textwrap.dedent("""
     import itertools
     import torch
-    from trainer.optim.adamw import Work, hyperparameters, update_slice
-    from trainer.kernels.adamw import update
+    from trainer.kernels.adamw import Work, hyperparameters, update_slice
+    from trainer.kernels.triton_kernels.adamw import update
     group = {"lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
     torch.manual_seed(0)
     bf16, fp32 = torch.bfloat16, torch.float32

@@ -17,8 +17,7 @@ from trainer.fp8.scaling import E4M3, E5M2, Eligibility
 
 KERNEL_CHECK = textwrap.dedent("""
     import torch
-    from trainer.kernels.fp8_transpose import triton_transpose
-    launch = triton_transpose()
+    from trainer.kernels.triton_kernels.fp8_transpose import launch
     torch.manual_seed(0)
     for rows, cols in [(1, 16), (16, 1), (130, 70), (257, 384), (128, 128)]:
         for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):

@@ -11,7 +11,7 @@ from tests.trainer.kernels.triton_support import INTERPRETER_AND_CUDA, run_kerne
 
 KERNEL_CHECK = textwrap.dedent("""
     import torch
-    from trainer.kernels.grad_norm import sum_of_squares
+    from trainer.kernels.triton_kernels.grad_norm import sum_of_squares
     torch.manual_seed(0)
     # bf16 and fp32 (two launches), counts that are multiples of 16 and not, a view at an odd offset (not 16-byte
     # aligned: a launch of its own), a non-contiguous tensor (copied), one spanning several programs

@@ -21,7 +21,7 @@ WITHOUT_TRITON = textwrap.dedent("""
     from trainer.kernels.ops import HAVE_TRITON
     from trainer.kernels.fp8_transpose import fp8_transpose
     from trainer.model.rotary import rotary_heads, rotary_heads_values
-    from trainer.model.swiglu import reference_backward, swiglu_backward
+    from trainer.kernels.swiglu import reference_backward, swiglu_backward
     assert not HAVE_TRITON
     matrix = (torch.randn(32, 48) * 8).to(torch.float8_e4m3fn)
     assert torch.equal(fp8_transpose(matrix).view(torch.uint8), matrix.t().contiguous().view(torch.uint8))
@@ -61,33 +61,33 @@ class _LaunchRecorder:
 
 
 def _swiglu_cast() -> None:
-    from trainer.model.swiglu import triton_backward
+    from trainer.kernels.triton_kernels.swiglu import launch
 
     for transposed in (False, True):
-        triton_backward()(torch.randn(64, 256), torch.randn(64, 128), torch.tensor(4.0), torch.float8_e5m2,
+        launch(torch.randn(64, 256), torch.randn(64, 128), torch.tensor(4.0), torch.float8_e5m2,
                           transposed=transposed)
 
 
 def _rotary() -> None:
     from tests.trainer.kernels.test_rotary import tables
-    from trainer.model.rotary import triton_rotary_backward
+    from trainer.kernels.triton_kernels.rotary import launch
 
     grads = [torch.randn(2, 96, heads, 32).bfloat16() for heads in (8, 4, 4)]
-    launch, inputs = triton_rotary_backward(), (*grads, *tables(2, 96, 32, torch.bfloat16), (4, 2, 32))
+    inputs = (*grads, *tables(2, 96, 32, torch.bfloat16), (4, 2, 32))
     launch(*inputs)
     for transposed in (False, True):
         launch(*inputs, torch.tensor(4.0), torch.float8_e5m2, transposed=transposed)
 
 
 def _transpose() -> None:
-    from trainer.kernels.fp8_transpose import triton_transpose
+    from trainer.kernels.triton_kernels.fp8_transpose import launch
 
-    triton_transpose()(torch.randn(64, 96).to(torch.float8_e4m3fn))
+    launch(torch.randn(64, 96).to(torch.float8_e4m3fn))
 
 
 #: Each module defining a Triton op launcher, and a call of it on whole tensors.
-LAUNCHES = {"trainer.model.swiglu": _swiglu_cast, "trainer.model.rotary": _rotary,
-            "trainer.kernels.fp8_transpose": _transpose}
+LAUNCHES = {"trainer.kernels.triton_kernels.swiglu": _swiglu_cast, "trainer.kernels.triton_kernels.rotary": _rotary,
+            "trainer.kernels.triton_kernels.fp8_transpose": _transpose}
 
 
 @pytest.mark.parametrize("module", LAUNCHES)

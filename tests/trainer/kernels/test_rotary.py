@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from tests.trainer.kernels.triton_support import INTERPRETER_AND_CUDA, ON_CUDA, run_kernel_check
+from trainer.kernels.rotary import qkv_gradient
 from trainer.model.layers import RotaryEmbedding
-from trainer.model.rotary import qkv_gradient, rotary_heads, rotary_heads_values
+from trainer.model.rotary import rotary_heads, rotary_heads_values
 
 
 def tables(batch: int, size: int, head_dim: int, dtype: torch.dtype, device: str = "cpu"):
@@ -76,9 +77,9 @@ def test_rotary_heads_trains_as_its_formula_eager_and_compiled(device, dtype):
 KERNEL_CHECK = textwrap.dedent("""
     import torch
     from tests.trainer.kernels.test_rotary import kernel_cases
-    from trainer.model import rotary
-    from trainer.model.rotary import Tiling, qkv_gradient, triton_rotary_backward
-    launch = triton_rotary_backward()
+    from trainer.kernels.rotary import qkv_gradient
+    from trainer.kernels.triton_kernels import rotary
+    from trainer.kernels.triton_kernels.rotary import Tiling, launch
     default = rotary.TILING["plain"]
     torch.manual_seed(0)
     for shape, dq, dk, dv, cos, sin in kernel_cases(DEVICE):

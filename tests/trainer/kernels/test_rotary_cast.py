@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from tests.trainer.fp8.test_delayed import GEMM, assert_close_but_for_fp8_steps, scales
-from tests.trainer.kernels.triton_support import INTERPRETER_AND_CUDA, ON_CUDA, run_kernel_check
-from trainer.fp8.delayed import amax_of, cast_with_scale
 from tests.trainer.kernels.test_rotary import tables
-from trainer.kernels.rotary_cast import rotary_backward_cast
+from tests.trainer.kernels.triton_support import INTERPRETER_AND_CUDA, ON_CUDA, run_kernel_check
+from trainer.kernels.fp8_cast import amax_of, cast_with_scale
+from trainer.kernels.rotary import qkv_gradient, rotary_backward_cast
 from trainer.model.layers import ColumnParallelLinear
+from trainer.model.rotary import rotary_heads
 from trainer.parallel.state import ParallelState
-from trainer.model.rotary import qkv_gradient, rotary_heads
 
 
 @pytest.mark.parametrize("dtype", [torch.float8_e5m2, torch.float8_e4m3fn])
@@ -39,10 +39,9 @@ KERNEL_CHECK = textwrap.dedent("""
     import torch
     from tests.trainer.kernels.test_rotary import kernel_cases
     from tests.trainer.kernels.triton_support import assert_cast_matches
-    from trainer.model import rotary
-    from trainer.kernels.rotary_cast import rotary_cast_reference
-    from trainer.model.rotary import Tiling, triton_rotary_backward
-    launch = triton_rotary_backward()
+    from trainer.kernels.rotary import rotary_cast_reference
+    from trainer.kernels.triton_kernels import rotary
+    from trainer.kernels.triton_kernels.rotary import Tiling, launch
     defaults = {mode: rotary.TILING[mode] for mode in ("cast", "transposed")}
     torch.manual_seed(0)
     # NOTE: Triton's interpreter converts to FP8 wrongly (e5m2: 120 -> 64): there the cast targets bf16 (the

@@ -41,8 +41,8 @@ def test_compiled_matches_eager_in_bf16():
 
 KERNEL_CHECK = textwrap.dedent("""
     import torch
-    from trainer.model.swiglu import reference_backward, triton_backward
-    launch = triton_backward()
+    from trainer.kernels.swiglu import reference_backward
+    from trainer.kernels.triton_kernels.swiglu import launch
     torch.manual_seed(0)
     for rows, width in [(1, 16), (7, 48), (5, 1024), (3, 1500), (2, 2500)]:
         fused, grad = torch.randn(rows, 2 * width) * 3, torch.randn(rows, width)
@@ -64,9 +64,10 @@ def test_triton_kernel_matches_the_formula_in_the_interpreter():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_op_runs_the_kernel_and_matches_the_formula():
-    from trainer.model.swiglu import reference_backward, swiglu_backward, triton_backward
+    from trainer.kernels.ops import triton_kernels
+    from trainer.kernels.swiglu import reference_backward, swiglu_backward
 
-    assert triton_backward() is not None, "Triton is part of CUDA torch builds"
+    assert triton_kernels("swiglu") is not None, "Triton is part of CUDA torch builds"
     fused = torch.randn(4096, 2 * 5632, device="cuda", dtype=torch.bfloat16) * 3
     grad = torch.randn(4096, 5632, device="cuda", dtype=torch.bfloat16)
     torch.testing.assert_close(swiglu_backward(fused, grad).float(), reference_backward(fused, grad).float(),
@@ -77,10 +78,9 @@ CAST_CHECK = textwrap.dedent("""
     import itertools
     import torch
     from tests.trainer.kernels.triton_support import assert_cast_matches
-    from trainer.fp8.delayed import swiglu_cast_reference
-    from trainer import swiglu
-    from trainer.model.swiglu import Tiling, triton_backward
-    launch = triton_backward()
+    from trainer.kernels.swiglu import swiglu_cast_reference
+    from trainer.kernels.triton_kernels import swiglu
+    from trainer.kernels.triton_kernels.swiglu import Tiling, launch
     torch.manual_seed(0)
     # NOTE: Triton's interpreter converts to FP8 wrongly (e5m2: 120 -> 64): there the cast targets bf16 (the
     # scaling, saturation, amax and layout are the same code), on CUDA the FP8 formats, byte for byte

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[2]  # NOTE: not tests.conftest's, so the GPU cases run with --noconftest
+REPO = Path(__file__).resolve().parents[3]  # NOTE: not tests.conftest's, so the GPU cases run with --noconftest
 
 #: The marks of a parameter case that runs on CUDA: a ``gpu`` test, skipped without a GPU.
 ON_CUDA = (pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))

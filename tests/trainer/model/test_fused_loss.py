@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.trainer.kernels.triton_support import ON_CUDA
 from trainer.model import fused_loss as cross_entropy
 from trainer.model.fused_loss import chunk_rows, fused_loss_sum
 from trainer.model.gpt import token_loss_sum
-
-from tests.trainer.kernels.triton_support import ON_CUDA
 
 
 @pytest.fixture

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.model.attention import BACKENDS, AttentionShape, select_backend
+from corpus.core.errors import ConfigError
 from trainer.config.schema import ModelConfig
-from trainer.errors import ConfigError
+from trainer.model.attention import BACKENDS, AttentionShape, select_backend
 from trainer.model.gpt import build_model, parameter_counts, token_loss_sum
 from trainer.parallel.state import ParallelState
 

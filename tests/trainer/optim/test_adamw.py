@@ -8,8 +8,9 @@ from __future__ import annotations
 import torch
 
 from tests.trainer.conftest import read_metrics, tiny_config
+from trainer.kernels.adamw import random_bits, stochastic_round_to_bf16
 from trainer.optim import adamw
-from trainer.optim.adamw import LowPrecisionAdamW, random_bits, stochastic_round_to_bf16
+from trainer.optim.adamw import LowPrecisionAdamW
 from trainer.run.loop import train
 
 HYPER = {"lr": 1e-2, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}

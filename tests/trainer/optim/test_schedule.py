@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from corpus.core.errors import ConfigError
 from trainer.config.schema import OptimConfig
-from trainer.errors import ConfigError
 from trainer.optim.schedule import LRSchedule
 
 

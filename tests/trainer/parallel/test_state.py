@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from corpus.core.errors import ConfigError
 from trainer.config.schema import ParallelConfig
-from trainer.errors import ConfigError
 from trainer.parallel.state import ParallelState, init_parallel, world_layout
 
 CPU = torch.device("cpu")
@@ -55,7 +55,8 @@ def test_data_parallel_size_is_inferred_from_the_world():
 
 
 @pytest.mark.parametrize("config, world, fragment", [
-    (ParallelConfig(tensor_model_parallel_size=3), 8, "world size 8 .* not divisible by --tensor-model-parallel-size 3"),
+    (ParallelConfig(tensor_model_parallel_size=3), 8,
+     "world size 8 .* not divisible by --tensor-model-parallel-size 3"),
     (ParallelConfig(tensor_model_parallel_size=2, data_parallel_size=3), 8, "--data-parallel-size 3 .* leaves 4"),
 ])
 def test_a_world_the_layout_cannot_fill_names_the_flags(config, world, fragment):

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from corpus.core.errors import ConfigError
 from tests.conftest import run_cli
 from tests.trainer.conftest import read_metrics, tiny_config
-from trainer.parallelize.compile import TRITON_OP_MODULES, cache_file, kernel_fingerprint, should_compile, tag_caches
-from trainer.errors import ConfigError
+from trainer.parallelize.compile import cache_file, kernel_fingerprint, kernel_sources, should_compile, tag_caches
 from trainer.run.loop import train
 
 
@@ -68,17 +68,18 @@ def test_each_process_of_a_parallel_run_has_its_own_cache_file():
     assert str(cache_file("c.bin", 0, 1)) == "c.bin" and str(cache_file("c.bin", 3, 8)) == "c.bin.rank3"
 
 
-def test_every_module_defining_a_kernel_op_is_in_the_cache_fingerprint():
-    trainer = Path(__file__).resolve().parents[2] / "trainer"
-    defining = {".".join(path.relative_to(trainer.parent).with_suffix("").parts)
-                for path in trainer.rglob("*.py") if "@kernel_op(" in path.read_text()}
-    assert defining == set(TRITON_OP_MODULES)
+def test_every_module_defining_a_kernel_op_or_a_triton_kernel_is_in_the_cache_fingerprint():
+    trainer = Path(__file__).resolve().parents[3] / "trainer"
+    defining = {path for path in trainer.rglob("*.py")
+                if "@kernel_op(" in path.read_text() or "@triton.jit" in path.read_text()}
+    assert defining and defining <= set(kernel_sources())
 
 
 def test_the_fingerprint_is_a_digest_of_the_sources_and_the_tag_keeps_the_users():
-    swiglu = Path(__file__).resolve().parents[2] / "trainer" / "swiglu.py"
-    assert kernel_fingerprint(("trainer.model.swiglu",)) == hashlib.sha256(swiglu.read_bytes()).hexdigest()[:16]
-    assert kernel_fingerprint(("trainer.model.swiglu",)) != kernel_fingerprint(("trainer.kernels.fp8_transpose",))
+    swiglu = Path(__file__).resolve().parents[3] / "trainer" / "kernels" / "triton_kernels" / "swiglu.py"
+    transpose = swiglu.with_name("fp8_transpose.py")
+    assert kernel_fingerprint([swiglu]) == hashlib.sha256(swiglu.read_bytes()).hexdigest()[:16]
+    assert kernel_fingerprint([swiglu]) != kernel_fingerprint([transpose])
     # NOTE: the config's own patch(), not monkeypatch: monkeypatch's undo left the option undefined for later tests
     with torch.compiler.config.patch(cache_key_tag="mine"):
         tag_caches()

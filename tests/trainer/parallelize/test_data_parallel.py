@@ -7,10 +7,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trainer.optim.adamw import LowPrecisionAdamW
 from trainer.config.schema import ParallelConfig
-from trainer.parallelize.data_parallel import GradReducer
+from trainer.optim.adamw import LowPrecisionAdamW
 from trainer.parallel.state import ParallelState
+from trainer.parallelize.data_parallel import GradReducer
 
 MICRO_BATCHES = 8
 

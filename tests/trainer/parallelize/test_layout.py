@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from corpus.core.errors import ConfigError
 from tests.conftest import run_cli
 from trainer.config.schema import ModelConfig, ParallelConfig, padded_vocab_size
-from trainer.errors import ConfigError
+from trainer.parallel.state import ParallelState
 from trainer.parallelize.data_parallel import _owners, _split
 from trainer.parallelize.layout import local_stage_indices, stage_spec, validate_layout, virtual_stages
-from trainer.parallel.state import ParallelState
 
 CPU = torch.device("cpu")
 MODEL = ModelConfig(num_layers=8, hidden_size=64, num_attention_heads=8, num_query_groups=4, ffn_hidden_size=96)
@@ -59,7 +59,8 @@ def test_inconsistent_parallel_flags_are_refused(config, fragment):
 
 
 def test_virtual_stages_from_either_flag():
-    assert virtual_stages(ParallelConfig(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=3), 12) == 3
+    assert virtual_stages(ParallelConfig(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=3),
+                          12) == 3
     assert virtual_stages(ParallelConfig(pipeline_model_parallel_size=2, num_layers_per_virtual_pipeline_stage=2),
                           12) == 3
     assert virtual_stages(ParallelConfig(), 12) == 1

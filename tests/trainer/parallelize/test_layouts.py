@@ -16,12 +16,12 @@ import torch.distributed as dist
 
 from tests.trainer.parallelize.support import assert_same_curve, curve, layout_overrides, run_ranks
 from trainer.checkpoint import store as checkpoint
-from trainer.config.schema import ModelConfig
-from trainer.config.loading import load_config, merge
-from trainer.run.loop import train, train_step
-from trainer.optim.optimizer import clipped_step
 from trainer.checkpoint.state_dict import named_parameters
+from trainer.config.loading import load_config, merge
+from trainer.config.schema import ModelConfig
+from trainer.optim.optimizer import clipped_step
 from trainer.run.build import build_run, model_vocab_size
+from trainer.run.loop import train, train_step
 
 LAYOUTS = {
     "tp2": {"tensor_model_parallel_size": 2},

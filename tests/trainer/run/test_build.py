@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from corpus.core.errors import ConfigError
 from tests.trainer.conftest import tiny_config
-from trainer.errors import ConfigError
 from trainer.run.build import build_run
 
 

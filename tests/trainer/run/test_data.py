@@ -9,14 +9,13 @@ import statistics
 import pytest
 import torch
 
-from corpus.core.errors import CorpusError
+from corpus.core.errors import ConfigError, UserError
 from tests.conftest import run_cli
 from tests.trainer.conftest import blend_overrides, read_metrics
 from trainer.config.loading import load_config
-from trainer.run.data import build_data
-from trainer.errors import ConfigError
-from trainer.run.loop import train
 from trainer.parallel.state import ParallelState
+from trainer.run.data import build_data
+from trainer.run.loop import train
 
 
 def train_losses(path) -> list[float]:
@@ -53,7 +52,7 @@ def test_resume_against_another_blend_is_refused_unless_overridden(sample_blend,
                                             checkpoint={"save": save})))
     changed = blend_overrides(tmp_path, sample_blend, data={"seq_length": 32}, training={"train_iters": 3},
                               checkpoint={"load": save})
-    with pytest.raises(CorpusError, match="another blend"):
+    with pytest.raises(UserError, match="another blend"):
         train(load_config(None, changed))
     changed["data"]["override_blend_check"] = True
     assert train(load_config(None, changed)).iteration == 3

@@ -8,14 +8,15 @@ import math
 import pytest
 import torch
 
+from corpus.core.errors import ConfigError
 from tests.trainer.conftest import read_metrics, tiny_config
 from trainer.checkpoint import store as checkpoint
-from trainer.parallelize import engine
 from trainer.config.schema import ModelConfig
-from trainer.errors import ConfigError, OutOfMemory, TrainingDiverged
-from trainer.run.loop import train
+from trainer.errors import OutOfMemory, TrainingDiverged
 from trainer.model.gpt import GPT
+from trainer.parallelize import engine
 from trainer.run.build import model_vocab_size
+from trainer.run.loop import train
 
 
 def losses(path) -> list[tuple]:
@@ -133,10 +134,10 @@ def test_manual_gc_collects_only_where_asked_and_trains_the_same(tmp_path, monke
     before each evaluation, is back on after the run, and the run's numbers do not change."""
     import gc
 
-    from trainer.runtime import runtime
+    from trainer.runtime import collection
 
     collected, states = [], []
-    monkeypatch.setattr(runtime.gc, "collect", lambda *args: collected.append(gc.isenabled()) or 0)
+    monkeypatch.setattr(collection.gc, "collect", lambda *args: collected.append(gc.isenabled()) or 0)
     monkeypatch.setattr(engine.StepEngine, "forward_backward",
                         lambda self, *args, original=engine.StepEngine.forward_backward: states.append(gc.isenabled())
                         or original(self, *args))

@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from trainer.model.attention import BACKENDS
 from trainer.config.schema import LoggingConfig, ModelConfig
-from trainer.run.metrics import MetricsSink, flops_per_token, peak_tflops, throughput, trim_jsonl
+from trainer.model.attention import BACKENDS
 from trainer.model.gpt import build_model, parameter_counts
 from trainer.parallel.state import ParallelState
+from trainer.run.metrics import MetricsSink, flops_per_token, peak_tflops, throughput, trim_jsonl
 
 
 def test_flops_of_the_design_baseline_by_hand():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.runtime.runtime import fetch_later
+from trainer.runtime.device import fetch_later
 
 
 def test_host_values_are_read_as_they_were_when_fetched():

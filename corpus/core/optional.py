@@ -1,0 +1,23 @@
+"""Optional dependencies, probed in one place: whether a package imports here, and why not.
+
+Every optional package (Triton, Transformer Engine, flash-attn, torchao, gigatoken, matplotlib) is imported only
+where it is used, after :func:`missing` said it can be: a caller that can do without it degrades and says why in
+one log line; one that cannot stops with an error naming what to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+
+def missing(module: str) -> str | None:
+    """Why ``module`` cannot be imported here (None when it can).
+
+    NOTE: a real import, not a lookup: a package that is installed but fails to load its libraries (Transformer
+    Engine raises OSError or RuntimeError then), or one set to None in ``sys.modules``, counts as missing. Not
+    cached: an imported package costs a dictionary lookup, and the answer may change (a test hides a package)."""
+    try:
+        importlib.import_module(module)
+    except Exception as error:  # noqa: BLE001 - any failure to import means the package cannot be used
+        return f"{module.split('.')[0]} does not import ({type(error).__name__}: {str(error)[:80]})"
+    return None

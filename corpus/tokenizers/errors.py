@@ -1,0 +1,22 @@
+"""The tokenizers' two errors: a wrong tokenizer option, and a text that cannot be encoded."""
+
+from __future__ import annotations
+
+from corpus.core.errors import ConfigError, UserError
+
+
+class TokenizerConfigError(ConfigError):
+    """A tokenizer option is wrong: unknown type, missing or unreadable file, impossible value."""
+
+
+class TokenizeError(UserError):
+    """A text could not be encoded (e.g. NullTokenizer input that is not integers).
+
+    ``index`` is the position of the offending text in the batch given to ``encode_batch`` so the
+    pipeline can name the record and apply its ``--on-error`` policy.
+    """
+
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(reason)
+        self.index = index
+        self.reason = reason
