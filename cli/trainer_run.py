@@ -74,6 +74,6 @@ def _run(**values: Any) -> None:
 run = click.Command(
     "run", callback=_run, params=_params(),
     help="Train a GPT on a blend (--blend FILE), Megatron-style --data-path, or --mock-data. "
-         "Flags use Megatron's spellings; see trainer/README.md.",
+         "Flags use Megatron's spellings; see docs/trainer-run.md.",
     context_settings={"max_content_width": 110},
 )

@@ -131,7 +131,7 @@ class BlendConfig:
     tokenizer: TokenizerSpec | None = None
     """The expected tokenizer; every source's ``.meta.json`` must agree with it."""
     cache_dir: str | None = None
-    """Where index maps are cached (relative to the blend's folder); default documented in README."""
+    """Where index maps are cached (relative to the blend's folder); the default is in docs/blends.md."""
     max_epochs: int | None = None
     """Default ``max_epochs`` for sources that set none."""
     samples: SampleOptions = field(default_factory=SampleOptions)
