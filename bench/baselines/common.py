@@ -4,9 +4,11 @@ configurations that writes ``$OUT/<name>.json``."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from bench.timing import seconds_per_call, write_results
 from trainer.config.presets import PRESETS
@@ -41,6 +43,24 @@ def speed_shape() -> Shape:
     assert preset.num_query_groups == preset.num_attention_heads, "the baselines have no grouped-query attention"
     return Shape(vocab=32768, hidden=preset.hidden_size, layers=preset.num_layers, heads=preset.num_attention_heads,
                  ffn=preset.ffn_hidden_size, seq=4096, micro_batch=4)
+
+
+def next_token_step(forward: Callable[[torch.Tensor], torch.Tensor], tokens: torch.Tensor,
+                    optimizer: torch.optim.Optimizer,
+                    precision: Callable[[], AbstractContextManager]) -> Callable[[], torch.Tensor]:
+    """One training step on ``tokens`` [B, S + 1]: ``forward`` of the first S under ``precision()``, the next-token
+    cross entropy in fp32, backward, the optimizer's step; returns the loss."""
+
+    def step() -> torch.Tensor:
+        with precision():
+            logits = forward(tokens[:, :-1])
+        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    return step
 
 
 def train_record(model: torch.nn.Module, step: Callable[[], torch.Tensor], shape: Shape, steps: int) -> dict:

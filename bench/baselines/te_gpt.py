@@ -12,16 +12,17 @@ tokens/s, MFU, peak memory and the last loss (``te_<configuration>`` in the JSON
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run by path: the repository's packages first
-from bench.baselines.common import Shape, run_all, speed_shape, train_record  # noqa: E402
+from bench.baselines.common import Shape, next_token_step, run_all, speed_shape, train_record  # noqa: E402
 from corpus.core.optional import missing  # noqa: E402
 
 TIMED_STEPS = 10
@@ -67,17 +68,13 @@ def train(shape: Shape, recipe_name: str | None) -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     tokens = torch.randint(0, shape.vocab, (shape.micro_batch, shape.seq + 1), device="cuda")
 
-    def step() -> torch.Tensor:
+    @contextlib.contextmanager
+    def precision() -> Iterator[None]:
         with torch.autocast("cuda", dtype=torch.bfloat16), te.fp8_autocast(enabled=recipe is not None,
                                                                             fp8_recipe=recipe):
-            logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.float().view(-1, shape.vocab), tokens[:, 1:].reshape(-1))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss
+            yield
 
-    return train_record(model, step, shape, TIMED_STEPS)
+    return train_record(model, next_token_step(model, tokens, optimizer, precision), shape, TIMED_STEPS)
 
 
 def main() -> None:

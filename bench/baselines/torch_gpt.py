@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run by path: the repository's packages first
 from bench.baselines.ceilings import ceilings  # noqa: E402
-from bench.baselines.common import Shape, run_all, speed_shape, train_record  # noqa: E402
+from bench.baselines.common import Shape, next_token_step, run_all, speed_shape, train_record  # noqa: E402
 
 TIMED_STEPS = 12
 ROTARY_BASE = 10_000.0
@@ -102,16 +102,8 @@ def train(shape: Shape, device: torch.device, steps: int, compiled: bool = False
     forward = torch.compile(model) if compiled else model
     cos, sin = rotary_tables(shape.seq, shape.hidden // shape.heads, device)
     tokens = torch.randint(0, shape.vocab, (shape.micro_batch, shape.seq + 1), device=device)
-
-    def step() -> torch.Tensor:
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            logits = forward(tokens[:, :-1], cos, sin)
-        loss = F.cross_entropy(logits.float().view(-1, shape.vocab), tokens[:, 1:].reshape(-1))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss
-
+    step = next_token_step(lambda inputs: forward(inputs, cos, sin), tokens, optimizer,
+                           lambda: torch.autocast(device.type, dtype=torch.bfloat16))
     return train_record(model, step, shape, steps)
 
 
