@@ -27,11 +27,13 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # run by path: the repository's packages first
+from bench.timing import write_results  # noqa: E402
 from bench.train_h200 import BF16_WEIGHTS  # noqa: E402
 
-#: The rounding to nearest of the third run: every 16-bit noise field of the hash's output is 0x8000.
-NEAREST = ("import sys, torch, trainer.optim.adamw as adamw; "
+#: The rounding to nearest of the ``bf16 nearest`` run: every 16-bit noise field of the hash's output is 0x8000 (the CPU
+#: update's random bits, ``trainer.kernels.adamw.random_bits``; the assert keeps the patch from missing its target).
+NEAREST = ("import sys, torch, trainer.kernels.adamw as adamw; assert callable(adamw.random_bits); "
            "adamw.random_bits = lambda numel, offset, device: torch.full((numel,), 0x80008000, dtype=torch.int64, "
            "device=device); from cli.trainer import main; sys.argv[0] = 'trainer'; main()")
 
@@ -79,12 +81,11 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=1234, help="weights' init and samples' order, all three runs")
     args = parser.parse_args()
-    out = Path(os.environ.get("OUT", tempfile.gettempdir()))
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         blend = tokenize_sample(folder)
         curves = {name: train(name, blend, folder, args) for name in RUNS}
-    (out / "bf16_weights.json").write_text(json.dumps(curves, indent=1))
+    write_results("bf16_weights", curves)
     reference = curves["fp32 master"]
     print(f"\n{'run':14}" + "".join(f"{'step ' + str(step):>12}" for step in reference) + "   gap at the end")
     for name, curve in curves.items():

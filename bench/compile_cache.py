@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run by path: the repository's packages first
+from bench.timing import write_results  # noqa: E402
 
 
 def first_step(tag: str, flags: list[str], folder: Path) -> dict:
@@ -45,7 +47,6 @@ def main() -> None:
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--fp8", action="store_true", help="FP8 blocks (scaled_mm, tensorwise; needs an FP8 GPU)")
     args = parser.parse_args()
-    out = Path(os.environ.get("OUT", tempfile.gettempdir()))
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         flags = ["--mock-data", "--vocab-size", "32768", "--preset", args.preset, "--seq-length", str(args.seq_length),
@@ -56,7 +57,7 @@ def main() -> None:
             flags += ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise", "--fp8-backend", "scaled_mm"]
         results = {tag: first_step(tag, flags, folder) for tag in ("empty_cache", "cache_file")}  # NOTE: no spaces
         # in the cache folders' names: Inductor's CPU compiler command breaks on them
-    (out / "compile_cache.json").write_text(json.dumps(results, indent=1))
+    write_results("compile_cache", results)
     print(f"\n{'run':12} {'first step s':>13} {'process s':>10}")
     for tag, record in results.items():
         print(f"{tag:12} {record['first_step_s']:>13.1f} {record['process_s']:>10.1f}")

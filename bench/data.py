@@ -162,6 +162,7 @@ def build(name: str) -> Path:
     if target.exists():
         return target
     sources, cap = CORPORA[name]
+    CACHE.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".jsonl.partial")
     written = 0
     with open(partial, "wb") as out:

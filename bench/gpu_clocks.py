@@ -1,10 +1,9 @@
-"""(helper) The GPU's SM clock and power while a benchmark runs, from ``nvidia-smi`` every 100 ms.
+"""The GPU's SM clock and power while a benchmark runs, from ``nvidia-smi`` every 100 ms.
 
-Every speed run of session 5 dipped ~6% at steps 5, 8–9 and 12–13 (~1 s apart at ~0.27 s a step), with
-or without Python's garbage collector, on real or mock data. Session 6 found why with this sampler and a
-trace: the GPU stayed 99% busy while the 700 W power cap (clock-event reason ``0x4``) held the SM clock at
-~1,575–1,665 of 1,980 MHz, swinging with the power controller — for the baselines too (train_h200.md,
-seventh run). Summarising the clock beside each run keeps that visible.
+At the speed shape an H200 runs at its 700 W power cap: the SM clock swings below its maximum with the power
+controller and some steps run several percent slower than their neighbours, for the baselines as for the trainer
+(bench/RESULTS.md). The clock's summary beside each run's rate shows whether two runs compared ran at the same
+clock.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # run by path: the repository's packages first
 
 from bench._blend_fixtures import MegatronTokenizer, init_gloo, write_source  # noqa: E402
 
@@ -49,7 +49,8 @@ def _worker_megatron(spec: Path, samples: int) -> dict:
     imported, cpu = time.perf_counter(), time.process_time()
     blend = json.loads(spec.read_text())
     init_gloo(spec.parent)
-    config = GPTDatasetConfig(random_seed=1234, sequence_length=blend["seq_length"], blend=(blend["prefixes"], blend["weights"]),
+    config = GPTDatasetConfig(random_seed=1234, sequence_length=blend["seq_length"],
+                              blend=(blend["prefixes"], blend["weights"]),
                               split="100,0,0", tokenizer=MegatronTokenizer(), reset_position_ids=False,
                               reset_attention_mask=False, eod_mask_loss=False, create_attention_mask=False,
                               path_to_cache=blend["cache"])
@@ -68,11 +69,14 @@ def _run(kind: str, path: Path, samples: int, env: dict | None = None) -> dict:
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "wall_s": time.perf_counter() - start}
 
 
-def _write_blends(workdir: Path, name: str, sources: list[tuple[str, list[str], float, str]], seq_length: int) -> tuple[Path, Path]:
+def _write_blends(workdir: Path, name: str, sources: list[tuple[str, list[str], float, str]],
+                  seq_length: int) -> tuple[Path, Path]:
     """Our blend file and megatron's spec for the same sources (megatron takes every prefix)."""
     ours = workdir / f"{name}.yaml"
-    entries = "\n".join(f"  - {{name: {name}, prefix: '{spec}', weight: {weight}}}" for name, _, weight, spec in sources)
-    ours.write_text(f"seq_length: {seq_length}\nseed: 1234\nsplit: '100,0,0'\ncache_dir: {name}-cache\nsources:\n{entries}\n")
+    entries = "\n".join(f"  - {{name: {name}, prefix: '{spec}', weight: {weight}}}"
+                        for name, _, weight, spec in sources)
+    ours.write_text(f"seq_length: {seq_length}\nseed: 1234\nsplit: '100,0,0'\ncache_dir: {name}-cache\n"
+                    f"sources:\n{entries}\n")
     prefixes, weights = [], []
     for _, shard_prefixes, weight, _ in sources:
         sizes = [os.path.getsize(p + ".bin") for p in shard_prefixes]
@@ -102,14 +106,17 @@ def main() -> None:
     code = str(write_source(work / "code", 60_000, 400, seed=2))
     shards = [str(write_source(work / "shards" / f"part-{i:05d}", 300, 200, seed=100 + i)) for i in range(args.shards)]
     two, two_spec = _write_blends(work, "two", [("web", [web], 0.7, web), ("code", [code], 0.3, code)], args.seq_length)
-    many, many_spec = _write_blends(work, "many", [("shards", shards, 1.0, str(work / "shards" / "part-*"))], args.seq_length)
+    many, many_spec = _write_blends(work, "many", [("shards", shards, 1.0, str(work / "shards" / "part-*"))],
+                                    args.seq_length)
     stamp = time.time_ns()  # a first process ever: no compiled C kernels and no numba cache yet
-    first_process = {"NUMBA_CACHE_DIR": str(work / f"numba-{stamp}"), "BLENDFORGE_CACHE_DIR": str(work / f"kernels-{stamp}")}
+    first_process = {"NUMBA_CACHE_DIR": str(work / f"numba-{stamp}"),
+                     "BLENDFORGE_CACHE_DIR": str(work / f"kernels-{stamp}")}
     _fresh(work / "two-cache")
     first_ever = _run("ours", two, args.samples, first_process)
     rows = [("(a) 2 sources, cold, first process ever (kernels compile)", first_ever, None)]
     sides = {"two": (lambda: _run("ours", two, args.samples), lambda: _run("megatron", two_spec, args.samples)),
-             "many": (lambda: _run("ours", many, args.shard_samples), lambda: _run("megatron", many_spec, args.shard_samples))}
+             "many": (lambda: _run("ours", many, args.shard_samples),
+                      lambda: _run("megatron", many_spec, args.shard_samples))}
     rows.append(("(a) 2 sources, cold", *_best(args.repeat, work, "two", *sides["two"], cold=True)))
     rows.append((f"(b) {args.shards} shards, cold", *_best(args.repeat, work, "many", *sides["many"], cold=True)))
     rows.append((f"(b) {args.shards} shards, warm", *_best(args.repeat, work, "many", *sides["many"], cold=False)))
@@ -149,7 +156,8 @@ def _cli_one_sample(blend: Path, samples: int) -> dict:
 
 def _print(rows: list, args: argparse.Namespace) -> None:
     print(f"\nsamples (a): {args.samples:,}  samples (b): {args.shard_samples:,}  seq_length {args.seq_length}  "
-          f"python {sys.version.split()[0]}  cpus {os.cpu_count()}  load {os.getloadavg()[0]:.1f}  best of {args.repeat}")
+          f"python {sys.version.split()[0]}  cpus {os.cpu_count()}  load {os.getloadavg()[0]:.1f}  "
+          f"best of {args.repeat}")
     print("build: seconds after imports (wall, and CPU of all threads); process: whole process wall, imports included")
     header = ["case", "ours build", "ours cpu", "ours process", "mcore build", "mcore cpu", "mcore process",
               "build x", "cpu x", "process x"]

@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # run by path: the repository's packages first
 
 import torch  # noqa: E402
 
@@ -32,8 +32,9 @@ DOCUMENT_FLAGS = {"eod_mask_loss": True, "reset_position_ids": True, "reset_atte
 
 
 def _ours(work: Path, samples: int, micro_batch: int, samples_options: dict) -> float:
-    blend = {"seq_length": SEQ, "seed": 1234, "split": "100,0,0", "cache_dir": "ours-cache", "samples": samples_options,
-             "sources": [{"name": "web", "prefix": "web", "weight": 0.7}, {"name": "code", "prefix": "code", "weight": 0.3}]}
+    blend = {"seq_length": SEQ, "seed": 1234, "split": "100,0,0", "cache_dir": "ours-cache",
+             "samples": samples_options, "sources": [{"name": "web", "prefix": "web", "weight": 0.7},
+                                                     {"name": "code", "prefix": "code", "weight": 0.3}]}
     train, _, _, info = build_datasets(blend_from_dict(blend, base_dir=work), SampleCounts(samples))
     loader = BlendLoader(train, micro_batch, blend_fingerprint=info.fingerprint)
     start = time.perf_counter()
@@ -47,8 +48,9 @@ def _megatron(work: Path, samples: int, micro_batch: int, document_options: dict
         from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
         from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
     init_gloo(work)
-    config = GPTDatasetConfig(random_seed=1234, sequence_length=SEQ, blend=([str(work / "web"), str(work / "code")], [0.7, 0.3]),
-                              split="100,0,0", tokenizer=MegatronTokenizer(), create_attention_mask=False,
+    config = GPTDatasetConfig(random_seed=1234, sequence_length=SEQ,
+                              blend=([str(work / "web"), str(work / "code")], [0.7, 0.3]), split="100,0,0",
+                              tokenizer=MegatronTokenizer(), create_attention_mask=False,
                               path_to_cache=str(work / "megatron-cache"), **{**FLAGS_OFF, **document_options})
     train = BlendedMegatronDatasetBuilder(GPTDataset, [samples, 0, 0], lambda: True, config).build()[0]
     loader = torch.utils.data.DataLoader(train, batch_size=micro_batch, num_workers=0, drop_last=True)
@@ -67,7 +69,8 @@ def main() -> None:
     write_source(args.workdir / "code", 30_000, 700, seed=2)
     run = (args.workdir, args.samples, args.micro_batch)
     rows = [("plain samples", _ours(*run, {}), _megatron(*run, {})),
-            ("+ EOD loss mask, position reset, document boundaries", _ours(*run, DOCUMENT_FLAGS), _megatron(*run, DOCUMENT_FLAGS))]
+            ("+ EOD loss mask, position reset, document boundaries", _ours(*run, DOCUMENT_FLAGS),
+             _megatron(*run, DOCUMENT_FLAGS))]
     print(f"\nseq {SEQ}, micro-batch {args.micro_batch}, {args.samples:,} samples, one process, cpus {os.cpu_count()}, "
           f"load {os.getloadavg()[0]:.1f}, torch {torch.__version__}; Mtokens/s")
     print(f"{'samples':<54} {'BlendLoader':>12} {'mcore+DataLoader':>17} {'ratio':>7}")

@@ -1,4 +1,4 @@
-"""Two-GPU benchmark of ``trainer run``'s parallelism: the ``1.3b`` preset (DESIGN §7's shape) at seq
+"""Two-GPU benchmark of ``trainer run``'s parallelism: the ``1.3b`` preset (the baselines' shape) at seq
 4096 on ``--mock-data``, bf16, micro-batch 4, launched with ``torchrun`` on NCCL exactly as users do.
 
     python -m bench.parallel_h200x2          # in the repo, on a machine with 2 GPUs (NVLink); about 5 minutes
@@ -37,8 +37,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository's packages first
 from bench.step_records import add_shape_arguments  # noqa: E402
+from bench.timing import write_results  # noqa: E402
 from bench.torchrun_runs import NO_MULTICAST, environment, loss_parity, torchrun_trainer  # noqa: E402
 
 
@@ -115,7 +116,6 @@ def main() -> None:
                         help="comma list of the runs to make (the first is the parity reference when run)")
     args = parser.parse_args()
     os.environ.update(NO_MULTICAST)
-    out = Path(os.environ.get("OUT", tempfile.gettempdir()))
     results: dict[str, dict] = {}
     deadline = time.monotonic() + args.budget
     with tempfile.TemporaryDirectory() as scratch:
@@ -128,8 +128,7 @@ def main() -> None:
                 results[layout.name] = {"error": f"timed out (--budget {args.budget:.0f} s)"}
     print(f"\n{json.dumps(environment())}")
     report(results, args.micro_batch_size)
-    (out / "parallel_h200x2.json").write_text(json.dumps({"args": vars(args), "environment": environment(),
-                                                          "results": results}, indent=1))
+    write_results("parallel_h200x2", {"args": vars(args), "environment": environment(), "results": results})
 
 
 if __name__ == "__main__":

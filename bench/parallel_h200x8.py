@@ -1,4 +1,4 @@
-"""Issue #9 on eight H200s: the ``8b`` preset from a blend in 3D parallelism, bf16 and FP8, in phases that
+"""Eight H200s: the ``8b`` preset from a blend in 3D parallelism, bf16 and FP8, in phases that
 each fit one device call (< 10 minutes):
 
     python3 bench/parallel_h200x8.py --phase speed --precisions bf16      # tokens/s per GPU and MFU per layout
@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository's packages first
+from bench.timing import write_results  # noqa: E402
 from bench.torchrun_runs import environment, loss_parity, torchrun_trainer  # noqa: E402
 from bench.train_h200 import DATA, fp8_flags, write_blend  # noqa: E402
 
@@ -154,7 +154,6 @@ def main() -> None:
     parser.add_argument("--cpu-dry-run", action="store_true", help="tiny preset on 8 CPU ranks (gloo), bf16 only")
     args = parser.parse_args()
     Path(args.checkpoints).mkdir(parents=True, exist_ok=True)
-    out = Path(os.environ.get("OUT", tempfile.gettempdir()))
     with tempfile.TemporaryDirectory() as scratch:
         blend = write_blend(Path(scratch))
         try:
@@ -163,8 +162,8 @@ def main() -> None:
             results = {args.phase: {"error": f"timed out after {error.timeout:.0f} s"}}
     table(results)
     print(json.dumps(environment()))
-    (out / "parallel_h200x8.json").write_text(json.dumps({"args": vars(args), "environment": environment(),
-                                                          "data": str(DATA), "results": results}, indent=1))
+    write_results("parallel_h200x8", {"args": vars(args), "environment": environment(), "data": str(DATA),
+                                      "results": results})
 
 
 if __name__ == "__main__":

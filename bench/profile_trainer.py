@@ -10,8 +10,8 @@ per-family totals, the longest idle gaps with the kernels around them, whether t
 compiled forward passes, and the top kernels; ``$OUT``
 gets each run's log and gzipped trace. Profiled steps run a little slower than unprofiled ones: compare
 families and busy time between runs, take tokens/s from ``train_h200.py``. The first ~2 ms of the window are
-the GPU waiting for the host's first launches (copies, embedding, first block): tracing starts on a drained GPU,
-and a loop that kept the GPU fed across steps showed the same gap (bench/train_h200.md, fifteenth run).
+the GPU waiting for the host's first launches (copies, embedding, first block): tracing starts on a drained GPU
+(a loop that kept the GPU fed across steps shows the same gap).
 """
 
 from __future__ import annotations
@@ -20,20 +20,19 @@ import argparse
 import collections
 import gzip
 import json
-import os
 import shutil
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository's packages first
+from bench.timing import results_folder  # noqa: E402
 from bench.train_h200 import SPEED_SHAPE, parse_run, train, write_blend  # noqa: E402
 
 #: Substrings of kernel names → family, first match wins (FP8 GEMMs: cuBLAS's ``nvjet_…_q…`` kernels; our
-#: hand-written Triton kernels by their names: RoPE's backward, casting or not, is ``rotary_backward_kernel``,
-#: under ``triton`` since session 12 — before, the casting one was ``fp8 casts``; the gradient norm's
-#: ``sum_of_squares_kernel`` under ``optimizer`` since session 13, as torch's ``multi_tensor`` norms it replaced).
+#: hand-written Triton kernels by their names: RoPE's backward, casting or not, ``rotary_backward_kernel``, is
+#: ``triton``; the gradient norm's ``sum_of_squares_kernel`` is ``optimizer``, as torch's ``multi_tensor`` norms).
 FAMILIES = (("attention", ("cudnn", "fmha", "flash", "sdpa")),
             ("optimizer", ("multi_tensor", "adam", "sum_of_squares")),
             ("gemm", ("nvjet", "gemm", "xmma", "cutlass", "cublas")),
@@ -77,8 +76,7 @@ def host_pace(events: list[dict]) -> str:
     """Whether the host keeps ahead of the GPU in the compiled forward passes: the median time between the
     starts of consecutive ``Torch-Compiled Region`` calls on the host (Dynamo's guards, AOTAutograd's wrappers,
     the launches) against the median GPU time of the kernels each call launched. Host time above GPU time
-    means the GPU waits for Python (bench/train_h200.md, ninth run: 2.54 vs 2.40 ms a block on that session's
-    host, 1.13 vs 2.19 in the eighth run's trace)."""
+    means the GPU waits for Python."""
     regions = sorted((e for e in events if e.get("cat") == "cpu_op" and e["name"].startswith("Torch-Compiled Region")),
                      key=lambda e: e["ts"])
     if len(regions) < 2:
@@ -149,9 +147,7 @@ def main() -> None:
     if args.trace:
         print(summarise(args.trace))
         return
-    out = Path(os.environ.get("OUT", tempfile.gettempdir()))
-    out.mkdir(parents=True, exist_ok=True)
-    profile(args.runs, out, int(first), int(last))
+    profile(args.runs, results_folder(), int(first), int(last))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ def steady_means(steps: list[dict], warmup: int) -> dict:
 
 
 def add_shape_arguments(parser: argparse.ArgumentParser, steps: int) -> None:
-    """``--preset``, ``--seq-length``, ``--micro-batch-size`` (DESIGN §7's shape by default), ``--steps`` and
+    """``--preset``, ``--seq-length``, ``--micro-batch-size`` (the baselines' speed shape by default), ``--steps`` and
     ``--warmup``: what every one-shape speed bench lets its user change."""
     parser.add_argument("--preset", default="1.3b")
     parser.add_argument("--seq-length", type=int, default=4096)

@@ -81,11 +81,13 @@ def raw_library(tokenizer: dict, path: str, out: str, workers: int | None, threa
 
     texts = [orjson.loads(line)["text"] for line in open(path, "rb")]
     reference = build_tokenizer(_config(tokenizer), threads=CORES)
-    if hasattr(reference, "tokenizer"):  # HF tokenizers: its own rayon-parallel batch call
-        call = lambda batch: [e.ids for e in reference.tokenizer.encode_batch_fast(batch, add_special_tokens=True)]
-    else:  # tiktoken: its own threaded batch call on Megatron's Encoding
-        call = lambda batch: reference.encoding.encode_batch(batch, num_threads=CORES,
-                                                             allowed_special=reference.allowed_special)
+
+    def call(batch: list[str]) -> list[list[int]]:
+        if hasattr(reference, "tokenizer"):  # HF tokenizers: its own rayon-parallel batch call
+            return [e.ids for e in reference.tokenizer.encode_batch_fast(batch, add_special_tokens=True)]
+        # tiktoken: its own threaded batch call on Megatron's Encoding
+        return reference.encoding.encode_batch(batch, num_threads=CORES, allowed_special=reference.allowed_special)
+
     began = time.perf_counter()
     tokens = sum(len(ids) for start in range(0, len(texts), 1000) for ids in call(texts[start:start + 1000]))
     return {"seconds": time.perf_counter() - began, "tokens": tokens}
@@ -127,7 +129,8 @@ def megatron_style(tokenizer: dict, path: str, out: str, workers: int | None, th
     prefix = f"{out}/megatron_text_document"
     builder = IndexedDatasetBuilder(get_bin_path(prefix), dtype=token_dtype_for_vocab(vocab_size).type)
     tokens = 0
-    with open(path, encoding="utf-8") as lines, multiprocessing.Pool(workers or CORES, initializer=encoder.initializer) as pool:
+    pool = multiprocessing.Pool(workers or CORES, initializer=encoder.initializer)
+    with open(path, encoding="utf-8") as lines, pool:
         for ids, lengths, _ in pool.imap(encoder.encode, lines, 32):
             builder.add_document(ids, lengths)
             tokens += len(ids)
@@ -212,13 +215,15 @@ def print_tables(rows: list[dict], rss: list[dict]) -> None:
     print(f"\nversions: tokenizers {version('tokenizers')}, tiktoken {version('tiktoken')}, gigatoken "
           f"{version('gigatoken')}, megatron-core {version('megatron-core')}; {CORES} cores")
     print(f"{'tokenizer':<10} {'corpus':<7} {'MB':>6} | {'(a) MB/s':>8} {'(b) MB/s':>8} {'(c) MB/s':>8} | "
-          f"{'c/a':>5} {'c/b':>6} | {'(c) tok/s':>10} {'start':>5} | {'RSS b main/child':>16} {'RSS c main/child':>16} | same")
+          f"{'c/a':>5} {'c/b':>6} | {'(c) tok/s':>10} {'start':>5} | {'RSS b main/child':>16} "
+          f"{'RSS c main/child':>16} | same")
     for r in rows:
         a, b, c = r["a"], r["b"], r["c"]
         print(f"{r['tokenizer']:<10} {r['corpus']:<7} {r['megabytes']:>6.1f} | {a['megabytes_per_second']:>8.2f} "
-              f"{b['megabytes_per_second']:>8.2f} {c['megabytes_per_second']:>8.2f} | {r['c/a']:>5.2f} {r['c/b']:>6.2f} | "
-              f"{c['tokens_per_second']:>10,.0f} {c['startup']:>5.1f} | {b['rss_main_mb']:>7.0f}/{b['rss_child_mb']:<8.0f} "
-              f"{c['rss_main_mb']:>7.0f}/{c['rss_child_mb']:<8.0f} | {'yes' if r['identical'] else 'NO'}")
+              f"{b['megabytes_per_second']:>8.2f} {c['megabytes_per_second']:>8.2f} | {r['c/a']:>5.2f} "
+              f"{r['c/b']:>6.2f} | {c['tokens_per_second']:>10,.0f} {c['startup']:>5.1f} | "
+              f"{b['rss_main_mb']:>7.0f}/{b['rss_child_mb']:<8.0f} {c['rss_main_mb']:>7.0f}/{c['rss_child_mb']:<8.0f} "
+              f"| {'yes' if r['identical'] else 'NO'}")
     for r in rss:
         print(f"RSS (c) {r['tokenizer']} {r['corpus']} {r['megabytes']:.0f} MB: main {r['rss_main_mb']:.0f} MB, "
               f"largest worker {r['rss_child_mb']:.0f} MB, {r['megabytes_per_second']:.2f} MB/s ({r['encoder']})")

@@ -52,7 +52,8 @@ def timed_encode(tokenizer, texts: list[str]) -> tuple[float, list[list[int]]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--input", nargs="+", default=[str(REPO / "examples/web.jsonl"), str(REPO / "examples/code.jsonl")])
+    parser.add_argument("--input", nargs="+",
+                        default=[str(REPO / "examples/web.jsonl"), str(REPO / "examples/code.jsonl")])
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     args = parser.parse_args()
     texts = read_texts(args.input)

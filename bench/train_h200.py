@@ -1,11 +1,11 @@
 """One-H200 speed, FP8 parity and memory benchmark of ``trainer run`` on real text, beside the baselines.
 
-    python -m bench.train_h200 --prepare                    # here: fetch ~39 MB of prose, tokenize it (32k vocab)
-    python3 bench/train_h200.py --phases speed,baseline --baseline shared/bench/gpu_baseline.py   # on the H200
+    python -m bench.train_h200 --prepare           # once, anywhere: fetch ~39 MB of prose, tokenize it (32k vocab)
+    python3 bench/train_h200.py --phases baseline,speed     # on one H200: ours beside the baselines
     python3 bench/train_h200.py --phases parity,8b
 
 Phases (each trains through the CLI exactly as users launch it, on a blend of the tokenized prose):
-- ``speed``: DESIGN §7's shape (``1.3b``, seq 4096, micro-batch 4, vocab 32768), one run per
+- ``speed``: the baselines' shape (``1.3b``, seq 4096, micro-batch 4, vocab 32768), one run per
   ``--speed-runs`` entry (``bf16``, ``fp8:BACKEND:RECIPE``; ``+bf16-weights`` for bf16 weights and moments as
   the baselines keep them, ``+fp32-grads`` after it for their gradients summed in fp32, ``+transpose-fused``
   for FP8's transposed copies written by Inductor's producing kernels, ``+transpose-kernel`` for all of them by
@@ -15,8 +15,9 @@ Phases (each trains through the CLI exactly as users launch it, on a blend of th
   torch.compile per block where the backend allows and the fused loss on (the CUDA defaults);
   steady-state tokens/s, MFU and peak memory over the steps after ``--warmup``, every step's rate, and the
   GPU's SM clock and power meanwhile (``bench/gpu_clocks.py``: a throttled clock shows there);
-- ``baseline``: ``gpu_baseline.py`` (plain PyTorch: eager, compiled, compiled + torchao FP8) and, when
-  Transformer Engine imports, ``te_baseline.py``, in the same job; ratios ours/best baseline per precision;
+- ``baseline``: ``bench/baselines/torch_gpt.py`` (plain PyTorch: eager, compiled, compiled + torchao FP8) and,
+  when Transformer Engine imports, ``bench/baselines/te_gpt.py``, in the same job; ratios ours/best baseline per
+  precision;
 - ``parity``: ``125m`` for ``--parity-steps`` steps in bf16 and FP8 on the same samples (no token seen
   twice; ``--parity-weights bf16``: both with bf16 weights and moments), validation loss every
   ``--parity-eval-interval`` steps over fixed ``--eval-iters``; the largest relative gap after warm-up
@@ -39,11 +40,13 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # run by path: the repository's packages first
 from bench import gpu_clocks  # noqa: E402
 from bench.step_records import steady_means  # noqa: E402
+from bench.timing import results_folder, write_results  # noqa: E402
 
 DATA = REPO / "bench" / ".cache" / "h200"
+BASELINES = REPO / "bench" / "baselines"
 SPEED_SHAPE = ["--preset", "1.3b", "--seq-length", "4096", "--micro-batch-size", "4", "--global-batch-size", "4"]
 
 
@@ -82,9 +85,9 @@ def write_blend(folder: Path) -> Path:
 
 
 def train(tag: str, flags: list[str], folder: Path, warmup: int, timeout: float, keep_metrics: bool = False) -> dict:
-    """One ``trainer run`` (its log, and with ``keep_metrics`` its metrics, under $OUT); steady-state means
-    of its step records and its evaluations."""
-    out = Path(os.environ.get("OUT", folder))
+    """One ``trainer run`` (its log, and with ``keep_metrics`` its metrics, in :func:`results_folder`);
+    steady-state means of its step records and its evaluations."""
+    out = results_folder()
     metrics = (out if keep_metrics else folder) / f"{tag}.jsonl"
     command = [sys.executable, "-m", "cli.trainer", "run", "--blend", str(folder / "prose.yaml"),
                "--log-interval", "1", "--metrics-jsonl", str(metrics), *flags]
@@ -157,10 +160,11 @@ def speed(args: argparse.Namespace, folder: Path) -> dict:
 
 
 def baselines(args: argparse.Namespace, folder: Path) -> dict:
-    """gpu_baseline.py (and te_baseline.py when TE imports) in this job: their train_* records."""
+    """The plain-PyTorch baseline (and the TE one when TE imports) in this job: their training records."""
     results = {}
     scripts = [(args.baseline, "baseline.json")] if args.baseline != "none" else []
-    if args.te_baseline != "none" and subprocess.run([sys.executable, "-c", "import transformer_engine.pytorch"]).returncode == 0:
+    te_imports = subprocess.run([sys.executable, "-c", "import transformer_engine.pytorch"]).returncode == 0
+    if args.te_baseline != "none" and te_imports:
         scripts.append((args.te_baseline, "te_baseline.json"))
     for script, output in scripts:
         clocks = folder / f"{output[:-5]}.gpu.csv"
@@ -243,14 +247,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prepare", action="store_true", help="fetch and tokenize the data, then exit")
     parser.add_argument("--phases", default="speed,baseline,parity,8b", help=f"comma list of {', '.join(PHASES)}")
-    parser.add_argument("--baseline", default=str(REPO.parents[1] / "shared" / "bench" / "gpu_baseline.py"),
-                        help="gpu_baseline.py, or none")
-    parser.add_argument("--te-baseline", default=str(REPO.parents[1] / "shared" / "bench" / "te_baseline.py"),
-                        help="te_baseline.py (run when TE imports), or none")
+    parser.add_argument("--baseline", default=str(BASELINES / "torch_gpt.py"),
+                        help="the plain-PyTorch baseline script (writes $OUT/baseline.json), or none")
+    parser.add_argument("--te-baseline", default=str(BASELINES / "te_gpt.py"),
+                        help="the Transformer Engine baseline script (run when TE imports; writes "
+                        "$OUT/te_baseline.json), or none")
     parser.add_argument("--fp8-backend", default="auto", help="backend of the parity runs")
     parser.add_argument("--parity-recipe", default="tensorwise", choices=("delayed", "tensorwise"),
                         help="--fp8-recipe of the parity run")
-    parser.add_argument("--speed-runs", default="bf16,fp8:auto:tensorwise",
+    parser.add_argument("--speed-runs", default="fp8:scaled_mm:delayed+bf16-weights,bf16+bf16-weights",
                         help="comma list of bf16 | fp8:BACKEND:RECIPE, each optionally followed by "
                         f"{' '.join('+' + name for name in RUN_SUFFIXES)}, then @MICRO_BATCH (reported apart)")
     parser.add_argument("--steps", type=int, default=15)
@@ -266,7 +271,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.prepare:
         return prepare()
-    out = Path(os.environ.get("OUT", tempfile.gettempdir()))
     results: dict = {}
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
@@ -276,7 +280,7 @@ def main() -> None:
                 results.update(PHASES[phase](args, folder))
             except subprocess.TimeoutExpired as error:
                 results[phase] = {"failed": f"timed out after {error.timeout:.0f} s"}
-            (out / "train_h200.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+            write_results("train_h200", {"args": vars(args), "results": results})
     table(results)
 
 

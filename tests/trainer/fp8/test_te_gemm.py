@@ -1,5 +1,5 @@
 """The ``te`` backend's bookkeeping, on CPU with a stand-in for ``transformer_engine.pytorch`` (TE itself
-installs only on GPU machines; its numerics are measured on the H200, bench/train_h200.md)."""
+installs only on GPU machines; its numerics are measured on the H200, bench/RESULTS.md)."""
 
 from __future__ import annotations
 

@@ -168,7 +168,7 @@ def test_a_stop_seen_by_one_rank_stops_every_rank_at_the_same_step(two_rank_runs
 
 #: FP8 emulated on CPU (scaled_mm), blocks compiled: each TP shard has its own FP8 scales, so runs agree
 #: to FP8 rounding, not to RELATIVE_TOLERANCE. On two H200s this mix once trained with near-zero block
-#: gradients (in-place collectives under compile, bench/parallel_h200x2.md).
+#: gradients (in-place collectives under compile, bench/RESULTS.md).
 FP8_COMPILED = {"fp8": {"fp8_format": "hybrid", "fp8_recipe": "tensorwise", "fp8_backend": "scaled_mm",
                         "fp8_min_dim": 16}, "model": {"compile": "blocks"}}
 FP8_TOLERANCE = 1e-2

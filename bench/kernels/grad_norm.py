@@ -1,8 +1,9 @@
-"""The gradient norm's sum of squares in one launch (``trainer/kernels/grad_norm.py``) beside torch's per-tensor
-norms (``torch._foreach_norm``, what ``GradReducer.global_norm`` ran before) and a device copy of the same bytes,
-at the ``1.3b`` preset's parameter shapes with bf16 gradients (one DP replica: each gradient its own tensor).
+"""The gradient norm's sum of squares in one launch (``trainer/kernels/triton_kernels/grad_norm.py``) beside torch's
+per-tensor norms (``torch._foreach_norm``, what the global gradient norm runs without Triton) and a device copy of
+the same bytes, at the ``1.3b`` preset's parameter shapes with bf16 gradients (one DP replica: each gradient its own
+tensor).
 
-    python3 bench/grad_norm.py                     # one H200: the default launch shape and a sweep
+    python3 bench/kernels/grad_norm.py                     # one H200: the default launch shape and a sweep
 
 Both read every gradient once (2 bytes a parameter); the copy (``copy_`` of half those bytes: as many read and written)
 is the bandwidth this traffic can reach. Printed: milliseconds per norm (back-to-back calls, so that the host's
@@ -19,19 +20,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.adamw_kernel import (  # noqa: E402
-    bf16_parameters,
-    launch_shapes,
-    median_ms,
-    parameter_shapes,
-    per_call_microseconds,
-    warm_up,
-    write_results,
-)
-from trainer import grad_norm_kernel  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run by path: the repository's packages first
+from bench.kernels.shapes import bf16_parameters, launch_shapes, parameter_shapes  # noqa: E402
+from bench.timing import median_ms, per_call_microseconds, warm_up, write_results  # noqa: E402
 from trainer.config.presets import PRESETS  # noqa: E402
-from trainer.parallelize.data_parallel import foreach_sum_of_squares  # noqa: E402
+from trainer.kernels.grad_norm import foreach_sum_of_squares  # noqa: E402
+from trainer.kernels.triton_kernels import grad_norm as grad_norm_kernel  # noqa: E402
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """Launch shapes of our delayed-scaling FP8 kernels, swept side by side at the ``1.3b`` preset's shapes (seq
 4096, micro-batch 4: train_h200's speed shape), beside a device copy of the same bytes.
 
-    python3 bench/fp8_kernels.py                 # one H200: every sweep
-    python3 bench/fp8_kernels.py --only transposed   # or some of: plain, cast, rotary, rotary-plain, transposed
+    python3 bench/kernels/fp8_kernels.py                     # one H200: every sweep
+    python3 bench/kernels/fp8_kernels.py --only transposed   # or some of: plain, cast, rotary, rotary-plain, transposed
 
 Kernels: the SwiGLU backward that writes fc1's output gradient cast to FP8 with its amax (``cast``), the
 plain bf16 one (``plain``; bf16 runs), and the RoPE backward writing the QKV gradient cast to FP8
@@ -13,7 +13,7 @@ layout); and both casts writing the transposed copy too
 launch shape is timed from the kernels' own GPU time in a torch.profiler trace (the ops' Python costs more than
 their kernels when called outside a compiled graph), checked to give the default shape's bytes and amax, and
 printed as µs per call, effective TB/s and the ratio to the default shape, measured in this one run.
-``$OUT/fp8_kernels.json.gz`` gets the numbers.
+``$OUT/fp8_kernels.json`` gets the numbers.
 """
 
 from __future__ import annotations
@@ -21,43 +21,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import gzip
 import itertools
-import json
-import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from trainer.kernels.fp8_transpose import triton_transpose  # noqa: E402
-from trainer.model import rotary, swiglu  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run by path: the repository's packages first
+from bench.timing import kernel_microseconds, write_results  # noqa: E402
+from trainer.kernels.triton_kernels import fp8_transpose, rotary, swiglu  # noqa: E402
 from trainer.model.layers import RotaryEmbedding  # noqa: E402
 
 TOKENS, HIDDEN, FFN, HEADS, HEAD_DIM, SEQ = 16384, 2048, 5632, 16, 128, 4096
-CALLS = 20
-
-
-def kernel_microseconds(call: Callable[[], object], names: tuple[str, ...]) -> float:
-    """GPU time per ``call()`` of the kernels whose names contain one of ``names`` (mean over :data:`CALLS`)."""
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as trace:
-        for _ in range(CALLS):
-            call()
-        torch.cuda.synchronize()
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "trace.json"
-        trace.export_chrome_trace(str(path))
-        events = json.loads(path.read_text())["traceEvents"]
-    total = sum(e["dur"] for e in events
-                if e.get("cat") in ("kernel", "gpu_memcpy") and any(n in e["name"] for n in names))
-    return total / CALLS
 
 
 def same_result(got, expected) -> bool:
@@ -97,8 +73,7 @@ def sweep_transposed(label: str, table: dict, key, shapes: list, cast: Callable[
     twice), after timing what it replaces at today's shapes: ``cast()``, then the transposing kernel on its
     output; the ratio printed last is that pair's time over the fastest shape's."""
     out, _ = cast()
-    transpose = triton_transpose()
-    pair = kernel_microseconds(cast, names) + kernel_microseconds(lambda: transpose(out), ("fp8_transpose",))
+    pair = kernel_microseconds(cast, names) + kernel_microseconds(lambda: fp8_transpose.launch(out), ("fp8_transpose",))
     moved = read_bytes + 2 * elements
     copy_us = copy_microseconds(moved)
     print(f"{label}: {moved / 1e6:.0f} MB moved; a copy of as many bytes: {copy_us:.1f} µs; the cast, then the "
@@ -128,7 +103,7 @@ def main() -> None:
     fused = torch.randn(TOKENS, 2 * FFN, device="cuda").bfloat16()
     grad = torch.randn(TOKENS, FFN, device="cuda").bfloat16()
     scale = torch.tensor(2.0 ** 10, device="cuda")
-    launch = swiglu.triton_backward()
+    launch = swiglu.launch
     elements = [2048, 4096, 8192, 16384]
     for kind, call, out_bytes in (
             ("plain", lambda: launch(fused, grad), 2),
@@ -158,7 +133,7 @@ def main() -> None:
     layouts = {"model": (model[:, :, :, 0], model[:, :, :, 1], model[:, :, :, 2]),
                "cudnn": tuple(torch.randn(batch, HEADS, SEQ, HEAD_DIM, device="cuda").bfloat16().transpose(1, 2)
                               for _ in range(3))}
-    launch = rotary.triton_rotary_backward()
+    launch = rotary.launch
     shapes = [rotary.Tiling(t, w) for t, w in itertools.product((16, 32, 64, 128), (2, 4, 8))]
     head_shape = (HEADS, 1, HEAD_DIM)
     for kind, out_bytes in (("rotary", 1), ("rotary-plain", 2)):
@@ -177,9 +152,7 @@ def main() -> None:
     if "transposed" in only:
         results += sweep_transposed("rotary transp.", rotary.TILING, "transposed", shapes, cast,
                                     ("rotary_backward",), 3 * TOKENS * HIDDEN * 2, 3 * TOKENS * HIDDEN)
-    if os.environ.get("OUT"):
-        with gzip.open(Path(os.environ["OUT"]) / "fp8_kernels.json.gz", "wt") as file:
-            json.dump(results, file)
+    write_results("fp8_kernels", results)
 
 
 if __name__ == "__main__":
