@@ -104,7 +104,7 @@ def build_split_maps(resolved: ResolvedBlend, plan: SplitPlan) -> SplitMaps:
     workers = min(len(plan.members), os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="maps") as pool:
         entries = list(pool.map(lambda member: member_entry(resolved, member, plan.split), plan.members))
-    built = sum(entry.built for entry in entries)
+    built = sum(entry.built for entry in entries) + sum(member.maps_built for member in plan.members)
     members = [entry.arrays for entry in entries]
     if plan.mode == "single":
         return SplitMaps(plan, members, None, None, built)

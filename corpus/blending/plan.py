@@ -56,6 +56,8 @@ class MemberPlan:
     """Samples its maps hold (all epochs)."""
     target: int
     """Samples the split means to take from it."""
+    maps_built: int = 0
+    """Cache entries planning built for it (``best_fit`` packs while planning)."""
 
 
 @dataclass(frozen=True)
@@ -154,13 +156,14 @@ def _member(resolved: ResolvedBlend, split: str, index: int, bounds: tuple[int, 
                       packing.min_epochs(tokens, num_samples, packing.capacity_of(config)), bounds)
         entry = packing.packed_entry(resolved.cache, config, source, *bounds, num_samples, split)
         epochs = packing.epoch_plan(tokens, tuple(entry.meta["epoch_samples"]), num_samples)
-        length = sum(entry.meta["epoch_samples"])
+        length, built = sum(entry.meta["epoch_samples"]), int(entry.built)
     else:
+        built = 0
         epochs = maps.plan_epochs(tokens, num_samples, config.seq_length, config.samples.extra_token)
         length = maps.samples_in(epochs.num_epochs * tokens, config.seq_length, config.samples.extra_token)
     _check_epochs(resolved, split, index, tokens, num_samples, epochs.num_epochs, bounds)
     return MemberPlan(source.name, config.source_key(split, index), source, bounds[0], bounds[1], tokens, weight,
-                      num_samples, epochs, length, target if target is not None else length)
+                      num_samples, epochs, length, target if target is not None else length, built)
 
 
 def _check_epochs(resolved: ResolvedBlend, split: str, index: int, tokens: int, num_samples: int | None,

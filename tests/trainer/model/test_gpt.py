@@ -171,3 +171,30 @@ def test_residual_stream_is_in_the_compute_dtype_unless_fp32_is_asked():
         residual = torch.float32 if fp32_residual else torch.bfloat16
         assert dtypes == [(residual, residual)]
     assert (seen[True] - seen[False]).abs().max() < 0.1 * seen[True].abs().max()  # same model, rounder stream
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("backend", ["math", "flash"])
+def test_packed_samples_do_not_attend_across_documents(tmp_path, backend):
+    """A best-fit packed batch, as the loader makes it: changing one document of a sample leaves the logits of
+    the other documents in it unchanged, on every CPU attention backend."""
+    from corpus.blending.datasets import SampleCounts, build_split_datasets
+    from corpus.blending.schema import blend_from_dict
+    from tests.corpus.blending.blend_data import write_random
+
+    write_random(tmp_path / "docs", 300, seed=4, max_len=SEQ)
+    blend = blend_from_dict({"seq_length": SEQ, "split": "100,0,0", "cache_dir": "cache", "packing": "best_fit",
+                             "sources": [{"name": "docs", "prefix": "docs"}]}, base_dir=tmp_path)
+    train = build_split_datasets(blend, SampleCounts(40)).train
+    index = next(i for i in range(len(train)) if len(train.view(i)[1]) >= 3)
+    batch = {name: torch.from_numpy(array) for name, array in train.batch([index]).items()}
+    second, third = train.view(index)[1][1:3]
+    changed = batch["tokens"].clone()
+    changed[0, second[0]:third[0]] = (changed[0, second[0]:third[0]] + 1) % (VOCAB - 1) + 1
+    model = tiny(backend=backend)
+    before = model(batch["tokens"] % VOCAB, batch["position_ids"], batch["cu_seqlens"])
+    after = model(changed % VOCAB, batch["position_ids"], batch["cu_seqlens"])
+    outside = torch.ones(SEQ, dtype=torch.bool)
+    outside[second[0]:third[0]] = False
+    torch.testing.assert_close(after[0, outside], before[0, outside], rtol=0, atol=1e-6)
+    assert not torch.allclose(after[0, ~outside], before[0, ~outside])
