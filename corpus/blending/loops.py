@@ -114,29 +114,31 @@ int fill_exhaustive_blending_indices(const int64_t *sizes, int64_t num_datasets,
 }
 
 /* Best-fit decreasing packing (see corpus/blending/packing.py). Open bins are kept in one LIFO stack per free
-   space; a segment tree over free spaces (a flag per leaf: that stack is not empty) finds the smallest free
-   space that fits a piece in O(log capacity). */
-static int64_t first_open(const uint8_t *tree, int64_t leaves, int64_t need) {
-    int64_t node = leaves + need;
-    if (tree[node]) return need;
-    while (node > 1) {
-        if (!(node & 1) && tree[node + 1]) {
-            node += 1;
-            while (node < leaves) node = tree[2 * node] ? 2 * node : 2 * node + 1;
-            return node - leaves;
-        }
-        node >>= 1;
+   space; a two-level bitmap over free spaces (a bit per space: that stack is not empty) finds the smallest free
+   space that fits a piece with a few bit scans (loops_numba walks a segment tree to the same answer). */
+static int64_t first_open(const uint64_t *bits, const uint64_t *summary, int64_t groups, int64_t need) {
+    int64_t word = need >> 6;
+    uint64_t here = bits[word] & (~0ULL << (need & 63));
+    if (here) return (word << 6) | __builtin_ctzll(here);
+    int64_t next = word + 1, group = next >> 6;
+    if (group >= groups) return -1;
+    uint64_t above = summary[group] & (~0ULL << (next & 63));
+    while (!above) {
+        if (++group >= groups) return -1;
+        above = summary[group];
     }
-    return -1;
+    word = (group << 6) | __builtin_ctzll(above);
+    return (word << 6) | __builtin_ctzll(bits[word]);
 }
 
-static void mark_open(uint8_t *tree, int64_t leaves, int64_t space, uint8_t open) {
-    int64_t node = leaves + space;
-    tree[node] = open;
-    for (node >>= 1; node >= 1; node >>= 1) {
-        uint8_t any = tree[2 * node] | tree[2 * node + 1];
-        if (tree[node] == any) break;
-        tree[node] = any;
+static void mark_open(uint64_t *bits, uint64_t *summary, int64_t space, int open) {
+    int64_t word = space >> 6;
+    if (open) {
+        bits[word] |= 1ULL << (space & 63);
+        summary[word >> 6] |= 1ULL << (word & 63);
+    } else {
+        bits[word] &= ~(1ULL << (space & 63));
+        if (!bits[word]) summary[word >> 6] &= ~(1ULL << (word & 63));
     }
 }
 
@@ -155,15 +157,14 @@ static void sort_decreasing(const int64_t *length, int64_t count, int64_t capaci
 
 int64_t pack_best_fit(const int32_t *lengths, const int32_t *documents, int64_t num_documents, int64_t capacity,
                       int64_t window, int32_t *piece_sequence, int32_t *piece_offset, int64_t *sample_start) {
-    int64_t leaves = 1;
-    while (leaves <= capacity) leaves <<= 1;
+    int64_t words = (capacity >> 6) + 1, groups = (words >> 6) + 1;
     if (window > num_documents) window = num_documents > 0 ? num_documents : 1;
-    uint8_t *tree = calloc(2 * leaves, 1);
+    uint64_t *bits = calloc(words + groups, sizeof(uint64_t)), *summary = bits + words;
     int64_t *stack_top = malloc(sizeof(int64_t) * (capacity + 1));
     int64_t *scratch = malloc(sizeof(int64_t) * 8 * window);
     int32_t *item_sequence = malloc(sizeof(int32_t) * window), *item_offset = malloc(sizeof(int32_t) * window);
-    if (!tree || !stack_top || !scratch || !item_sequence || !item_offset) {
-        free(tree); free(stack_top); free(scratch); free(item_sequence); free(item_offset);
+    if (!bits || !stack_top || !scratch || !item_sequence || !item_offset) {
+        free(bits); free(stack_top); free(scratch); free(item_sequence); free(item_offset);
         return -1;
     }
     int64_t *item_length = scratch, *item_bin = scratch + window, *order = scratch + 2 * window;
@@ -192,7 +193,7 @@ int64_t pack_best_fit(const int32_t *lengths, const int32_t *documents, int64_t 
         int64_t bins = 0;
         for (int64_t j = 0; j < items; ++j) {
             int64_t item = order[j], need = item_length[item], bin;
-            int64_t space = first_open(tree, leaves, need);
+            int64_t space = first_open(bits, summary, groups, need);
             if (space < 0) {
                 bin = bins++;
                 bin_pieces[bin] = 0;
@@ -200,7 +201,7 @@ int64_t pack_best_fit(const int32_t *lengths, const int32_t *documents, int64_t 
             } else {
                 bin = stack_top[space];
                 stack_top[space] = bin_below[bin];
-                if (stack_top[space] < 0) mark_open(tree, leaves, space, 0);
+                if (stack_top[space] < 0) mark_open(bits, summary, space, 0);
             }
             item_bin[item] = bin;
             bin_pieces[bin] += 1;
@@ -208,14 +209,14 @@ int64_t pack_best_fit(const int32_t *lengths, const int32_t *documents, int64_t 
             bin_space[bin] = space;
             if (space > 0) {
                 bin_below[bin] = stack_top[space];
-                if (stack_top[space] < 0) mark_open(tree, leaves, space, 1);
+                if (stack_top[space] < 0) mark_open(bits, summary, space, 1);
                 stack_top[space] = bin;
             }
         }
         for (int64_t b = 0; b < bins; ++b) {
             if (bin_space[b] > 0 && stack_top[bin_space[b]] >= 0) {
                 stack_top[bin_space[b]] = -1;
-                mark_open(tree, leaves, bin_space[b], 0);
+                mark_open(bits, summary, bin_space[b], 0);
             }
             cursor[b] = pieces;
             pieces += bin_pieces[b];
@@ -227,7 +228,7 @@ int64_t pack_best_fit(const int32_t *lengths, const int32_t *documents, int64_t 
             piece_offset[at] = item_offset[item];
         }
     }
-    free(tree); free(stack_top); free(scratch); free(item_sequence); free(item_offset);
+    free(bits); free(stack_top); free(scratch); free(item_sequence); free(item_offset);
     return samples;
 }
 """

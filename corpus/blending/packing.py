@@ -47,13 +47,17 @@ def piece_lengths(lengths: np.ndarray, piece_sequence: np.ndarray, piece_offset:
     return np.minimum(capacity, lengths[piece_sequence].astype(np.int64) - piece_offset)
 
 
-def pack_epoch(lengths: np.ndarray, documents: np.ndarray, capacity: int,
-               window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(piece_sequence, piece_offset, sample_start)`` of one epoch whose document order is ``documents``."""
+def count_pieces(lengths: np.ndarray, capacity: int) -> int:
+    """Pieces the documents of ``lengths`` are cut into (an empty one: (0 - 1) // C + 1 = 0 pieces)."""
+    return int(np.sum((lengths.astype(np.int64) - 1) // capacity + 1))
+
+
+def pack_epoch(lengths: np.ndarray, documents: np.ndarray, capacity: int, window: int,
+               pieces: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(piece_sequence, piece_offset, sample_start)`` of one epoch whose document order is ``documents``
+    (``pieces``: :func:`count_pieces` of those documents)."""
     from corpus.blending.loops import pack_best_fit
 
-    counts = lengths[documents].astype(np.int64)
-    pieces = int(np.sum((counts - 1) // capacity + 1))  # an empty document: (0 - 1) // C + 1 = 0 pieces
     piece_sequence, piece_offset = np.empty(pieces, np.int32), np.empty(pieces, np.int32)
     sample_start = np.empty(pieces + 1, np.int64)
     samples = pack_best_fit(lengths, documents, capacity, window, piece_sequence, piece_offset, sample_start)
@@ -93,20 +97,23 @@ def build_packed_maps(lengths: np.ndarray, begin: int, end: int, num_samples: in
     if tokens == 0:
         raise ValueError("a split with no tokens cannot be packed")
     rng = np.random.RandomState(seed)
+    pieces = count_pieces(lengths[begin:end], capacity)
     epochs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     held = 0
     while not epochs or (num_samples is not None and held < num_samples):
         documents = np.arange(begin, end, dtype=np.int32)
         rng.shuffle(documents)
-        epochs.append(pack_epoch(lengths, documents, capacity, window))
+        epochs.append(pack_epoch(lengths, documents, capacity, window, pieces))
         held += len(epochs[-1][2]) - 1
     epoch_samples = tuple(len(starts) - 1 for _, _, starts in epochs)
-    offsets = np.cumsum([0] + [len(sequence) for sequence, _, _ in epochs])
-    sample_index = np.concatenate([[0]] + [starts[1:] + offset for (_, _, starts), offset in zip(epochs, offsets)])
     plan = epoch_plan(tokens, epoch_samples, num_samples)
     first = plan.num_samples_sans_final_epoch if plan.separate_final_epoch else held
+    shuffle = maps.shuffle_index(first, held, rng)
+    if len(epochs) == 1:
+        return PackedMaps(*epochs[0], shuffle, epoch_samples)
+    starts = [epochs[0][2]] + [starts[1:] + number * pieces for number, (_, _, starts) in enumerate(epochs) if number]
     return PackedMaps(np.concatenate([e[0] for e in epochs]), np.concatenate([e[1] for e in epochs]),
-                      sample_index.astype(np.int64), maps.shuffle_index(first, held, rng), epoch_samples)
+                      np.concatenate(starts), shuffle, epoch_samples)
 
 
 def min_epochs(tokens: int, num_samples: int | None, capacity: int) -> int:
