@@ -157,8 +157,9 @@ def _sort_decreasing(length, count, capacity, order, scratch):  # pragma: no cov
 def pack_best_fit(lengths, documents, capacity, window, piece_sequence, piece_offset,
                   sample_start):  # pragma: no cover - compiled
     """Best-fit decreasing over windows of ``documents`` into samples of ``capacity`` tokens: the C loop's port
-    (see ``corpus.blending.packing``), a segment tree standing in for its bitmap (same answers). Fills the pieces (sequence, offset) sample by sample and
-    ``sample_start`` [samples + 1]; returns the number of samples."""
+    (see ``corpus.blending.packing``), a segment tree standing in for its bitmap (same answers). Fills the
+    pieces (sequence, offset) sample by sample and ``sample_start`` [samples + 1]; returns the number of
+    samples."""
     num_documents = documents.shape[0]
     leaves = 1
     while leaves <= capacity:
