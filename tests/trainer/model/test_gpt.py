@@ -198,3 +198,27 @@ def test_packed_samples_do_not_attend_across_documents(tmp_path, backend):
     outside[second[0]:third[0]] = False
     torch.testing.assert_close(after[0, outside], before[0, outside], rtol=0, atol=1e-6)
     assert not torch.allclose(after[0, ~outside], before[0, ~outside])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_cuda_backends_honour_document_masks_or_refuse_them(backend):
+    """On CUDA each backend either keeps documents apart (changing one document leaves the other's outputs as
+    they were) or is refused at start-up with document masking asked for."""
+    device = torch.device("cuda")
+    shape = AttentionShape(2, 256, 4, 2, 64, torch.bfloat16, True)
+    try:
+        chosen = select_backend(backend, device, shape)
+    except ConfigError as error:
+        assert "document-masked" in str(error) or "needs" in str(error) or "not installed" in str(error)
+        return
+    q, k, v = torch.randn(2, 256, 4, 64, device=device, dtype=torch.bfloat16), *(
+        torch.randn(2, 256, 2, 64, device=device, dtype=torch.bfloat16) for _ in range(2))
+    cu_seqlens = torch.tensor([0, 100, 256, 256 + 37, 512], dtype=torch.int32, device=device)
+    before = chosen.attend(q, k, v, cu_seqlens)
+    k2, v2 = k.clone(), v.clone()
+    k2[0, 100:], v2[0, 100:] = torch.randn_like(k2[0, 100:]), torch.randn_like(v2[0, 100:])
+    after = chosen.attend(q, k2, v2, cu_seqlens)
+    torch.testing.assert_close(after[0, :100], before[0, :100], rtol=0, atol=0)
+    torch.testing.assert_close(after[1], before[1], rtol=0, atol=0)
+    assert not torch.equal(after[0, 100:], before[0, 100:])
