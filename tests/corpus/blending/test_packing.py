@@ -224,3 +224,18 @@ def test_bad_packing_keys_name_file_line_and_fix(folder, change: str, key: str, 
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"bad.yaml:{lines.index(change) + 1}" in result.stderr, result.stderr
     assert key in result.stderr and fix in result.stderr
+
+
+def test_show_samples_lists_where_each_document_starts(folder) -> None:
+    path = folder / "packed.yaml"
+    path.write_text(json.dumps(_blend(folder)))
+    result = run_cli("corpus", "blend", str(path), "--num-samples", "100", "--show-samples", "0:100", "--json")
+    samples = [json.loads(line) for line in result.stdout.splitlines()]
+    for sample in samples:
+        at = [piece[0] for piece in sample["documents"]]
+        assert at[0] == 0 and at == sorted(at)
+        assert sum(piece[3] for piece in sample["documents"]) + sample["padding"] == CAPACITY
+        assert sample["tokens"].count(PAD_ID) == sample["padding"]
+    assert any(s["padding"] for s in samples) and any(len(s["documents"]) > 1 for s in samples)
+    text = run_cli("corpus", "blend", str(path), "--num-samples", "100", "--show-samples", "0:3").stdout
+    assert "[documents at 0" in text
