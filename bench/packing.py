@@ -163,7 +163,8 @@ def _print(rows: list[tuple[str, dict]], args: argparse.Namespace) -> None:
           f"python {sys.version.split()[0]}, cpus {os.cpu_count()}, load {os.getloadavg()[0]:.1f}")
     print(f"{'case':<52} {'build s':>8} {'cpu s':>8} {'process s':>10} {'samples':>11} {'padding':>9} "
           f"{'cut':>9} {'short cut':>9} {'ours/this':>9}")
-    print("(cut: documents split across samples, by packing; short cut: those of at most one sample's length; "
+    print("(build: the timed call; process: the whole worker, imports and, for ours, the padding count after the "
+          "build; cut: documents split across samples by packing; short cut: those of at most one sample's length; "
           "ours/this: our best_fit build time over this row's)")
     ours = {}
     for name, result in rows:
