@@ -44,7 +44,8 @@ def _parse_range(_ctx: click.Context, _param: click.Parameter, value: str | None
               help="Plan only (the default action): documents, tokens, weights, epochs, samples.")
 @click.option("--build", is_flag=True, help="Build every index map the request needs (offline; no GPU, no torch).")
 @click.option("--show-samples", "sample_range", callback=_parse_range, metavar="A:B",
-              help="Print samples A..B-1 of --split as the trainer sees them.")
+              help="Print samples A..B-1 of --split as the trainer sees them, with where each document starts "
+              "(+N: N tokens into it) and the padding.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (one JSON line per sample).")
 def blend(file: str, split: str, num_samples: int | None, train_iters: int | None, global_batch_size: int | None,
           eval_interval: int, eval_iters: int, seq_length: int | None, seed: int | None, dry_run: bool, build: bool,
@@ -84,4 +85,7 @@ def blend(file: str, split: str, num_samples: int | None, train_iters: int | Non
 def _sample_line(sample: dict) -> str:
     tokens = sample["tokens"]
     shown = " ".join(map(str, tokens[:12])) + (" … " + " ".join(map(str, tokens[-4:])) if len(tokens) > 16 else "")
-    return f"{sample['index']:>8} {sample['source']:<16} {len(tokens)} tokens: {shown}"
+    starts = ",".join(f"{at}" + (f"(+{offset})" if offset else "") for at, _, offset, _ in sample["documents"])
+    padding = f", padding {sample['padding']}" if sample["padding"] else ""
+    return (f"{sample['index']:>8} {sample['source']:<16} {len(tokens)} tokens: {shown}  "
+            f"[documents at {starts}{padding}]")

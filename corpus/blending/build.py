@@ -1,6 +1,7 @@
 """Turn a :class:`~corpus.blending.plan.SplitPlan` into index maps, through the content-addressed cache.
 
-One cache entry per source split (``gpt-…``: document, sample and shuffle index) and one per
+One cache entry per source split (``gpt-…``: document, sample and shuffle index; ``packed-…`` with
+``packing: best_fit``, see :mod:`corpus.blending.packing`) and one per
 blended split (``blend-…``: source and sample-within-source of every blended sample). Keys hold
 everything that changes the arrays, including what megatron-core forgets to hash
 (``add_extra_token_to_sequence``, the surplus, the drop-last rule) and the content digest of
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from corpus.blending import index_maps as maps
+from corpus.blending import packing
 from corpus.blending.map_cache import Entry, cache_key
 from corpus.blending.plan import MemberPlan, SplitPlan
 from corpus.blending.resolve import ResolvedBlend
@@ -47,8 +49,19 @@ def gpt_key(resolved: ResolvedBlend, member: MemberPlan) -> str:
                       "extra_token": config.samples.extra_token, "drop_last": True})
 
 
-def _gpt_entry(resolved: ResolvedBlend, member: MemberPlan, split: str) -> Entry:
+def member_key(resolved: ResolvedBlend, member: MemberPlan) -> str:
+    """The cache key of a member's maps: concatenating (``gpt``) or packed."""
+    if resolved.config.packing == "best_fit":
+        return packing.packed_key(resolved.config, member.source, member.begin, member.end, member.num_samples)
+    return gpt_key(resolved, member)
+
+
+def member_entry(resolved: ResolvedBlend, member: MemberPlan, split: str) -> Entry:
+    """A member's maps, loaded or built."""
     config = resolved.config
+    if config.packing == "best_fit":
+        return packing.packed_entry(resolved.cache, config, member.source, member.begin, member.end,
+                                    member.num_samples, split)
 
     def build() -> tuple[dict[str, np.ndarray], dict]:
         log.info("building %s maps of %s: %s samples, %d epoch(s)", split, member.name,
@@ -85,16 +98,17 @@ def _blend_entry(resolved: ResolvedBlend, plan: SplitPlan, member_keys: list[str
 def build_split_maps(resolved: ResolvedBlend, plan: SplitPlan) -> SplitMaps:
     """Load every map ``plan`` needs, building (once, under a lock) whatever the cache lacks.
     Sources build in parallel threads (numpy's shuffles and the compiled loops release the GIL)."""
-    if not all(resolved.cache.has("gpt", gpt_key(resolved, member)) for member in plan.members):
+    kind = "packed" if resolved.config.packing == "best_fit" else "gpt"
+    if not all(resolved.cache.has(kind, member_key(resolved, member)) for member in plan.members):
         maps.prepare_kernels()
     workers = min(len(plan.members), os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="maps") as pool:
-        entries = list(pool.map(lambda member: _gpt_entry(resolved, member, plan.split), plan.members))
-    built = sum(entry.built for entry in entries)
+        entries = list(pool.map(lambda member: member_entry(resolved, member, plan.split), plan.members))
+    built = sum(entry.built for entry in entries) + sum(member.maps_built for member in plan.members)
     members = [entry.arrays for entry in entries]
     if plan.mode == "single":
         return SplitMaps(plan, members, None, None, built)
     lengths = [m["sample_index"].shape[0] - 1 for m in members]
-    blend = _blend_entry(resolved, plan, [gpt_key(resolved, m) for m in plan.members], lengths)
+    blend = _blend_entry(resolved, plan, [member_key(resolved, m) for m in plan.members], lengths)
     return SplitMaps(plan, members, blend.arrays["dataset_index"], blend.arrays["dataset_sample_index"],
                      built + blend.built)

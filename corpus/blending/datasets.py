@@ -2,8 +2,9 @@
 asks for.
 
 ``SplitDataset[i]`` is exactly the sample megatron-core's ``BlendedMegatronDatasetBuilder``
-returns at index i for the same blend, split and sample count; ``tokens_of(i)`` gives its raw
-S + 1 token ids (what ``corpus blend --show-samples`` prints). Any map-style consumer works
+returns at index i for the same blend, split and sample count (``packing: concat``); ``tokens_of(i)``
+gives its raw S + 1 token ids (what ``corpus blend --show-samples`` prints). With ``packing: best_fit``
+samples are whole documents plus padding, and each batch carries their boundaries. Any map-style consumer works
 with it (a torch ``DataLoader`` too); :mod:`corpus.blending.loader` wraps it for torch training.
 """
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from corpus.blending.build import SplitMaps, build_split_maps
 from corpus.blending.index_maps import SPLIT_NAMES
+from corpus.blending.packing import piece_lengths
 from corpus.blending.plan import SplitPlan, plan_split
 from corpus.blending.resolve import ResolvedBlend, resolve_blend
 from corpus.blending.samples import PAD_ID, make_batch, sample_from_batch
@@ -45,32 +47,51 @@ def megatron_sample_counts(train_iters: int, global_batch_size: int, eval_interv
                         eval_iters * global_batch_size)
 
 
+#: A piece of a sample: (sequence id, offset in it, token count or None for "to its end").
+Segment = tuple[int, int, "int | None"]
+
+
 class _SourceSplit:
     """One source's maps in a split: Megatron's ``_query_document_sample_shuffle_indices``."""
 
-    def __init__(self, source: Source, arrays: dict[str, np.ndarray]) -> None:
+    def __init__(self, source: Source, arrays: dict[str, np.ndarray], extra_token: int) -> None:
         self.source = source
         self.document_index = arrays["document_index"]
         self.sample_index = arrays["sample_index"]
         self.shuffle_index = arrays["shuffle_index"]
+        self.extra_token = extra_token
 
-    def fill(self, index: int, out: np.ndarray, extra_token: int) -> None:
-        """Write the tokens of sample ``index`` into ``out`` (padding with PAD_ID if short)."""
+    def segments(self, index: int) -> list[Segment]:
+        """The document pieces sample ``index`` reads, in order."""
         position = int(self.shuffle_index[index])
         first_doc, first_offset = (int(v) for v in self.sample_index[position])
         last_doc, last_offset = (int(v) for v in self.sample_index[position + 1])
-        read = self.source.read
+        documents = self.document_index
         if first_doc == last_doc:
-            parts = [read(self.document_index[first_doc], first_offset, last_offset - first_offset + extra_token)]
-        else:
-            parts = [read(self.document_index[first_doc], first_offset)]
-            parts += [read(self.document_index[d]) for d in range(first_doc + 1, last_doc)]
-            parts.append(read(self.document_index[last_doc], 0, last_offset + extra_token))
-        filled = 0
-        for part in parts:
-            out[filled : filled + len(part)] = part
-            filled += len(part)
-        out[filled:] = PAD_ID
+            return [(int(documents[first_doc]), first_offset, last_offset - first_offset + self.extra_token)]
+        return ([(int(documents[first_doc]), first_offset, None)]
+                + [(int(documents[d]), 0, None) for d in range(first_doc + 1, last_doc)]
+                + [(int(documents[last_doc]), 0, last_offset + self.extra_token)])
+
+
+class _PackedSourceSplit:
+    """One source's packed maps in a split (:mod:`corpus.blending.packing`)."""
+
+    def __init__(self, source: Source, arrays: dict[str, np.ndarray], capacity: int) -> None:
+        self.source = source
+        self.piece_sequence = arrays["piece_sequence"]
+        self.piece_offset = arrays["piece_offset"]
+        self.sample_index = arrays["sample_index"]
+        self.shuffle_index = arrays["shuffle_index"]
+        self.capacity = capacity
+
+    def segments(self, index: int) -> list[Segment]:
+        """The document pieces of sample ``index``, in the order they sit in it (then padding)."""
+        sample = int(self.shuffle_index[index])
+        pieces = range(int(self.sample_index[sample]), int(self.sample_index[sample + 1]))
+        sequences, offsets = self.piece_sequence[pieces.start:pieces.stop], self.piece_offset[pieces.start:pieces.stop]
+        lengths = piece_lengths(self.source.lengths, sequences, offsets, self.capacity)
+        return [(int(s), int(o), int(n)) for s, o, n in zip(sequences, offsets, lengths)]
 
 
 class SplitDataset:
@@ -82,7 +103,12 @@ class SplitDataset:
         self.options = resolved.config.samples
         self.eod_id = resolved.eod_id
         self.row_length = resolved.config.seq_length + self.options.extra_token
-        self._members = [_SourceSplit(m.source, a) for m, a in zip(self.plan.members, split_maps.members)]
+        self.packed = resolved.config.packing == "best_fit"
+        """Samples of whole documents with padding; every batch carries their boundaries."""
+        self.pad_id = resolved.pad_id if self.packed else 0
+        self._members = [_PackedSourceSplit(m.source, a, self.row_length) if self.packed
+                         else _SourceSplit(m.source, a, self.options.extra_token)
+                         for m, a in zip(self.plan.members, split_maps.members)]
         self._dataset_index = split_maps.dataset_index
         self._dataset_sample_index = split_maps.dataset_sample_index
         self.maps_built = split_maps.built
@@ -103,24 +129,44 @@ class SplitDataset:
         """The name of the source sample ``index`` comes from."""
         return self.plan.members[self.locate(index)[0]].name
 
-    def fill_rows(self, indices: list[int] | np.ndarray, rows: np.ndarray) -> None:
-        """Write the raw tokens of ``indices`` into ``rows`` [len(indices), S + extra]."""
-        extra = self.options.extra_token
-        for row, index in zip(rows, indices):
-            member, sample = self.locate(int(index))
-            self._members[member].fill(sample, row, extra)
+    def fill_rows(self, indices: list[int] | np.ndarray, rows: np.ndarray, starts: np.ndarray | None = None) -> None:
+        """Write the raw tokens of ``indices`` into ``rows`` [len(indices), S + extra]; ``starts`` (bool, same
+        shape) gets True where each document piece, and the padding after them, begins."""
+        for number, (row, index) in enumerate(zip(rows, indices)):
+            self._fill(int(index), row, None if starts is None else starts[number])
+
+    def _fill(self, index: int, row: np.ndarray, starts: np.ndarray | None) -> list[tuple[int, int, int, int]]:
+        """Sample ``index`` into ``row`` (padding with PAD_ID); (row position, sequence, offset, tokens) of each
+        document piece in it."""
+        member, sample = self.locate(index)
+        split = self._members[member]
+        placed, filled = [], 0
+        for sequence, offset, length in split.segments(sample):
+            part = split.source.read(sequence, offset, length)
+            row[filled : filled + len(part)] = part
+            placed.append((filled, sequence, offset, len(part)))
+            filled += len(part)
+        row[filled:] = PAD_ID
+        if starts is not None:
+            starts[[at for at, _, _, _ in placed] + ([filled] if filled < len(row) else [])] = True
+        return placed
+
+    def view(self, index: int) -> tuple[np.ndarray, list[tuple[int, int, int, int]]]:
+        """The S + extra raw token ids of sample ``index`` (inputs plus the last label; padding is PAD_ID) and
+        where each document piece sits in it: (row position, sequence id, offset in the document, tokens)."""
+        row = np.empty(self.row_length, dtype=np.int64)
+        return row, self._fill(index, row, None)
 
     def tokens_of(self, index: int) -> np.ndarray:
         """The S + extra raw token ids of sample ``index`` (inputs plus the last label)."""
-        rows = np.empty((1, self.row_length), dtype=np.int64)
-        self.fill_rows([index], rows)
-        return rows[0]
+        return self.view(index)[0]
 
     def batch(self, indices: list[int] | np.ndarray) -> dict[str, np.ndarray]:
         """The samples of ``indices`` stacked: ``tokens``, ``labels``… each [len(indices), S]."""
         rows = np.empty((len(indices), self.row_length), dtype=np.int64)
-        self.fill_rows(indices, rows)
-        return make_batch(rows, self.options, self.eod_id)
+        starts = np.zeros(rows.shape, dtype=bool) if self.packed else None
+        self.fill_rows(indices, rows, starts)
+        return make_batch(rows, self.options, self.eod_id, starts, self.pad_id)
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
         return sample_from_batch(self.batch([index]))

@@ -2,7 +2,8 @@
 
 Line-for-line ports of megatron-core 0.16.1's ``helpers.cpp`` (``build_sample_idx``,
 ``build_blending_indices``, ``build_exhaustive_blending_indices``): the same integer arithmetic and
-double-precision error terms evaluated in the same order, ties to the lower index. Compiled with
+double-precision error terms evaluated in the same order, ties to the lower index; and best-fit
+packing (``pack_best_fit``, ours: ``packing: best_fit``). Compiled with
 ``-ffp-contract=off`` so ``w * x - c`` never becomes an FMA (that would change which source wins a tie).
 
 Why C and not numba alone: numba costs ~0.2–0.4 s to import and ~0.3–0.45 s at the first call of a
@@ -111,6 +112,125 @@ int fill_exhaustive_blending_indices(const int64_t *sizes, int64_t num_datasets,
     free(counts);
     return 0;
 }
+
+/* Best-fit decreasing packing (see corpus/blending/packing.py). Open bins are kept in one LIFO stack per free
+   space; a two-level bitmap over free spaces (a bit per space: that stack is not empty) finds the smallest free
+   space that fits a piece with a few bit scans (loops_numba walks a segment tree to the same answer). */
+static int64_t first_open(const uint64_t *bits, const uint64_t *summary, int64_t groups, int64_t need) {
+    int64_t word = need >> 6;
+    uint64_t here = bits[word] & (~0ULL << (need & 63));
+    if (here) return (word << 6) | __builtin_ctzll(here);
+    int64_t next = word + 1, group = next >> 6;
+    if (group >= groups) return -1;
+    uint64_t above = summary[group] & (~0ULL << (next & 63));
+    while (!above) {
+        if (++group >= groups) return -1;
+        above = summary[group];
+    }
+    word = (group << 6) | __builtin_ctzll(above);
+    return (word << 6) | __builtin_ctzll(bits[word]);
+}
+
+static void mark_open(uint64_t *bits, uint64_t *summary, int64_t space, int open) {
+    int64_t word = space >> 6;
+    if (open) {
+        bits[word] |= 1ULL << (space & 63);
+        summary[word >> 6] |= 1ULL << (word & 63);
+    } else {
+        bits[word] &= ~(1ULL << (space & 63));
+        if (!bits[word]) summary[word >> 6] &= ~(1ULL << (word & 63));
+    }
+}
+
+/* order[] = items by decreasing length, ties in window order (a stable LSD radix sort on capacity - length). */
+static void sort_decreasing(const int64_t *length, int64_t count, int64_t capacity, int64_t *order,
+                            int64_t *scratch) {
+    for (int64_t i = 0; i < count; ++i) order[i] = i;
+    for (int64_t shift = 0; (capacity >> shift) > 0; shift += 8) {
+        int64_t buckets[257] = {0};
+        for (int64_t i = 0; i < count; ++i) buckets[((capacity - length[order[i]]) >> shift & 255) + 1] += 1;
+        for (int64_t b = 0; b < 256; ++b) buckets[b + 1] += buckets[b];
+        for (int64_t i = 0; i < count; ++i) scratch[buckets[(capacity - length[order[i]]) >> shift & 255]++] = order[i];
+        for (int64_t i = 0; i < count; ++i) order[i] = scratch[i];
+    }
+}
+
+int64_t pack_best_fit(const int32_t *lengths, const int32_t *documents, int64_t num_documents, int64_t capacity,
+                      int64_t window, int32_t *piece_sequence, int32_t *piece_offset, int64_t *sample_start) {
+    int64_t words = (capacity >> 6) + 1, groups = (words >> 6) + 1;
+    if (window > num_documents) window = num_documents > 0 ? num_documents : 1;
+    uint64_t *bits = calloc(words + groups, sizeof(uint64_t)), *summary = bits + words;
+    int64_t *stack_top = malloc(sizeof(int64_t) * (capacity + 1));
+    int64_t *scratch = malloc(sizeof(int64_t) * 8 * window);
+    int32_t *item_sequence = malloc(sizeof(int32_t) * window), *item_offset = malloc(sizeof(int32_t) * window);
+    if (!bits || !stack_top || !scratch || !item_sequence || !item_offset) {
+        free(bits); free(stack_top); free(scratch); free(item_sequence); free(item_offset);
+        return -1;
+    }
+    int64_t *item_length = scratch, *item_bin = scratch + window, *order = scratch + 2 * window;
+    int64_t *sort_scratch = scratch + 3 * window, *bin_below = scratch + 4 * window;
+    int64_t *bin_space = scratch + 5 * window, *bin_pieces = scratch + 6 * window, *cursor = scratch + 7 * window;
+    for (int64_t s = 0; s <= capacity; ++s) stack_top[s] = -1;
+    int64_t pieces = 0, samples = 0;
+    sample_start[0] = 0;
+    for (int64_t first = 0; first < num_documents; first += window) {
+        int64_t last = first + window < num_documents ? first + window : num_documents, items = 0;
+        for (int64_t d = first; d < last; ++d) {
+            int32_t sequence = documents[d];
+            int64_t length = lengths[sequence];
+            if (length == 0) continue;
+            int64_t full = (length - 1) / capacity;
+            for (int64_t k = 0; k < full; ++k) {
+                piece_sequence[pieces] = sequence;
+                piece_offset[pieces] = (int32_t)(k * capacity);
+                sample_start[++samples] = ++pieces;
+            }
+            item_sequence[items] = sequence;
+            item_offset[items] = (int32_t)(full * capacity);
+            item_length[items++] = length - full * capacity;
+        }
+        sort_decreasing(item_length, items, capacity, order, sort_scratch);
+        int64_t bins = 0;
+        for (int64_t j = 0; j < items; ++j) {
+            int64_t item = order[j], need = item_length[item], bin;
+            int64_t space = first_open(bits, summary, groups, need);
+            if (space < 0) {
+                bin = bins++;
+                bin_pieces[bin] = 0;
+                space = capacity;
+            } else {
+                bin = stack_top[space];
+                stack_top[space] = bin_below[bin];
+                if (stack_top[space] < 0) mark_open(bits, summary, space, 0);
+            }
+            item_bin[item] = bin;
+            bin_pieces[bin] += 1;
+            space -= need;
+            bin_space[bin] = space;
+            if (space > 0) {
+                bin_below[bin] = stack_top[space];
+                if (stack_top[space] < 0) mark_open(bits, summary, space, 1);
+                stack_top[space] = bin;
+            }
+        }
+        for (int64_t b = 0; b < bins; ++b) {
+            if (bin_space[b] > 0 && stack_top[bin_space[b]] >= 0) {
+                stack_top[bin_space[b]] = -1;
+                mark_open(bits, summary, bin_space[b], 0);
+            }
+            cursor[b] = pieces;
+            pieces += bin_pieces[b];
+            sample_start[++samples] = pieces;
+        }
+        for (int64_t j = 0; j < items; ++j) {
+            int64_t item = order[j], at = cursor[item_bin[item]]++;
+            piece_sequence[at] = item_sequence[item];
+            piece_offset[at] = item_offset[item];
+        }
+    }
+    free(bits); free(stack_top); free(scratch); free(item_sequence); free(item_offset);
+    return samples;
+}
 """
 
 _P = ctypes.c_void_p
@@ -149,6 +269,8 @@ def _load_c() -> ctypes.CDLL:
     library.fill_blending_indices.restype = None
     library.fill_exhaustive_blending_indices.argtypes = [_P, _I64, _P, _P]
     library.fill_exhaustive_blending_indices.restype = ctypes.c_int
+    library.pack_best_fit.argtypes = [_P, _P, _I64, _I64, _I64, _P, _P, _P]
+    library.pack_best_fit.restype = _I64
     return library
 
 
@@ -176,8 +298,17 @@ def _c_kernels(library: ctypes.CDLL) -> SimpleNamespace:
                                                     _pointer(dataset_sample_index, np.int64)):
             raise MemoryError("exhaustive blending: out of memory for the per-source scratch arrays")
 
+    def pack_best_fit(lengths, documents, capacity, window, piece_sequence, piece_offset, sample_start):
+        samples = library.pack_best_fit(_pointer(lengths, np.int32), _pointer(documents, np.int32), len(documents),
+                                        capacity, window, _pointer(piece_sequence, np.int32),
+                                        _pointer(piece_offset, np.int32), _pointer(sample_start, np.int64))
+        if samples < 0:
+            raise MemoryError("best-fit packing: out of memory for the window's scratch arrays")
+        return samples
+
     return SimpleNamespace(fill_sample_index=fill_sample_index, fill_blending_indices=fill_blending_indices,
-                           fill_exhaustive_blending_indices=fill_exhaustive_blending_indices)
+                           fill_exhaustive_blending_indices=fill_exhaustive_blending_indices,
+                           pack_best_fit=pack_best_fit)
 
 
 def _select() -> SimpleNamespace:
@@ -189,10 +320,12 @@ def _select() -> SimpleNamespace:
 
         return SimpleNamespace(fill_sample_index=loops_numba.fill_sample_index,
                                fill_blending_indices=loops_numba.fill_blending_indices,
-                               fill_exhaustive_blending_indices=loops_numba.fill_exhaustive_blending_indices)
+                               fill_exhaustive_blending_indices=loops_numba.fill_exhaustive_blending_indices,
+                               pack_best_fit=loops_numba.pack_best_fit)
 
 
 _KERNELS = _select()
 fill_sample_index = _KERNELS.fill_sample_index
 fill_blending_indices = _KERNELS.fill_blending_indices
 fill_exhaustive_blending_indices = _KERNELS.fill_exhaustive_blending_indices
+pack_best_fit = _KERNELS.pack_best_fit

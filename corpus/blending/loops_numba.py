@@ -3,7 +3,8 @@ when no C compiler is available.
 
 They are line-for-line ports of megatron-core 0.16.1's ``helpers.cpp`` (``build_sample_idx``,
 ``build_blending_indices``, ``build_exhaustive_blending_indices``): the same integer arithmetic,
-the same double-precision error terms evaluated in the same order, ties to the lower index. No
+the same double-precision error terms evaluated in the same order, ties to the lower index; and the
+C library's best-fit packing (``pack_best_fit``). No
 ``fastmath``: contracting ``w * x - c`` into an FMA would change which source wins a tie.
 
 ``nogil=True`` lets several sources build in parallel threads. ``cache=True`` keeps the machine
@@ -100,3 +101,136 @@ def fill_exhaustive_blending_indices(sizes, dataset_index, dataset_sample_index)
         counts[best] += 1
         if counts[best] == sizes[best]:
             unspent[best] = False
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_open(tree, leaves, need):  # pragma: no cover - compiled
+    """The smallest free space >= ``need`` whose stack of open bins is not empty (-1: none)."""
+    node = leaves + need
+    if tree[node]:
+        return need
+    while node > 1:
+        if node % 2 == 0 and tree[node + 1]:
+            node += 1
+            while node < leaves:
+                node = 2 * node if tree[2 * node] else 2 * node + 1
+            return node - leaves
+        node //= 2
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _mark_open(tree, leaves, space, is_open):  # pragma: no cover - compiled
+    node = leaves + space
+    tree[node] = is_open
+    node //= 2
+    while node >= 1:
+        any_open = tree[2 * node] | tree[2 * node + 1]
+        if tree[node] == any_open:
+            break
+        tree[node] = any_open
+        node //= 2
+
+
+@numba.njit(cache=True, nogil=True)
+def _sort_decreasing(length, count, capacity, order, scratch):  # pragma: no cover - compiled
+    """``order[:count]``: items by decreasing length, ties in window order (stable LSD radix sort)."""
+    for i in range(count):
+        order[i] = i
+    shift = 0
+    while (capacity >> shift) > 0:
+        buckets = np.zeros(257, dtype=np.int64)
+        for i in range(count):
+            buckets[((capacity - length[order[i]]) >> shift & 255) + 1] += 1
+        for b in range(256):
+            buckets[b + 1] += buckets[b]
+        for i in range(count):
+            digit = (capacity - length[order[i]]) >> shift & 255
+            scratch[buckets[digit]] = order[i]
+            buckets[digit] += 1
+        for i in range(count):
+            order[i] = scratch[i]
+        shift += 8
+
+
+@numba.njit(cache=True, nogil=True)
+def pack_best_fit(lengths, documents, capacity, window, piece_sequence, piece_offset,
+                  sample_start):  # pragma: no cover - compiled
+    """Best-fit decreasing over windows of ``documents`` into samples of ``capacity`` tokens: the C loop's port
+    (see ``corpus.blending.packing``), a segment tree standing in for its bitmap (same answers). Fills the
+    pieces (sequence, offset) sample by sample and ``sample_start`` [samples + 1]; returns the number of
+    samples."""
+    num_documents = documents.shape[0]
+    leaves = 1
+    while leaves <= capacity:
+        leaves <<= 1
+    if window > num_documents:
+        window = num_documents if num_documents > 0 else 1
+    tree = np.zeros(2 * leaves, dtype=np.uint8)
+    stack_top = np.full(capacity + 1, -1, dtype=np.int64)
+    item_sequence, item_offset = np.empty(window, np.int32), np.empty(window, np.int32)
+    scratch = np.empty((8, window), dtype=np.int64)
+    item_length, item_bin, order, sort_scratch = scratch[0], scratch[1], scratch[2], scratch[3]
+    bin_below, bin_space, bin_pieces, cursor = scratch[4], scratch[5], scratch[6], scratch[7]
+    pieces = 0
+    samples = 0
+    sample_start[0] = 0
+    for first in range(0, num_documents, window):
+        last = min(first + window, num_documents)
+        items = 0
+        for d in range(first, last):
+            sequence = documents[d]
+            length = np.int64(lengths[sequence])
+            if length == 0:
+                continue
+            full = (length - 1) // capacity
+            for k in range(full):
+                piece_sequence[pieces] = sequence
+                piece_offset[pieces] = k * capacity
+                pieces += 1
+                samples += 1
+                sample_start[samples] = pieces
+            item_sequence[items] = sequence
+            item_offset[items] = full * capacity
+            item_length[items] = length - full * capacity
+            items += 1
+        _sort_decreasing(item_length, items, capacity, order, sort_scratch)
+        bins = 0
+        for j in range(items):
+            item = order[j]
+            need = item_length[item]
+            space = _first_open(tree, leaves, need)
+            if space < 0:
+                bin = bins
+                bins += 1
+                bin_pieces[bin] = 0
+                space = capacity
+            else:
+                bin = stack_top[space]
+                stack_top[space] = bin_below[bin]
+                if stack_top[space] < 0:
+                    _mark_open(tree, leaves, space, 0)
+            item_bin[item] = bin
+            bin_pieces[bin] += 1
+            space -= need
+            bin_space[bin] = space
+            if space > 0:
+                bin_below[bin] = stack_top[space]
+                if stack_top[space] < 0:
+                    _mark_open(tree, leaves, space, 1)
+                stack_top[space] = bin
+        for b in range(bins):
+            if bin_space[b] > 0 and stack_top[bin_space[b]] >= 0:
+                stack_top[bin_space[b]] = -1
+                _mark_open(tree, leaves, bin_space[b], 0)
+            cursor[b] = pieces
+            pieces += bin_pieces[b]
+            samples += 1
+            sample_start[samples] = pieces
+        for j in range(items):
+            item = order[j]
+            at = cursor[item_bin[item]]
+            cursor[item_bin[item]] += 1
+            piece_sequence[at] = item_sequence[item]
+            piece_offset[at] = item_offset[item]
+    return samples

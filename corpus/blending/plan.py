@@ -1,4 +1,4 @@
-"""What a split of a blend will be made of, decided before any map is built.
+"""What a split of a blend will be made of, decided before any concatenating map is built.
 
 megatron-core's ``BlendedMegatronDatasetBuilder`` rules, case by case:
 
@@ -8,6 +8,9 @@ megatron-core's ``BlendedMegatronDatasetBuilder`` rules, case by case:
   ``sum(ceil(n * w))`` of them with the greedy interleave (``mode="weighted"``);
 - no weights, several sources: one epoch of each, blended in proportion to their sizes, capped
   at ``n`` (``mode="unweighted"``; exhaustive when no ``n`` is given).
+
+With ``packing: best_fit`` a member's epochs and sample count are those of its packed maps, so planning
+packs (or loads from the cache) each source split's documents first (:mod:`corpus.blending.packing`).
 
 Where megatron-core hangs (a source whose share of a split has no tokens: its epoch loop never
 ends) or asserts, we leave that source out of that split, as if it were not listed, with a
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from corpus.blending import index_maps as maps
+from corpus.blending import packing
 from corpus.blending.resolve import ResolvedBlend
 from corpus.blending.sources import Source
 
@@ -52,6 +56,8 @@ class MemberPlan:
     """Samples its maps hold (all epochs)."""
     target: int
     """Samples the split means to take from it."""
+    maps_built: int = 0
+    """Cache entries planning built for it (``best_fit`` packs while planning)."""
 
 
 @dataclass(frozen=True)
@@ -145,20 +151,35 @@ def _member(resolved: ResolvedBlend, split: str, index: int, bounds: tuple[int, 
     config = resolved.config
     source = resolved.sources[split][index]
     tokens = int(np.sum(source.lengths[bounds[0]:bounds[1]], dtype=np.int64))
-    epochs = maps.plan_epochs(tokens, num_samples, config.seq_length, config.samples.extra_token)
-    key = config.source_key(split, index)
+    if config.packing == "best_fit":
+        _check_epochs(resolved, split, index, tokens, num_samples,
+                      packing.min_epochs(tokens, num_samples, packing.capacity_of(config)), bounds)
+        entry = packing.packed_entry(resolved.cache, config, source, *bounds, num_samples, split)
+        epochs = packing.epoch_plan(tokens, tuple(entry.meta["epoch_samples"]), num_samples)
+        length, built = sum(entry.meta["epoch_samples"]), int(entry.built)
+    else:
+        built = 0
+        epochs = maps.plan_epochs(tokens, num_samples, config.seq_length, config.samples.extra_token)
+        length = maps.samples_in(epochs.num_epochs * tokens, config.seq_length, config.samples.extra_token)
+    _check_epochs(resolved, split, index, tokens, num_samples, epochs.num_epochs, bounds)
+    return MemberPlan(source.name, config.source_key(split, index), source, bounds[0], bounds[1], tokens, weight,
+                      num_samples, epochs, length, target if target is not None else length, built)
+
+
+def _check_epochs(resolved: ResolvedBlend, split: str, index: int, tokens: int, num_samples: int | None,
+                  epochs: int, bounds: tuple[int, int]) -> None:
+    """Refuse ``epochs`` passes over a source beyond its ``max_epochs`` or the document-index limit."""
+    config = resolved.config
+    name, key = resolved.sources[split][index].name, config.source_key(split, index)
     cap = config.split_sources(split)[index].max_epochs or config.max_epochs
-    if cap is not None and epochs.num_epochs > cap:
+    if cap is not None and epochs > cap:
         where = f"{key}.max_epochs" if config.split_sources(split)[index].max_epochs else "max_epochs"
-        raise config.error(f"{source.name} would be read {epochs.num_epochs} times over to give {num_samples} {split} "
+        raise config.error(f"{name} would be read {epochs} times over to give {num_samples} {split} "
                            f"samples ({tokens} tokens per pass) but max_epochs is {cap}; ask for fewer samples, "
                            f"lower its weight, or raise max_epochs", where)
-    if epochs.num_epochs * (bounds[1] - bounds[0]) > MAX_DOCUMENT_INDEX:
-        raise config.error(f"{source.name} has {tokens} {split} tokens; {num_samples} samples would need "
-                           f"{epochs.num_epochs} epochs; give it a larger share or a smaller weight", f"{key}.prefix")
-    length = maps.samples_in(epochs.num_epochs * tokens, config.seq_length, config.samples.extra_token)
-    return MemberPlan(source.name, key, source, bounds[0], bounds[1], tokens, weight, num_samples, epochs, length,
-                      target if target is not None else length)
+    if epochs * (bounds[1] - bounds[0]) > MAX_DOCUMENT_INDEX:
+        raise config.error(f"{name} has {tokens} {split} tokens; {num_samples} samples would need "
+                           f"{epochs} epochs; give it a larger share or a smaller weight", f"{key}.prefix")
 
 
 def _single(resolved: ResolvedBlend, split: str, requested: int | None, index: int, bounds: tuple[int, int],

@@ -1,7 +1,8 @@
 """What ``corpus blend`` does, callable from Python: dry runs, offline prebuilds, sample dumps.
 
 - :func:`dry_run`: per split and source, documents, tokens, weight asked vs share achieved,
-  epochs and samples, without writing any index map;
+  epochs and samples, without writing any concatenating index map (``best_fit``: padding share and
+  documents cut too, from the packed maps);
 - :func:`prebuild`: build (or verify) every map a request needs, no torch, no GPU;
 - :func:`show_samples`: the raw token ids of samples ``[start, stop)`` of a split, exactly as a
   trainer asking for the same number of samples sees them.
@@ -16,7 +17,8 @@ from typing import Iterator
 import numpy as np
 
 from corpus.blending import index_maps as maps
-from corpus.blending.build import build_split_maps
+from corpus.blending import packing
+from corpus.blending.build import build_split_maps, member_entry
 from corpus.blending.datasets import SampleCounts, SplitDataset, plan_all
 from corpus.blending.plan import SplitPlan, plan_split
 from corpus.blending.resolve import ResolvedBlend, resolve_blend
@@ -40,6 +42,12 @@ class SourceRow:
     """Samples the split takes from this source."""
     built: int | None
     """Samples its maps hold (the 0.5% surplus and the rest of the last epoch included)."""
+    padding: float | None = None
+    """``packing: best_fit``: share of the taken samples' tokens that is padding."""
+    documents_cut: int | None = None
+    """``packing: best_fit``: documents split across samples (only ones longer than S + 1)."""
+    short_documents_cut: int | None = None
+    """``packing: best_fit``: documents of at most S + 1 tokens split across samples (always 0)."""
 
 
 @dataclass(frozen=True)
@@ -67,12 +75,22 @@ def _per_epoch(tokens: int, seq_length: int, extra_token: int) -> int:
     return max(0, maps.samples_in(tokens, seq_length, extra_token))
 
 
-def _split_report(plan: SplitPlan, seq_length: int, extra: int) -> SplitReport:
+def _split_report(resolved: ResolvedBlend, plan: SplitPlan) -> SplitReport:
+    config = resolved.config
     taken = _achieved(plan)
     total = sum(taken)
-    rows = [SourceRow(m.name, m.end - m.begin, m.tokens, _per_epoch(m.tokens, seq_length, extra), m.weight,
-                      count / total if total else None, m.epochs.num_epochs, count, m.length)
-            for m, count in zip(plan.members, taken)]
+    rows = []
+    for member, count in zip(plan.members, taken):
+        stats, per_epoch = {}, _per_epoch(member.tokens, config.seq_length, config.samples.extra_token)
+        if config.packing == "best_fit":
+            entry = member_entry(resolved, member, plan.split)
+            found = packing.packing_stats(entry.arrays, member.source.lengths, packing.capacity_of(config), count)
+            stats = {"padding": found.padding, "documents_cut": found.documents_cut,
+                     "short_documents_cut": found.short_documents_cut}
+            per_epoch = entry.meta["epoch_samples"][0]
+        rows.append(SourceRow(member.name, member.end - member.begin, member.tokens, per_epoch, member.weight,
+                              count / total if total else None, member.epochs.num_epochs, count, member.length,
+                              **stats))
     return SplitReport(plan.split, plan.requested, plan.mode, plan.size, rows, list(plan.excluded))
 
 
@@ -92,6 +110,9 @@ def _inventory(resolved: ResolvedBlend, split: str) -> SplitReport | None:
         begin, end = maps.split_range(bookend, source.info.num_sequences)
         tokens = int(np.sum(source.lengths[begin:end], dtype=np.int64))
         per_epoch = _per_epoch(tokens, config.seq_length, config.samples.extra_token)
+        if config.packing == "best_fit" and tokens:
+            per_epoch = packing.packed_entry(resolved.cache, config, source, begin, end, None,
+                                             split).meta["epoch_samples"][0]
         rows.append(SourceRow(source.name, end - begin, tokens, per_epoch, weight, None, None, None, None))
     return SplitReport(split, None, "inventory", None, rows, [])
 
@@ -99,7 +120,8 @@ def _inventory(resolved: ResolvedBlend, split: str) -> SplitReport | None:
 def dry_run(config: BlendConfig, counts: SampleCounts | None, required: tuple[str, ...] = ("train",)
             ) -> list[SplitReport]:
     """Validate everything and describe each split; ``counts=None`` means one epoch (or, for a
-    weighted blend, only the per-source inventory). ``required``: see ``plan_split``."""
+    weighted blend, only the per-source inventory). ``required``: see ``plan_split``. A ``best_fit`` blend's
+    documents are packed to know its samples (the packed maps are kept in the cache)."""
     resolved = resolve_blend(config)
     reports = []
     for split in maps.SPLIT_NAMES:
@@ -108,7 +130,7 @@ def dry_run(config: BlendConfig, counts: SampleCounts | None, required: tuple[st
             report = _inventory(resolved, split)
         else:
             plan = plan_split(resolved, split, counts.of(split) if counts else None, split in required)
-            report = _split_report(plan, config.seq_length, config.samples.extra_token) if plan else None
+            report = _split_report(resolved, plan) if plan else None
         if report is not None:
             reports.append(report)
     return reports
@@ -129,8 +151,10 @@ def prebuild(config: BlendConfig, counts: SampleCounts, required: tuple[str, ...
 
 
 def show_samples(config: BlendConfig, split: str, num_samples: int | None, start: int, stop: int) -> Iterator[dict]:
-    """``{"index", "source", "tokens"}`` for samples ``[start, stop)`` of ``split`` when
-    ``num_samples`` are asked (the maps are built if the cache lacks them)."""
+    """``{"index", "source", "tokens", "documents", "padding"}`` for samples ``[start, stop)`` of ``split``
+    when ``num_samples`` are asked (the maps are built if the cache lacks them). ``tokens`` are raw ids
+    (padding as -1); ``documents`` lists ``[position in the sample, sequence id, offset in the document,
+    tokens]`` for each document piece; ``padding`` counts the padded positions at the end."""
     resolved = resolve_blend(config)
     plan = plan_split(resolved, split, num_samples)
     if plan is None:
@@ -141,7 +165,10 @@ def show_samples(config: BlendConfig, split: str, num_samples: int | None, start
         raise resolved.config.error(f"--show-samples {start}:{stop} is outside the {split} split's "
                                     f"{len(dataset)} samples; pick a range inside 0:{len(dataset)}", "split")
     for index in range(start, stop):
-        yield {"index": index, "source": dataset.source_name(index), "tokens": dataset.tokens_of(index).tolist()}
+        tokens, placed = dataset.view(index)
+        filled = sum(length for _, _, _, length in placed)
+        yield {"index": index, "source": dataset.source_name(index), "tokens": tokens.tolist(),
+               "documents": [list(piece) for piece in placed], "padding": len(tokens) - filled}
 
 
 def report_to_json(reports: list[SplitReport]) -> list[dict]:
@@ -151,8 +178,9 @@ def report_to_json(reports: list[SplitReport]) -> list[dict]:
 
 def format_report(reports: list[SplitReport]) -> str:
     """The dry run as a text table (what ``corpus blend FILE`` prints)."""
+    packed = any(row.padding is not None for report in reports for row in report.rows)
     header = (f"{'split':<6} {'source':<16} {'docs':>10} {'tokens':>13} {'per epoch':>10} {'weight':>7} {'share':>7} "
-              f"{'epochs':>6} {'samples':>11} {'in maps':>11}")
+              f"{'epochs':>6} {'samples':>11} {'in maps':>11}" + (f" {'padding':>8} {'cut':>9}" if packed else ""))
     lines = [header, "-" * len(header)]
     def fmt(value: object, spec: str) -> str:
         return "-" if value is None else format(value, spec)
@@ -161,7 +189,8 @@ def format_report(reports: list[SplitReport]) -> str:
         for row in report.rows:
             lines.append(f"{report.split:<6} {row.name[:16]:<16} {row.documents:>10,} {row.tokens:>13,} "
                          f"{row.per_epoch:>10,} {fmt(row.weight, '.3f'):>7} {fmt(row.share, '.3f'):>7} "
-                         f"{fmt(row.epochs, 'd'):>6} {fmt(row.samples, ',d'):>11} {fmt(row.built, ',d'):>11}")
+                         f"{fmt(row.epochs, 'd'):>6} {fmt(row.samples, ',d'):>11} {fmt(row.built, ',d'):>11}"
+                         + (f" {fmt(row.padding, '.2%'):>8} {fmt(row.documents_cut, ',d'):>9}" if packed else ""))
         lines.append(f"{report.split:<6} {_summary(report)}")
     return "\n".join(lines)
 
@@ -171,4 +200,7 @@ def _summary(report: SplitReport) -> str:
         return "weighted: pass --num-samples or --train-iters/--global-batch-size for shares, epochs and samples"
     asked = format(report.requested, ",d") if report.requested is not None else "one epoch"
     excluded = f"; left out (empty share): {', '.join(report.excluded)}" if report.excluded else ""
-    return f"{report.mode} blend: {asked} samples asked, dataset length {report.size:,}{excluded}"
+    short_cut = sum(row.short_documents_cut or 0 for row in report.rows)
+    packed = (f"; best-fit packed, documents of at most S + 1 tokens cut: {short_cut}"
+              if any(row.padding is not None for row in report.rows) else "")
+    return f"{report.mode} blend: {asked} samples asked, dataset length {report.size:,}{excluded}{packed}"

@@ -39,7 +39,9 @@ class ResolvedBlend:
     eod_id: int | None
     fingerprint: str
     """sha256 of what decides the samples: sources (their lengths and tokenizer), weights, split,
-    seq_length, seed, sample options. Stored in loader state to refuse resuming against another blend."""
+    seq_length, seed, sample options, packing. Stored in loader state to refuse resuming against another blend."""
+    pad_id: int = 0
+    """The id fed at padding positions (see :class:`~corpus.blending.schema.SampleOptions`)."""
 
     def all_sources(self) -> list[tuple[str, Source]]:
         """(key, source) for every distinct source, in blend order."""
@@ -147,6 +149,7 @@ def _fill_facts(resolved: ResolvedBlend) -> None:
     if config.samples.needs_eod and resolved.eod_id is None:
         raise config.error("eod_mask_loss/reset_position_ids/reset_attention_mask need the EOD id, and no source's "
                            ".meta.json records one; set samples.eod_id", "samples.eod_id")
+    resolved.pad_id = _pad_id(resolved, infos)
     material = {
         "sources": {split: [[s.digest, s.info.tokenizer_identity, c.weight]
                             for s, c in zip(resolved.sources.get(split, []), config.split_sources(split))]
@@ -154,4 +157,19 @@ def _fill_facts(resolved: ResolvedBlend) -> None:
         "split": config.split, "seq_length": config.seq_length, "seed": config.seed,
         "samples": {**dataclasses.asdict(config.samples), "eod_id": resolved.eod_id},
     }
+    del material["samples"]["pad_id"]  # NOTE: concat never pads; a blend's fingerprint stays what it was
+    if config.packing != "concat":
+        material.update(packing=config.packing, packing_window=config.packing_window, pad_id=resolved.pad_id)
     resolved.fingerprint = cache_key(material)
+
+
+def _pad_id(resolved: ResolvedBlend, infos: list) -> int:
+    """``samples.pad_id``, else the sidecars' pad id, else the EOD id, else 0; inside the vocabulary."""
+    config = resolved.config
+    recorded = next((i.pad_id for i in infos if i.pad_id is not None), None)
+    pad = next((p for p in (config.samples.pad_id, recorded, resolved.eod_id) if p is not None), 0)
+    if resolved.vocab_size is not None and not 0 <= pad < resolved.vocab_size:
+        origin = "samples.pad_id" if config.samples.pad_id is not None else "the sources' .meta.json"
+        raise config.error(f"pad id {pad} (from {origin}) is outside the vocabulary of {resolved.vocab_size} ids; "
+                           f"set samples.pad_id to an id below {resolved.vocab_size}", "samples.pad_id")
+    return pad

@@ -9,7 +9,9 @@ Megatron's ``GPTDataset.__getitem__`` semantics (``_get_ltor_masks_and_position_
 - ``position_ids`` restart after every EOD input token with ``reset_position_ids``;
 - ``cu_seqlens`` (``reset_attention_mask``): cumulative segment starts over the flattened
   micro-batch, a new segment after every EOD input token and at every row start — what
-  varlen attention kernels (flash-attn, cuDNN/TE "thd") take for document-masked attention.
+  varlen attention kernels (flash-attn, cuDNN/TE "thd") take for document-masked attention;
+- packed rows (``packing: best_fit``) bring their document boundaries: positions and segments restart
+  at each document piece and at the padding, which is loss-masked (it is never a label).
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from corpus.blending.schema import SampleOptions
 PAD_ID = -1
 
 
-def make_batch(rows: np.ndarray, options: SampleOptions, eod_id: int | None) -> dict[str, np.ndarray]:
-    """The sample arrays of ``rows`` [B, S + extra] (int64): each [B, S], ``cu_seqlens`` 1-D."""
+def make_batch(rows: np.ndarray, options: SampleOptions, eod_id: int | None, starts: np.ndarray | None = None,
+               pad_id: int = 0) -> dict[str, np.ndarray]:
+    """The sample arrays of ``rows`` [B, S + extra] (int64): each [B, S], ``cu_seqlens`` 1-D. ``starts`` (bool,
+    like ``rows``; packed samples) marks where each document piece and the padding begin: positions restart and
+    segments split there, whatever the reset options say. Padding is fed as ``pad_id``."""
     if options.add_extra_token_to_sequence:
         tokens, labels = rows[:, :-1].copy(), rows[:, 1:].copy()
     else:
@@ -37,18 +42,22 @@ def make_batch(rows: np.ndarray, options: SampleOptions, eod_id: int | None) -> 
     padded_labels = labels == PAD_ID
     loss_mask[padded_labels] = 0.0
     labels[padded_labels] = 0
-    tokens[tokens == PAD_ID] = 0
+    tokens[tokens == PAD_ID] = pad_id
     positions = np.tile(np.arange(length, dtype=np.int64), (batch, 1))  # writable: torch.from_numpy needs that
     result = {"tokens": tokens, "labels": labels, "loss_mask": loss_mask}
-    if options.reset_position_ids or options.reset_attention_mask:
-        after_eod = np.zeros((batch, length), dtype=bool)
-        after_eod[:, 1:] = rows[:, : length - 1] == eod_id
-        if options.reset_position_ids:
-            starts = np.maximum.accumulate(np.where(after_eod, positions, 0), axis=1)
-            positions = positions - starts
-        if options.reset_attention_mask:
-            after_eod[:, 0] = True
-            flat = np.flatnonzero(after_eod.reshape(-1))
+    packed = starts is not None
+    if packed or options.reset_position_ids or options.reset_attention_mask:
+        if packed:
+            new_segment = starts[:, :length].copy()
+        else:
+            new_segment = np.zeros((batch, length), dtype=bool)
+            new_segment[:, 1:] = rows[:, : length - 1] == eod_id
+        if packed or options.reset_position_ids:
+            restarts = np.maximum.accumulate(np.where(new_segment, positions, 0), axis=1)
+            positions = positions - restarts
+        if packed or options.reset_attention_mask:
+            new_segment[:, 0] = True
+            flat = np.flatnonzero(new_segment.reshape(-1))
             result["cu_seqlens"] = np.append(flat, batch * length).astype(np.int32)
     result["position_ids"] = positions
     return result

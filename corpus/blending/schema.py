@@ -8,6 +8,7 @@
     tokenizer: {kind: huggingface, path: ../examples/tokenizer.json}
     cache_dir: /scratch/index_maps        # optional; default: corpus.blending.map_cache.default_cache_dir()
     max_epochs: null                      # optional cap on passes over any source (1 = never repeat)
+    packing: concat                       # optional: concat (Megatron's samples) or best_fit (whole documents)
     samples: {eod_mask_loss: false}       # optional, see SampleOptions
     sources:
       - {name: web,  prefix: data/web_text_document, weight: 0.7}
@@ -101,6 +102,14 @@ class SampleOptions:
     """Emit ``cu_seqlens`` (document boundaries after each EOD) for document-masked attention."""
     eod_id: int | None = None
     """The EOD id; default: the one recorded in the sources' ``.meta.json``."""
+    pad_id: int | None = None
+    """The id fed at padding positions (``packing: best_fit``; never a target); default: the sidecars'
+    ``pad_id``, else the EOD id, else 0. Must lie inside the vocabulary."""
+
+    def __post_init__(self) -> None:
+        if self.pad_id is not None and self.pad_id < 0:
+            raise BlendError(f"pad_id {self.pad_id} is negative; give a token id of the vocabulary (or omit it: "
+                             "the EOD id is used)", "pad_id")
 
     @property
     def extra_token(self) -> int:
@@ -112,6 +121,12 @@ class SampleOptions:
         """Whether any option needs the EOD id."""
         return self.eod_mask_loss or self.reset_position_ids or self.reset_attention_mask
 
+
+#: ``packing`` values: how a source's documents become samples (see docs/packing.md).
+PACKINGS = ("concat", "best_fit")
+#: Documents best-fit packing sorts and places together: large enough that the bins left part-filled at the
+#: end of a window are a small share of the window's samples (bench/RESULTS.md), small enough to stay in cache.
+DEFAULT_PACKING_WINDOW = 20_000
 
 Sources = typing.Union[tuple[SourceConfig, ...], dict[str, tuple[SourceConfig, ...]]]
 
@@ -136,6 +151,12 @@ class BlendConfig:
     """Default ``max_epochs`` for sources that set none."""
     samples: SampleOptions = field(default_factory=SampleOptions)
     """Sample contents (loss mask, positions, document boundaries)."""
+    packing: str = "concat"
+    """``concat``: documents back to back, cut every S + 1 tokens (Megatron's GPTDataset, bit for bit);
+    ``best_fit``: whole documents placed into samples by best-fit decreasing, the rest padded, every sample
+    carrying its document boundaries."""
+    packing_window: int = DEFAULT_PACKING_WINDOW
+    """``best_fit``: how many documents (in shuffled order) are sorted and packed together."""
     origin: str | None = field(default=None, metadata={"yaml": False}, compare=False)
     """The file this came from (for messages)."""
     base_dir: str = field(default=".", metadata={"yaml": False})
@@ -148,6 +169,12 @@ class BlendConfig:
             raise BlendError(f"seed {self.seed} must be in [0, 2**32) (numpy's RandomState)", "seed")
         if self.max_epochs is not None and self.max_epochs < 1:
             raise BlendError(f"max_epochs {self.max_epochs} must be >= 1", "max_epochs")
+        if self.packing not in PACKINGS:
+            raise BlendError(f"{self.packing!r} is not a packing; write packing: concat (Megatron's samples) or "
+                             "packing: best_fit (whole documents, padded)", "packing")
+        if self.packing_window < 1:
+            raise BlendError(f"packing_window {self.packing_window} must be at least 1 (documents packed together; "
+                             f"default {DEFAULT_PACKING_WINDOW})", "packing_window")
         if isinstance(self.sources, dict):
             self._check_per_split()
         else:
@@ -285,6 +312,8 @@ def blend_to_dict(config: BlendConfig) -> dict:
                else [source(s) for s in config.sources])
     data = {"seq_length": config.seq_length, "seed": config.seed, "split": config.split, "sources": sources,
             "max_epochs": config.max_epochs, "samples": dataclasses.asdict(config.samples),
+            **({"packing": config.packing, "packing_window": config.packing_window} if config.packing != "concat"
+               else {}),
             "cache_dir": config.resolve_path(config.cache_dir) if config.cache_dir else None,
             "tokenizer": ({"kind": config.tokenizer.kind, "path": config.resolve_path(config.tokenizer.path)
                            if config.tokenizer.path else None} if config.tokenizer else None)}

@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 #: Sidecar keys that may hold the EOD id (top level first, then inside ``tokenizer``).
 EOD_KEYS = ("eod_id", "eod")
+#: Sidecar keys that may hold the pad id, looked up the same way.
+PAD_KEYS = ("pad_id", "pad")
 _OPEN_SHARDS = 64
 
 
@@ -51,10 +53,10 @@ class SourceError(Exception):
         super().__init__(problem)
 
 
-def eod_of(meta: dict | None) -> int | None:
-    """The EOD id a sidecar records, if any."""
+def eod_of(meta: dict | None, keys: tuple[str, ...] = EOD_KEYS) -> int | None:
+    """The EOD id (or, with ``keys=PAD_KEYS``, the pad id) a sidecar records, if any."""
     for mapping in (meta or {}, (meta or {}).get("tokenizer") or {}):
-        for key in EOD_KEYS:
+        for key in keys:
             if isinstance(mapping.get(key), int):
                 return mapping[key]
     return None
@@ -91,7 +93,7 @@ def table_key(prefixes: list[str], metas: set[str]) -> str:
             meta_stat = os.stat(prefix + sidecar.SIDE_SUFFIX)
             row += [meta_stat.st_size, meta_stat.st_mtime_ns]
         rows.append(row)
-    return cache_key({"kind": "source-table", "version": 1, "shards": rows})
+    return cache_key({"kind": "source-table", "version": 2, "shards": rows})
 
 
 def _sidecar_facts(prefixes: list[str], metas: set[str]) -> dict:
@@ -113,6 +115,7 @@ def _sidecar_facts(prefixes: list[str], metas: set[str]) -> dict:
     record = (first or {}).get("tokenizer") or {}
     return {"tokenizer": record or None, "tokenizer_identity": list(identity) if identity else None,
             "vocab_size": (first or {}).get("vocab_size", record.get("vocab_size")), "eod_id": eod_of(first),
+            "pad_id": eod_of(first, PAD_KEYS),
             "missing_sidecars": len(missing), "missing_example": missing[0] if missing else None}
 
 
@@ -168,6 +171,7 @@ class SourceInfo:
     tokenizer_identity: tuple | None
     vocab_size: int | None
     eod_id: int | None
+    pad_id: int | None
     missing_sidecars: int
     missing_example: str | None
 
@@ -177,7 +181,8 @@ class SourceInfo:
         identity = meta["tokenizer_identity"]
         return cls(np.dtype(meta["dtype"]), meta["num_shards"], meta["num_documents"], meta["num_sequences"],
                    meta["num_tokens"], meta["digest"], meta["tokenizer"], tuple(identity) if identity else None,
-                   meta["vocab_size"], meta["eod_id"], meta["missing_sidecars"], meta["missing_example"])
+                   meta["vocab_size"], meta["eod_id"], meta["pad_id"], meta["missing_sidecars"],
+                   meta["missing_example"])
 
 
 class Source:

@@ -133,12 +133,24 @@ def _time_backend(backend: AttentionBackend, shape: AttentionShape, device: torc
     return start.elapsed_time(end) / repeats
 
 
+def _refuses_mask(backend: AttentionBackend, device: torch.device, shape: AttentionShape) -> str | None:
+    """Why ``backend`` cannot run this run's document-masked shape on CUDA (None when it can, or no mask):
+    SDPA's flash kernel, for one, takes no mask. Checked once at start-up instead of failing at step 1."""
+    if not shape.document_masked or device.type != "cuda":
+        return None
+    try:
+        _time_backend(backend, shape, device, repeats=1)
+    except RuntimeError as error:
+        return f"refuses document-masked attention at this shape ({str(error).splitlines()[0][:80]})"
+    return None
+
+
 def select_backend(name: str, device: torch.device, shape: AttentionShape) -> AttentionBackend:
     """The backend to train with: ``name`` itself, or for ``auto`` the fastest that works (logged)."""
     if name != "auto":
         if name not in BACKENDS:
             raise ConfigError(f"--attention-backend {name!r}: unknown; choose auto or one of {', '.join(BACKENDS)}")
-        reason = _unusable(BACKENDS[name], device)
+        reason = _unusable(BACKENDS[name], device) or _refuses_mask(BACKENDS[name], device, shape)
         if reason:
             raise ConfigError(f"--attention-backend {name}: {reason}; use --attention-backend auto")
         log.info("attention backend: %s (asked for)", name)

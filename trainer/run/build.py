@@ -77,7 +77,7 @@ def build_run(config: TrainConfig) -> Run:
     shape = AttentionShape(config.training.micro_batch_size, data.seq_length,
                            model_config.num_attention_heads // parallel.tp_size,
                            model_config.num_query_groups // parallel.tp_size, model_config.head_dim, precision.dtype,
-                           config.data.reset_attention_mask)
+                           data.document_masked)
     # NOTE: the FP8 backend first: Transformer Engine fails to import ("undefined symbol" in libcudnn_cnn)
     # once the attention probe has loaded torch's own cuDNN.
     fp8 = select_fp8(config.fp8, device, model_config.gemm_backend)

@@ -59,6 +59,8 @@ class TrainData:
     tokenizer: dict | None
     description: str
     reproduce: dict[str, str]
+    document_masked: bool = False
+    """Whether batches carry ``cu_seqlens`` (``reset_attention_mask``, or a ``best_fit`` blend's samples)."""
 
 
 def sample_counts(config: TrainConfig, global_batch_size: int) -> SampleCounts:
@@ -116,7 +118,7 @@ def _mock_data(config: TrainConfig, parallel: ParallelState, counts: SampleCount
         loaders[split] = (BlendLoader(samples, config.training.micro_batch_size, parallel.dp_rank, parallel.dp_size,
                                       0, fingerprint) if counts.of(split) else None)
     return TrainData(loaders, data.seq_length, vocab, MockSamples.eod_id, None,
-                     f"mock data (vocab {vocab}, EOD 0)", {})
+                     f"mock data (vocab {vocab}, EOD 0)", {}, options.reset_attention_mask)
 
 
 def load_blend_config(config: TrainConfig) -> BlendConfig:
@@ -156,8 +158,11 @@ def build_data(config: TrainConfig, parallel: ParallelState, global_batch_size: 
                                   built.fingerprint) if dataset is not None else None
                for split, dataset in zip(SPLITS, (train, valid, test))}
     resolved = built.resolved
+    packed = blend.packing == "best_fit"
     description = (f"blend {blend.origin} ({len(resolved.all_sources())} sources, vocab {resolved.vocab_size}, "
-                   f"EOD {resolved.eod_id}, fingerprint {built.fingerprint[:12]})")
+                   f"EOD {resolved.eod_id}, {'best-fit packed, pad ' + str(resolved.pad_id) if packed else 'concat'}, "
+                   f"fingerprint {built.fingerprint[:12]})")
     return TrainData(loaders, blend.seq_length, resolved.vocab_size, resolved.eod_id, resolved.tokenizer,
                      description, _reproduce(config, blend, counts, global_batch_size,
-                                             [split for split, loader in loaders.items() if loader is not None]))
+                                             [split for split, loader in loaders.items() if loader is not None]),
+                     packed or blend.samples.reset_attention_mask)

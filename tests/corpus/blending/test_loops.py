@@ -48,6 +48,23 @@ def test_exhaustive_blending_indices_equal_numba() -> None:
         np.testing.assert_array_equal(ours, reference)
 
 
+@pytest.mark.parametrize("capacity, window", [(2, 1), (9, 3), (257, 50), (4097, 20_000), (70_000, 1000)])
+def test_best_fit_packing_equals_numba(capacity: int, window: int) -> None:
+    rng = np.random.default_rng(capacity)
+    lengths = rng.integers(0, 3 * capacity, size=4000).astype(np.int32)
+    documents = rng.permutation(4000).astype(np.int32)
+    pieces = int(np.sum((lengths.astype(np.int64) - 1) // capacity + 1))
+    results = []
+    for module in (loops, loops_numba):
+        sequence, offset = np.full(pieces, -1, np.int32), np.full(pieces, -1, np.int32)
+        starts = np.full(pieces + 1, -1, np.int64)
+        samples = module.pack_best_fit(lengths, documents, capacity, window, sequence, offset, starts)
+        results.append((sequence, offset, starts[: samples + 1]))
+    for ours, reference in zip(*results):
+        np.testing.assert_array_equal(ours, reference)
+    assert results[0][2][-1] == pieces
+
+
 def test_wrong_dtype_is_refused() -> None:
     with pytest.raises(TypeError, match="C-contiguous int16"):
         loops.fill_blending_indices(np.array([1.0]), np.zeros(3, dtype=np.int32), np.zeros(3, dtype=np.int64))

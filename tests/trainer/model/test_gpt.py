@@ -171,3 +171,54 @@ def test_residual_stream_is_in_the_compute_dtype_unless_fp32_is_asked():
         residual = torch.float32 if fp32_residual else torch.bfloat16
         assert dtypes == [(residual, residual)]
     assert (seen[True] - seen[False]).abs().max() < 0.1 * seen[True].abs().max()  # same model, rounder stream
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("backend", ["math", "flash"])
+def test_packed_samples_do_not_attend_across_documents(tmp_path, backend):
+    """A best-fit packed batch, as the loader makes it: changing one document of a sample leaves the logits of
+    the other documents in it unchanged, on every CPU attention backend."""
+    from corpus.blending.datasets import SampleCounts, build_split_datasets
+    from corpus.blending.schema import blend_from_dict
+    from tests.corpus.blending.blend_data import write_random
+
+    write_random(tmp_path / "docs", 300, seed=4, max_len=SEQ)
+    blend = blend_from_dict({"seq_length": SEQ, "split": "100,0,0", "cache_dir": "cache", "packing": "best_fit",
+                             "sources": [{"name": "docs", "prefix": "docs"}]}, base_dir=tmp_path)
+    train = build_split_datasets(blend, SampleCounts(40)).train
+    index = next(i for i in range(len(train)) if len(train.view(i)[1]) >= 3)
+    batch = {name: torch.from_numpy(array) for name, array in train.batch([index]).items()}
+    second, third = train.view(index)[1][1:3]
+    changed = batch["tokens"].clone()
+    changed[0, second[0]:third[0]] = (changed[0, second[0]:third[0]] + 1) % (VOCAB - 1) + 1
+    model = tiny(backend=backend)
+    before = model(batch["tokens"] % VOCAB, batch["position_ids"], batch["cu_seqlens"])
+    after = model(changed % VOCAB, batch["position_ids"], batch["cu_seqlens"])
+    outside = torch.ones(SEQ, dtype=torch.bool)
+    outside[second[0]:third[0]] = False
+    torch.testing.assert_close(after[0, outside], before[0, outside], rtol=0, atol=1e-6)
+    assert not torch.allclose(after[0, ~outside], before[0, ~outside])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_cuda_backends_honour_document_masks_or_refuse_them(backend):
+    """On CUDA each backend either keeps documents apart (changing one document leaves the other's outputs as
+    they were) or is refused at start-up with document masking asked for."""
+    device = torch.device("cuda")
+    shape = AttentionShape(2, 256, 4, 2, 64, torch.bfloat16, True)
+    try:
+        chosen = select_backend(backend, device, shape)
+    except ConfigError as error:
+        assert "document-masked" in str(error) or "needs" in str(error) or "not installed" in str(error)
+        return
+    q, k, v = torch.randn(2, 256, 4, 64, device=device, dtype=torch.bfloat16), *(
+        torch.randn(2, 256, 2, 64, device=device, dtype=torch.bfloat16) for _ in range(2))
+    cu_seqlens = torch.tensor([0, 100, 256, 256 + 37, 512], dtype=torch.int32, device=device)
+    before = chosen.attend(q, k, v, cu_seqlens)
+    k2, v2 = k.clone(), v.clone()
+    k2[0, 100:], v2[0, 100:] = torch.randn_like(k2[0, 100:]), torch.randn_like(v2[0, 100:])
+    after = chosen.attend(q, k2, v2, cu_seqlens)
+    torch.testing.assert_close(after[0, :100], before[0, :100], rtol=0, atol=0)
+    torch.testing.assert_close(after[1], before[1], rtol=0, atol=0)
+    assert not torch.equal(after[0, 100:], before[0, 100:])

@@ -110,6 +110,18 @@ def test_document_masked_training_on_the_sample(sample_blend, tmp_path):
     assert train(config).loss is not None
 
 
+def test_best_fit_blend_trains_with_document_masking(sample_blend, tmp_path, caplog):
+    packed = sample_blend.parent / "packed.yaml"
+    packed.write_text(sample_blend.read_text().replace("seed: 1234", "seed: 1234\npacking: best_fit"))
+    config = load_config(None, blend_overrides(tmp_path, packed, training={"train_iters": 3}))
+    data = build_data(config, ParallelState(torch.device("cpu")), 4)
+    batch = next(iter(data.loaders["train"]))
+    assert data.document_masked and "best-fit packed" in data.description
+    assert "cu_seqlens" in batch  # with no --reset-* flag given
+    with caplog.at_level("INFO"):
+        assert train(config).loss is not None
+
+
 def test_export_carries_the_data_tokenizer(sample_blend, tmp_path):
     import transformers
     from tokenizers import Tokenizer
