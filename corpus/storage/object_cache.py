@@ -49,6 +49,11 @@ def cache_root() -> Path:
     return Path(base) / "blendforge" / "objects"
 
 
+def mirror_dir(url: str) -> Path:
+    """The local mirror of a remote folder (a shared index-map cache); never pruned."""
+    return cache_root() / "folders" / hashlib.sha256(url.encode()).hexdigest()[:16]
+
+
 def budget_bytes() -> int:
     """The most bytes the cache may hold."""
     return int(float(os.environ.get("BLENDFORGE_OBJECT_CACHE_GB", DEFAULT_BUDGET_GB)) * (1 << 30))
