@@ -15,11 +15,17 @@ from cli.corpus_tokenize import tokenize_command
 from cli.options import storage_options_from, storage_options_option
 
 
+#: Object-store clients whose INFO lines ("Found credentials in environment variables") are noise to a user.
+QUIET_LOGGERS = ("botocore", "aiobotocore", "s3fs", "fsspec")
+
+
 @click.group(cls=Group, context_settings=CONTEXT)
 @click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
 def main(verbose: bool) -> None:
     """Turn raw text into Megatron-compatible token files and blends."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
 @main.command()

@@ -106,9 +106,14 @@ class ChunkedArray:
             pending = self._pending.pop(index, None)
         if pending is not None:
             pending.result()
-        self._fetch(index)
         target = self._path(index)
-        mapped = np.memmap(target, dtype=np.uint8, mode="r")
+        while True:
+            self._fetch(index)
+            try:
+                mapped = np.memmap(target, dtype=np.uint8, mode="r")
+                break
+            except FileNotFoundError:  # pruned between fetch and map (only when the budget is tiny): fetch again
+                continue
         touch(target)
         with self._lock:
             self._maps[index] = mapped

@@ -164,7 +164,10 @@ def prune(budget: int | None = None) -> int:
     for folder in cache_root().glob("*"):
         for entry in os.scandir(folder) if folder.is_dir() else ():
             if entry.name == "whole" or entry.name.endswith(".chunk"):
-                stat = entry.stat()
+                try:
+                    stat = entry.stat()
+                except FileNotFoundError:  # pruned by another process meanwhile
+                    continue
                 files.append((stat.st_mtime, stat.st_size, entry.path))
     total = sum(size for _, size, _ in files)
     freed, now = 0, time.time()
