@@ -53,7 +53,7 @@ class S3Server:
 def s3(tmp_path_factory) -> S3Server:
     """Start the S3 server (once) and point this session's environment at it."""
     pytest.importorskip("s3fs", reason="the s3 tests need s3fs: pip install -e '.[test]'")
-    server_module = pytest.importorskip("moto.server", reason="the s3 tests need moto[server]: pip install -e '.[test]'")
+    server_module = pytest.importorskip("moto.server", reason="the s3 tests need moto: pip install -e '.[test]'")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
