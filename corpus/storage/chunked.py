@@ -55,6 +55,7 @@ class ChunkedArray:
         self.found, self.dtype, self.chunk_bytes = found, np.dtype(dtype), chunk_bytes
         self._fs = fs or filesystem(found.path)
         self._count = found.size // self.dtype.itemsize
+        self._per_chunk = chunk_bytes // self.dtype.itemsize
         self._chunks = -(-found.size // chunk_bytes)
         self._folder = object_dir(found)
         self._maps: OrderedDict[int, np.ndarray] = OrderedDict()
@@ -98,23 +99,24 @@ class ChunkedArray:
                     self._pending[ahead] = _fetcher().submit(self._fetch, ahead)
 
     def _chunk(self, index: int) -> np.ndarray:
-        """Chunk ``index`` as mapped bytes (fetched first if the cache lacks it)."""
+        """The tokens of chunk ``index``, memory-mapped (fetched first if the cache lacks it)."""
         mapped = self._maps.get(index)
         if mapped is not None:
             return mapped
         with self._lock:
             pending = self._pending.pop(index, None)
-        if pending is not None:
+        if pending is not None and not pending.cancel():  # queued behind other read-ahead: fetched here instead
             pending.result()
         target = self._path(index)
         while True:
             self._fetch(index)
             try:
-                mapped = np.memmap(target, dtype=np.uint8, mode="r")
+                raw = np.memmap(target, dtype=np.uint8, mode="r")
                 break
             except FileNotFoundError:  # pruned between fetch and map (only when the budget is tiny): fetch again
                 continue
         touch(target)
+        mapped = raw[: len(raw) - len(raw) % self.dtype.itemsize].view(self.dtype)  # a torn last token is not one
         with self._lock:
             self._maps[index] = mapped
             while len(self._maps) > MAPPED_CHUNKS:
@@ -126,14 +128,14 @@ class ChunkedArray:
         """Tokens ``[start, stop)``: a view of one chunk's map, or the pieces of several joined."""
         if stop <= start:
             return np.empty(0, self.dtype)
-        itemsize, size = self.dtype.itemsize, self.chunk_bytes
-        first, last = (start * itemsize) // size, (stop * itemsize - 1) // size
-        pieces = []
-        for index in range(first, last + 1):
-            low = max(start * itemsize, index * size) - index * size
-            high = min(stop * itemsize, (index + 1) * size) - index * size
-            pieces.append(self._chunk(index)[low:high].view(self.dtype))
-        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        per = self._per_chunk
+        first, last = start // per, (stop - 1) // per
+        if first == last:  # the common case (a sample inside one chunk): one slice of a map
+            chunk = self._maps.get(first)
+            return (chunk if chunk is not None else self._chunk(first))[start - first * per : stop - first * per]
+        pieces = [self._chunk(index)[max(start, index * per) - index * per : min(stop, (index + 1) * per) - index * per]
+                  for index in range(first, last + 1)]
+        return np.concatenate(pieces)
 
     def _gather(self, positions: np.ndarray) -> np.ndarray:
         positions = np.asarray(positions, dtype=np.int64)
@@ -141,11 +143,10 @@ class ChunkedArray:
         if positions.size and (positions.min() < 0 or positions.max() >= self._count):
             raise IndexError(f"{self.found.path}: index out of range for {self._count} tokens")
         out = np.empty(positions.shape, self.dtype)
-        per_chunk = self.chunk_bytes // self.dtype.itemsize
-        chunks = positions // per_chunk
+        chunks = positions // self._per_chunk
         for index in np.unique(chunks):
             chosen = chunks == index
-            out[chosen] = self._chunk(int(index)).view(self.dtype)[positions[chosen] - index * per_chunk]
+            out[chosen] = self._chunk(int(index))[positions[chosen] - index * self._per_chunk]
         return out
 
     def __getitem__(self, key):

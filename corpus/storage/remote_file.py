@@ -3,7 +3,9 @@
 Streaming an object through small reads would pay one round trip per read; here the object is cut into
 ``BLOCK_BYTES`` blocks and, while the reader works on block ``i``, blocks ``i+1 … i+AHEAD`` are already being
 fetched by background threads (ranged GETs), so a sequential reader (JSONL, a compressed stream, ``corpus
-merge``) sees the store's bandwidth rather than its latency. Memory stays bounded: ``AHEAD + 2`` blocks at most.
+merge``) sees the store's bandwidth rather than its latency. The read-ahead grows with each block read in order
+(none for the first), so a reader that stops early (the encoder check reads the first records) fetches no more
+than it reads. Memory stays bounded: ``AHEAD + 2`` blocks at most.
 Seeks (Parquet's footer, a shard starting mid-file) just move the position; blocks behind it are dropped.
 """
 
@@ -48,6 +50,7 @@ class RemoteReader(io.RawIOBase):
         self._found, self._fs = found, filesystem(found.path)
         self._block_bytes, self._ahead = block_bytes, ahead
         self._position = 0
+        self._current, self._in_order = -1, 0  # the block being read; blocks read in order up to it
         self._blocks: OrderedDict[int, Future] = OrderedDict()
         self._pool = ThreadPoolExecutor(max(1, ahead), thread_name_prefix="blendforge-read")
 
@@ -70,9 +73,12 @@ class RemoteReader(io.RawIOBase):
         return read_range(self._found, start, min(self.size, start + self._block_bytes), self._fs)
 
     def _block(self, index: int) -> bytes:
-        """Block ``index``, with the next ``ahead`` blocks requested behind it."""
+        """Block ``index``, with up to ``ahead`` next blocks requested behind it."""
+        if index != self._current:
+            self._in_order = self._in_order + 1 if index == self._current + 1 else 0
+            self._current = index
         last = (self.size - 1) // self._block_bytes
-        for wanted in range(index, min(last, index + self._ahead) + 1):
+        for wanted in range(index, min(last, index + min(self._ahead, self._in_order)) + 1):
             if wanted not in self._blocks:
                 self._blocks[wanted] = self._pool.submit(self._fetch, wanted)
         for stale in [i for i in self._blocks if i < index - 1 or i > index + self._ahead]:
