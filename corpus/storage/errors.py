@@ -40,7 +40,7 @@ _DROPPED = {"ClientPayloadError", "IncompleteRead", "ServerDisconnectedError", "
             "ClientOSError", "TimeoutError", "FSTimeoutError"}
 #: Words of a throttling or temporary server error (S3's 503 SlowDown, 500 InternalError).
 _THROTTLED = ("SlowDown", "reduce your request rate", "Service Unavailable", "ServiceUnavailable", "InternalError",
-              "503", "RequestTimeout")
+              "(503)", "RequestTimeout")
 
 
 class ShortRead(Exception):
