@@ -1,11 +1,12 @@
 """A remote ``.bin`` as a flat token array, read through the node-local chunk cache.
 
 The object is cut into ``CHUNK_BYTES`` chunks. The first use of a chunk fetches it with one ranged read into the
-cache (:mod:`corpus.storage.object_cache`), memory-maps it, and queues the next ``READ_AHEAD`` chunks for
-background fetching. Later reads of a cached chunk are slices of a memory map, as for a local file; a read that
-spans chunks is stitched together. So a cold cache streams the object at the store's bandwidth while samples are
-served (the loader's random sample order still touches chunks in clusters), and a warm cache costs about what a
-local memory map does. Measured side by side: ``bench/object_storage.py`` (results in ``bench/RESULTS.md``).
+cache (:mod:`corpus.storage.object_cache`), memory-maps it, and queues the next ``READ_AHEAD`` chunks (wrapping
+around to the start: the loader's shuffled samples come from everywhere) for background fetching, each run of
+consecutive missing chunks in one ranged read: fewer, larger requests. Later reads of a cached chunk are slices of
+a memory map, as for a local file; a read that spans chunks is stitched together. So a cold cache streams the
+object at the store's bandwidth while samples are served, and a warm cache costs about what a local memory map
+does. Measured side by side: ``bench/object_storage.py`` (results in ``bench/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -87,16 +88,36 @@ class ChunkedArray:
             if wait_for(target):
                 return
         try:
-            start = index * self.chunk_bytes
-            store(target, read_range(self.found, start, min(self.found.size, start + self.chunk_bytes), self._fs))
+            self._store_run(index, index)
         finally:
             release(target)
 
+    def _store_run(self, first: int, last: int) -> None:
+        """Fetch chunks ``first … last`` with one ranged read and store each (the caller claimed them)."""
+        start, size = first * self.chunk_bytes, self.chunk_bytes
+        data = memoryview(read_range(self.found, start, min(self.found.size, (last + 1) * size), self._fs))
+        for index in range(first, last + 1):
+            store(self._path(index), data[(index - first) * size : (index - first + 1) * size])
+
+    def _fetch_run(self, first: int, last: int) -> None:
+        """Background read-ahead: the chunks of ``first … last`` no other process is fetching, run by run."""
+        claimed = [index for index in range(first, last + 1)
+                   if not self._path(index).exists() and claim(self._path(index))]
+        try:
+            for run in _runs(claimed):
+                self._store_run(run[0], run[-1])
+        finally:
+            for index in claimed:
+                release(self._path(index))
+
     def _read_ahead(self, index: int) -> None:
         with self._lock:
-            for ahead in range(index + 1, min(self._chunks, index + 1 + READ_AHEAD)):
-                if ahead not in self._maps and ahead not in self._pending and not self._path(ahead).exists():
-                    self._pending[ahead] = _fetcher().submit(self._fetch, ahead)
+            ahead = [(index + step) % self._chunks for step in range(1, min(self._chunks, READ_AHEAD + 1))]
+            missing = [i for i in ahead
+                       if i not in self._maps and i not in self._pending and not self._path(i).exists()]
+            for run in _runs(missing):
+                future = _fetcher().submit(self._fetch_run, run[0], run[-1])
+                self._pending.update(dict.fromkeys(run, future))
 
     def _chunk(self, index: int) -> np.ndarray:
         """The tokens of chunk ``index``, memory-mapped (fetched first if the cache lacks it)."""
@@ -105,7 +126,11 @@ class ChunkedArray:
             return mapped
         with self._lock:
             pending = self._pending.pop(index, None)
-        if pending is not None and not pending.cancel():  # queued behind other read-ahead: fetched here instead
+            if pending is not None and pending.cancel():  # queued behind other read-ahead: fetched here instead
+                for other in [i for i, future in self._pending.items() if future is pending]:
+                    del self._pending[other]
+                pending = None
+        if pending is not None:
             pending.result()
         target = self._path(index)
         while True:
@@ -162,6 +187,17 @@ class ChunkedArray:
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         whole = self._range(0, self._count)
         return whole.astype(dtype) if dtype is not None else whole
+
+
+def _runs(indices: list[int]) -> list[list[int]]:
+    """``indices`` cut into runs of consecutive numbers, in order (``[7, 8, 0, 1]`` -> ``[[7, 8], [0, 1]]``)."""
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return runs
 
 
 def map_array(path: str | os.PathLike, dtype: np.dtype) -> np.ndarray | ChunkedArray:

@@ -21,10 +21,11 @@ from corpus.storage.filesystems import call, filesystem
 from corpus.storage.objects import ObjectInfo, info
 from corpus.storage.paths import is_remote, local_form
 
-#: Bytes per ranged read (large enough that a request's latency is small next to its transfer).
-BLOCK_BYTES = 8 << 20
-#: Blocks fetched ahead of the one being read.
-AHEAD = 3
+#: Bytes per ranged read: large enough that a request's latency and per-request cost are small next to its
+#: transfer (fewer requests also cost the store less; bench/object_storage.py, results in bench/RESULTS.md).
+BLOCK_BYTES = 16 << 20
+#: Blocks fetched ahead of the one being read (memory: ``(AHEAD + 2) * BLOCK_BYTES`` at most).
+AHEAD = 2
 
 
 def read_range(found: ObjectInfo, start: int, end: int, fs=None) -> bytes:
