@@ -3,7 +3,7 @@ in its own process) vs the same file on local disk, and the loader's tokens/s on
 cold and a warm chunk cache.
 
     python -m bench.data                                  # once: real prose and code from Debian packages
-    PYTHONPATH=. python bench/object_storage.py [--corpus prose] [--rounds 2] [--samples 2000]
+    PYTHONPATH=. python bench/object_storage.py [--corpus prose_large] [--rounds 3] [--samples 6000]
 
 Tokenize (fresh processes, cl100k tokenizer.json, ``--workers 0``): (a) local input, local output; (b) the same
 file from the S3 server, local output; (c) S3 input and S3 output (staged, then uploaded). MB/s are input bytes
@@ -15,7 +15,8 @@ every chunk comes from the server during the pass) and with the cache the cold p
 alternative to a chunk cache, a node-local copy on first use (the ``.bin`` downloaded whole, then read locally:
 tokens over download + pass).
 
-Rounds interleave the cases; the best of each is kept. Prints the machine's load (other users share its cores)
+Rounds interleave the cases (the loader's, which are short, more rounds and warm/local twice in each); the
+best of each is kept. Prints the machine's load (other users share its cores)
 and a table last. Targets: tokenize from S3 >= 0.8x local, warm loader >= 0.9x local, cold >= 10 M tokens/s.
 """
 
@@ -126,15 +127,15 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, list[float]]:
             (work / "s3in" / f"out{pair}{suffix}").read_bytes(), f"outputs differ ({suffix})"
     runs["bytes"] = [source.stat().st_size]
     os.environ["BLENDFORGE_OBJECT_CACHE_DIR"] = str(work / "chunks")
-    for _ in range(args.rounds):
-        seconds, tokens = loader_pass(str(work / "local" / f"out{pair}"), args.samples)
-        runs.setdefault("loader local", []).append(tokens / seconds)
-        shutil.rmtree(work / "chunks", ignore_errors=True)
-        storage.local_file(f"s3://{BUCKET}/out/prose{pair}.idx")  # the .idx copy is part of resolving, untimed
-        seconds, tokens = loader_pass(f"s3://{BUCKET}/out/prose{pair}", args.samples)
-        runs.setdefault("loader s3 cold", []).append(tokens / seconds)
-        seconds, tokens = loader_pass(f"s3://{BUCKET}/out/prose{pair}", args.samples)
-        runs.setdefault("loader s3 warm", []).append(tokens / seconds)
+    local, remote = str(work / "local" / f"out{pair}"), f"s3://{BUCKET}/out/prose{pair}"
+    for _ in range(args.loader_rounds):  # passes are short: several rounds, and warm/local twice in each
+        for name, prefix in (("loader local", local), ("loader s3 cold", remote), ("loader s3 warm", remote),
+                             ("loader s3 warm", remote), ("loader local", local)):
+            if name == "loader s3 cold":
+                shutil.rmtree(work / "chunks", ignore_errors=True)
+                storage.local_file(f"{remote}.idx")  # the .idx copy is part of resolving, untimed
+            seconds, tokens = loader_pass(prefix, args.samples)
+            runs.setdefault(name, []).append(tokens / seconds)
         runs.setdefault("loader s3 copy first", []).append(tokens / copy_first(work, pair, args.samples))
     runs["cached MB"] = [sum(p.stat().st_size for p in object_cache.cache_root().rglob("*.chunk")) / 1e6]
     return runs
@@ -145,8 +146,9 @@ def report(runs: dict[str, list[float]], args: argparse.Namespace) -> None:
     speed = {name: megabytes / min(runs[name]) for name in ("tokenize local", "tokenize s3 in", "tokenize s3 in+out")}
     loader = {name: max(runs[name]) / 1e6 for name in ("loader local", "loader s3 cold", "loader s3 warm",
                                                        "loader s3 copy first")}
-    print(f"\n{args.corpus}.jsonl {megabytes:.1f} MB, best of {args.rounds}; cpus {os.cpu_count()}, load "
-          f"{os.getloadavg()[0]:.1f}; loader: seq {SEQ}, micro-batch {MICRO_BATCH}, {args.samples:,} samples, "
+    print(f"\n{args.corpus}.jsonl {megabytes:.1f} MB, best of {args.rounds} (loader: of {args.loader_rounds}); "
+          f"cpus {os.cpu_count()}, load {os.getloadavg()[0]:.1f}; loader: seq {SEQ}, micro-batch {MICRO_BATCH}, "
+          f"{args.samples:,} samples, "
           f"{runs['cached MB'][0]:.0f} MB in the chunk cache; outputs byte-identical")
     print(f"{'case':<22} {'figure':>14} {'x local':>8}  target")
     for name, target in (("tokenize local", ""), ("tokenize s3 in", ">= 0.8"), ("tokenize s3 in+out", ">= 0.8")):
@@ -158,9 +160,10 @@ def report(runs: dict[str, list[float]], args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", default="prose", help="bench/.cache/<corpus>.jsonl (python -m bench.data)")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--samples", type=int, default=2000, help="loader samples of seq 4096 per pass")
+    parser.add_argument("--corpus", default="prose_large", help="bench/.cache/<corpus>.jsonl (python -m bench.data)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--samples", type=int, default=6000, help="loader samples of seq 4096 per pass")
+    parser.add_argument("--loader-rounds", type=int, default=5)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/blendforge-bench-s3"))
     args = parser.parse_args()
     shutil.rmtree(args.workdir, ignore_errors=True)
