@@ -3,7 +3,7 @@ in its own process) vs the same file on local disk, and the loader's tokens/s on
 cold and a warm chunk cache.
 
     python -m bench.data                                  # once: real prose and code from Debian packages
-    PYTHONPATH=. python bench/object_storage.py [--corpus prose_large] [--rounds 3] [--samples 6000]
+    PYTHONPATH=. python bench/object_storage.py [--corpus prose_large] [--rounds 3] [--loader-rounds 5]
 
 Tokenize (fresh processes, cl100k tokenizer.json, ``--workers 0``): (a) local input, local output; (b) the same
 file from the S3 server, local output; (c) S3 input and S3 output (staged, then uploaded). MB/s are input bytes
@@ -128,6 +128,11 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, list[float]]:
     runs["bytes"] = [source.stat().st_size]
     os.environ["BLENDFORGE_OBJECT_CACHE_DIR"] = str(work / "chunks")
     local, remote = str(work / "local" / f"out{pair}"), f"s3://{BUCKET}/out/prose{pair}"
+    if args.samples is None:  # one epoch: a cold pass needs every chunk, as a first epoch of training does
+        from corpus.indexed import IndexedReader
+
+        with IndexedReader(local) as reader:
+            args.samples = reader.num_tokens // (SEQ + 1)
     for _ in range(args.loader_rounds):  # passes are short: several rounds, and warm/local twice in each
         for name, prefix in (("loader local", local), ("loader s3 cold", remote), ("loader s3 warm", remote),
                              ("loader s3 warm", remote), ("loader local", local)):
@@ -162,7 +167,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", default="prose_large", help="bench/.cache/<corpus>.jsonl (python -m bench.data)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--samples", type=int, default=6000, help="loader samples of seq 4096 per pass")
+    parser.add_argument("--samples", type=int, help="loader samples of seq 4096 per pass (default: one epoch)")
     parser.add_argument("--loader-rounds", type=int, default=5)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/blendforge-bench-s3"))
     args = parser.parse_args()
