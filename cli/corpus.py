@@ -14,7 +14,6 @@ from cli.corpus_inspect import inspect_command
 from cli.corpus_tokenize import tokenize_command
 from cli.options import storage_options_from, storage_options_option
 
-
 #: Object-store clients whose INFO lines ("Found credentials in environment variables") are noise to a user.
 QUIET_LOGGERS = ("botocore", "aiobotocore", "s3fs", "fsspec")
 
