@@ -12,6 +12,10 @@ from cli.corpus_autotune import autotune_command
 from cli.corpus_blend import blend
 from cli.corpus_inspect import inspect_command
 from cli.corpus_tokenize import tokenize_command
+from cli.options import storage_options_from, storage_options_option
+
+#: Object-store clients whose INFO lines ("Found credentials in environment variables") are noise to a user.
+QUIET_LOGGERS = ("botocore", "aiobotocore", "s3fs", "fsspec")
 
 
 @click.group(cls=Group, context_settings=CONTEXT)
@@ -19,17 +23,20 @@ from cli.corpus_tokenize import tokenize_command
 def main(verbose: bool) -> None:
     """Turn raw text into Megatron-compatible token files and blends."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
 @main.command()
 @click.option("--input", "inputs", multiple=True, required=True,
               help="A prefix, .idx/.bin path, glob or directory; repeat for more. Order is kept (globs sorted).")
 @click.option("--output-prefix", required=True, help="Prefix of the merged pair (PREFIX.bin/.idx).")
-def merge(inputs: tuple[str, ...], output_prefix: str) -> None:
+@storage_options_option
+def merge(inputs: tuple[str, ...], output_prefix: str, storage_options: str | None) -> None:
     """Concatenate many .bin/.idx pairs into one, streaming, in the order given."""
     from corpus.indexed.merge import merge as merge_prefixes
 
-    result = merge_prefixes(inputs, output_prefix)
+    result = merge_prefixes(inputs, output_prefix, storage_options_from(storage_options))
     click.echo(
         f"merged {len(result.inputs)} inputs into {result.output_prefix}: "
         f"{result.num_documents} documents, {result.num_sequences} sequences, {result.num_tokens} tokens"

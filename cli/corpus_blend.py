@@ -9,6 +9,7 @@ import json
 
 import click
 
+from cli.options import storage_options_from, storage_options_option
 from corpus.blending.index_maps import SPLIT_NAMES
 
 
@@ -47,9 +48,10 @@ def _parse_range(_ctx: click.Context, _param: click.Parameter, value: str | None
               help="Print samples A..B-1 of --split as the trainer sees them, with where each document starts "
               "(+N: N tokens into it) and the padding.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (one JSON line per sample).")
+@storage_options_option
 def blend(file: str, split: str, num_samples: int | None, train_iters: int | None, global_batch_size: int | None,
           eval_interval: int, eval_iters: int, seq_length: int | None, seed: int | None, dry_run: bool, build: bool,
-          sample_range: tuple[int, int] | None, as_json: bool) -> None:
+          sample_range: tuple[int, int] | None, as_json: bool, storage_options: str | None) -> None:
     """Validate blend FILE and plan, prebuild or show its samples."""
     from corpus.blending import report as blend_report
     from corpus.blending.datasets import SampleCounts, megatron_sample_counts
@@ -61,7 +63,7 @@ def blend(file: str, split: str, num_samples: int | None, train_iters: int | Non
         raise click.UsageError("--train-iters and --global-batch-size go together")
     if num_samples is not None and train_iters is not None:
         raise click.UsageError("give --num-samples or --train-iters/--global-batch-size, not both")
-    config = load_blend(file, seq_length=seq_length, seed=seed)
+    config = load_blend(file, seq_length=seq_length, seed=seed, storage_options=storage_options_from(storage_options))
     counts = (megatron_sample_counts(train_iters, global_batch_size, eval_interval, eval_iters) if train_iters
               else SampleCounts(**{split: num_samples}) if num_samples is not None else None)
     required = (split,) if num_samples is not None else ("train",)

@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from cli.options import storage_options_from, storage_options_option
 from corpus.indexed import strip_suffix
 from corpus.inspect.run import InspectConfig, Inspection, inspect
 from corpus.inspect.show import DocumentRange, ShownDocument
@@ -128,12 +129,13 @@ def _print(console: Console, inspection: Inspection) -> None:
               help="Write histograms of document lengths and token-id frequency (needs matplotlib).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: one object for one named pair, a list for several (or a glob/directory).")
+@storage_options_option
 def inspect_command(datasets: tuple[str, ...], check: bool, max_problems: int, show: str | None, ids: bool,
                     tokenizer_type: str | None, tokenizer_model: str | None, vocab_file: str | None,
-                    merge_file: str | None, plot: Path | None, as_json: bool) -> None:
+                    merge_file: str | None, plot: Path | None, as_json: bool, storage_options: str | None) -> None:
     """Look inside .bin/.idx pairs: header, counts, length statistics, sidecar, documents, problems.
 
-    DATASETS are prefixes, .idx/.bin paths, globs or directories.
+    DATASETS are prefixes, .idx/.bin paths, globs or directories, local or s3:// URLs.
     """
     files = {"model": tokenizer_model, "vocab_file": vocab_file, "merge_file": merge_file}
     if tokenizer_type is None and any(files.values()):
@@ -141,7 +143,7 @@ def inspect_command(datasets: tuple[str, ...], check: bool, max_problems: int, s
     tokenizer = TokenizerConfig(type=tokenizer_type, **files) if tokenizer_type else None
     config = InspectConfig(datasets=datasets, check=check, max_problems=max_problems,
                            show=DocumentRange.parse(show) if show is not None else None, ids=ids,
-                           tokenizer=tokenizer, plot=plot)
+                           tokenizer=tokenizer, plot=plot, storage_options=storage_options_from(storage_options))
     inspections = inspect(config)
     if as_json:
         payload = [inspection.to_dict() for inspection in inspections]

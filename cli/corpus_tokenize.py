@@ -30,7 +30,8 @@ def _config(options: dict):
 
 @click.command("tokenize")
 @input_options
-@click.option("--output-prefix", required=True, help="Outputs are PREFIX_<key>_document.bin/.idx/.meta.json.")
+@click.option("--output-prefix", required=True, help="Outputs are PREFIX_<key>_document.bin/.idx/.meta.json (an "
+              "s3:// prefix: written locally, then uploaded, .idx last).")
 @tokenizer_options
 @click.option("--workers", type=int, default=0, show_default=True,
               help="Encoder processes; 0 encodes in this process with a multi-threaded batch call.")

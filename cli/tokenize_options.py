@@ -11,17 +11,18 @@ from typing import Callable
 import click
 from click.core import ParameterSource
 
-from cli.options import GreedyOption
+from cli.options import GreedyOption, storage_options_from, storage_options_option
 from corpus.tokenizers import TOKENIZER_TYPES
 from corpus.tokenizers.config import ENCODERS, TIKTOKEN_PATTERNS
 
 INPUT_OPTIONS = (
     click.option("--input", "inputs", cls=GreedyOption, required=True,
-                 help="JSONL (.jsonl/.json, .gz, .zst) or Parquet files, globs or directories; several allowed, "
-                      "order kept."),
+                 help="JSONL (.jsonl/.json, .gz, .zst) or Parquet files, globs or directories, local or s3:// "
+                      "URLs; several allowed, order kept."),
     click.option("--json-keys", cls=GreedyOption, help="Keys to tokenize, one output pair each (default: text); "
                  "nested keys like meta.title work."),
     click.option("--append-eod", is_flag=True, help="Add EOD after every document that has at least one token."),
+    storage_options_option,
 )
 
 TOKENIZER_OPTIONS = (
@@ -53,7 +54,7 @@ def _apply(decorators: tuple[Callable, ...]) -> Callable:
 
 
 input_options = _apply(INPUT_OPTIONS)
-"""Decorator adding ``--input``, ``--json-keys`` and ``--append-eod``."""
+"""Decorator adding ``--input``, ``--json-keys``, ``--append-eod`` and ``--storage-options``."""
 tokenizer_options = _apply(TOKENIZER_OPTIONS)
 """Decorator adding Megatron's tokenizer options and ``--encoder``."""
 
@@ -72,9 +73,10 @@ def tokenizer_config(options: dict):
 
 
 def shared_fields(options: dict) -> dict:
-    """The ``TokenizeConfig`` fields the shared options set (inputs, keys, EOD, tokenizer)."""
+    """The ``TokenizeConfig`` fields the shared options set (inputs, keys, EOD, storage options, tokenizer)."""
     return {"inputs": list(options["inputs"]), "json_keys": list(options["json_keys"]) or ["text"],
-            "append_eod": options["append_eod"], "tokenizer": tokenizer_config(options)}
+            "append_eod": options["append_eod"], "storage_options": storage_options_from(options["storage_options"]),
+            "tokenizer": tokenizer_config(options)}
 
 
 def _shared_names() -> set[str]:

@@ -13,8 +13,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Real tokenizer files (tokenizer_files) and megatron-core's tokenizers (megatron_tokenizer).
-pytest_plugins = ["tests.tokenizer_files"]
+# Real tokenizer files (tokenizer_files), megatron-core's tokenizers (megatron_tokenizer), and a real S3 server
+# on localhost with a fault-injecting proxy (s3, bucket, faults).
+pytest_plugins = ["tests.tokenizer_files", "tests.s3_server"]
 
 
 @pytest.fixture(scope="session")

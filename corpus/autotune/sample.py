@@ -3,8 +3,8 @@
 Every trial then reads the same copy, a JSONL file in the autotuner's temporary folder that was just
 written (so it sits in the page cache for the first trial as for the last), never the input itself:
 disk caching cannot favour later trials, and a slow or remote input file system does not blur the
-comparison. JSONL lines are copied byte for byte (JSON decoding of the real records is part of what
-workers do); Parquet rows become JSON objects of the json keys.
+comparison (an ``s3://`` input is read once, here). JSONL lines are copied byte for byte (JSON decoding of
+the real records is part of what workers do); Parquet rows become JSON objects of the json keys.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import orjson
 
+from corpus import storage
 from corpus.readers import ColumnPayload, LinePayload, ReadOptions, expand_inputs, read_slices
 from corpus.tokenize.config import TokenizeConfig
 from corpus.tokenize.shards import Shard, plan_slices
@@ -44,6 +45,7 @@ def _lines(payload: LinePayload | ColumnPayload, keys: list[str]) -> list[bytes]
 
 def write_sample(config: TokenizeConfig, max_documents: int, path: Path) -> Sample:
     """Copy the first ``max_documents`` records of ``config.inputs`` (in input order) to ``path``."""
+    storage.configure(config.storage_options)
     slices = plan_slices(expand_inputs(config.inputs), Shard(0, 1, "autotune-workers"))
     batches = read_slices(slices, ReadOptions(config.json_keys, min(COPY_BATCH, max_documents), 4 << 20))
     documents = size = 0

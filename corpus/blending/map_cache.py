@@ -13,7 +13,11 @@ sha256 of everything that changes the arrays, computed by the caller.
   is detected at load, logged, and the entry rebuilt.
 
 Default location: ``$BLENDFORGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/blendforge/index_maps``
-(``~/.cache/blendforge/index_maps``); a blend's ``cache_dir`` overrides both.
+(``~/.cache/blendforge/index_maps``); a blend's ``cache_dir`` overrides both. A remote ``cache_dir``
+(``s3://bucket/index_maps``) is shared by every node: entries live in a local mirror of it (in the object cache,
+:func:`corpus.storage.object_cache.mirror_dir`), are downloaded from it when there and verified, and a
+node that builds one uploads its ``.npy`` files first and its manifest last (the manifest is what makes an entry
+visible). Nodes building the same entry at once write the same bytes, so the last upload is as good as the first.
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from corpus import storage
 from corpus.core.errors import UserError
+from corpus.storage.object_cache import mirror_dir
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +140,9 @@ class MapCache:
     """The cache rooted at one folder (created on first write)."""
 
     def __init__(self, root: str | os.PathLike | None = None) -> None:
-        self.root = Path(root) if root is not None else default_cache_dir()
+        self.remote = str(root) if root is not None and storage.is_remote(root) else None
+        """The shared remote folder (None for a local cache); :attr:`root` is then its local mirror."""
+        self.root = mirror_dir(self.remote) if self.remote else Path(root) if root is not None else default_cache_dir()
 
     def entry_path(self, kind: str, key: str) -> Path:
         """The folder of entry ``kind``/``key``."""
@@ -142,7 +150,8 @@ class MapCache:
 
     def has(self, kind: str, key: str) -> bool:
         """Whether an entry is present (not verified: a cheap look before deciding to build)."""
-        return (self.entry_path(kind, key) / MANIFEST).is_file()
+        return (self.entry_path(kind, key) / MANIFEST).is_file() or bool(
+            self.remote and storage.isfile(self._remote_path(kind, key, MANIFEST)))
 
     def load(self, kind: str, key: str) -> Entry | None:
         """The verified entry, or None when it is absent or corrupt (a corrupt one is logged)."""
@@ -175,12 +184,19 @@ class MapCache:
             entry = self.load(kind, key)
             if entry is not None:  # built by another process while we waited
                 return entry
+            if self.remote and self._download(kind, key):
+                entry = self.load(kind, key)
+                if entry is not None:
+                    return entry
             for leftover in self.root.glob(f".tmp-{final.name}-*"):  # from a builder killed mid-write
                 if time.time() - leftover.stat().st_mtime > STALE_SECONDS:
                     shutil.rmtree(leftover, ignore_errors=True)
             arrays, meta = build()
             with self._writing():
-                self._publish(kind, key, arrays, meta, description or {})
+                self._publish(kind, key, lambda folder: _write_entry(folder, arrays, meta,
+                                                                     {"kind": kind, "key": key, **(description or {})}))
+            if self.remote:
+                self._upload(kind, key)
         finally:
             lock.release()
         entry = _read_entry(final, checksums=False)
@@ -197,12 +213,49 @@ class MapCache:
                              "cache_dir in the blend or $BLENDFORGE_CACHE_DIR to a writable folder, or prebuild "
                              "the maps where it is writable with `corpus blend FILE --build`") from None
 
-    def _publish(self, kind: str, key: str, arrays: dict[str, np.ndarray], meta: dict, description: dict) -> None:
-        """Write to a private folder, then swap it in (moving a corrupt predecessor aside first)."""
+    def _remote_path(self, kind: str, key: str, name: str) -> str:
+        return storage.join(self.remote, self.entry_path(kind, key).name, name)
+
+    def _download(self, kind: str, key: str) -> bool:
+        """Copy the entry from the remote cache into the local mirror; False when the remote has none (or a
+        corrupt one, which is then rebuilt and uploaded again)."""
+        try:
+            manifest = json.loads(storage.read_bytes(self._remote_path(kind, key, MANIFEST)))
+        except FileNotFoundError:
+            return False
+
+        def fill(folder: Path) -> None:
+            for name in manifest["files"]:
+                try:
+                    storage.download(self._remote_path(kind, key, f"{name}.npy"), folder / f"{name}.npy")
+                except FileNotFoundError as missing:  # storage.ObjectNotFound: an entry cut short remotely
+                    raise CorruptEntry(str(missing)) from None
+            (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+            _read_entry(folder)
+
+        try:
+            with self._writing():
+                self._publish(kind, key, fill)
+        except (CorruptEntry, ValueError, KeyError, TypeError) as error:
+            log.warning("remote cache entry %s is corrupt, will rebuild: %s", self._remote_path(kind, key, ""), error)
+            return False
+        log.info("downloaded %s", self._remote_path(kind, key, ""))
+        return True
+
+    def _upload(self, kind: str, key: str) -> None:
+        """Copy a locally built entry to the remote cache, its manifest last."""
+        final = self.entry_path(kind, key)
+        for path in sorted(final.glob("*.npy")):
+            storage.upload(path, self._remote_path(kind, key, path.name))
+        storage.upload(final / MANIFEST, self._remote_path(kind, key, MANIFEST))
+
+    def _publish(self, kind: str, key: str, fill: Callable[[Path], None]) -> None:
+        """Write the entry with ``fill(folder)`` into a private folder, then swap it in (moving a corrupt
+        predecessor aside first)."""
         final = self.entry_path(kind, key)
         staging = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=self.root))
         try:
-            _write_entry(staging, arrays, meta, {"kind": kind, "key": key, **description})
+            fill(staging)
             if final.exists():
                 trash = Path(tempfile.mkdtemp(prefix=f".trash-{final.name}-", dir=self.root))
                 os.replace(final, trash / "entry")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from corpus import storage
 from corpus.blending.index_maps import SPLIT_NAMES
 from corpus.blending.map_cache import MapCache, cache_key
 from corpus.blending.schema import BlendConfig
@@ -56,6 +57,7 @@ class ResolvedBlend:
 
 def resolve_blend(config: BlendConfig) -> ResolvedBlend:
     """Open every source of ``config`` and check them; raises BlendError naming file, key and fix."""
+    storage.configure(config.storage_options)
     cache = MapCache(config.resolve_path(config.cache_dir) if config.cache_dir else None)
     loaded: dict[str, Source] = {}
     sources: dict[str, list[Source]] = {}

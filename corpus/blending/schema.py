@@ -29,9 +29,11 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from corpus import storage
 from corpus.blending.index_maps import SPLIT_NAMES
 from corpus.core.errors import ConfigError, parse_key
 from corpus.core.typed_config import build, coerce, read_yaml
@@ -146,7 +148,11 @@ class BlendConfig:
     tokenizer: TokenizerSpec | None = None
     """The expected tokenizer; every source's ``.meta.json`` must agree with it."""
     cache_dir: str | None = None
-    """Where index maps are cached (relative to the blend's folder); the default is in docs/blends.md."""
+    """Where index maps are cached (relative to the blend's folder, or a URL shared by every node); the default is
+    in docs/blends.md."""
+    storage_options: dict[str, Any] | None = None
+    """Options of the filesystem behind ``s3://`` (and other URL) prefixes and ``cache_dir``, e.g.
+    ``{endpoint_url: …}``; endpoint, credentials and region otherwise come from the standard AWS variables."""
     max_epochs: int | None = None
     """Default ``max_epochs`` for sources that set none."""
     samples: SampleOptions = field(default_factory=SampleOptions)
@@ -210,7 +216,9 @@ class BlendConfig:
         return f"sources.{split}[{index}]" if isinstance(self.sources, dict) else f"sources[{index}]"
 
     def resolve_path(self, path: str) -> str:
-        """``path`` made absolute against the blend's folder (``~`` expanded)."""
+        """``path`` made absolute against the blend's folder (``~`` expanded); a URL as it is."""
+        if storage.is_remote(path):
+            return path
         expanded = os.path.expanduser(path)
         return expanded if os.path.isabs(expanded) else os.path.normpath(os.path.join(self.base_dir, expanded))
 
@@ -264,7 +272,7 @@ def apply_overrides(config: BlendConfig, **overrides: object) -> BlendConfig:
         elif name in top and name not in ("sources", "origin", "base_dir", "samples"):
             changes[name] = coerce(value, top[name], (name,), None, BlendError)
             if name == "cache_dir":  # given on a command line: relative to where it was typed
-                changes[name] = os.path.abspath(os.path.expanduser(changes[name]))
+                changes[name] = storage.absolute(os.path.expanduser(changes[name]))
         else:
             raise BlendError(f"cannot override {name!r}; overridable: "
                              f"{', '.join(n for n in top if n not in ('sources', 'origin', 'base_dir', 'samples'))}, "
@@ -315,6 +323,7 @@ def blend_to_dict(config: BlendConfig) -> dict:
             **({"packing": config.packing, "packing_window": config.packing_window} if config.packing != "concat"
                else {}),
             "cache_dir": config.resolve_path(config.cache_dir) if config.cache_dir else None,
+            "storage_options": config.storage_options,
             "tokenizer": ({"kind": config.tokenizer.kind, "path": config.resolve_path(config.tokenizer.path)
                            if config.tokenizer.path else None} if config.tokenizer else None)}
     return {k: v for k, v in data.items() if v is not None}

@@ -5,22 +5,22 @@ What megatron-core needs of a low-level dataset is its sequence lengths; for a g
 are the shards' lengths concatenated. Building that table reads every shard's lengths once (cost
 grows with documents, not shards); the result (lengths, shard boundaries, counts, a sha256 of the
 lengths, which is all the index maps depend on, and the sidecar facts) is cached, keyed by each
-``.idx``'s path, size, mtime and inode, so a warm start only lists and stats the shards. Reading tokens opens shards
-lazily, a bounded number at a time,
-so 100,000 shards never exhaust file descriptors.
+``.idx``'s path, size, mtime and inode (an object's size and ETag, from one listing per folder), so a warm start
+only lists and stats the shards. Reading tokens opens shards lazily, a bounded number at a time, so 100,000 shards
+never exhaust file descriptors. Remote sources (``s3://…``) read their ``.idx`` files once into the node-local
+object cache and their ``.bin`` files through its chunk cache (:mod:`corpus.storage`).
 """
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import logging
-import os
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
+from corpus import storage
 from corpus.blending.index_maps import prepare_kernels
 from corpus.blending.map_cache import Entry, MapCache, cache_key
 from corpus.indexed import (
@@ -69,13 +69,14 @@ def find_shards(spec: str) -> tuple[list[str], set[str]]:
         prefixes = expand(spec)
     except PrefixNotFound as error:
         raise SourceError(f"{error} (did `corpus tokenize --output-prefix` write it?)") from None
-    if glob.has_magic(spec) or os.path.isdir(spec):
-        pattern = os.path.join(glob.escape(spec), "*") if os.path.isdir(spec) else strip_suffix(spec)
-        bins = {p[: -len(".bin")] for p in glob.glob(pattern + ".bin")}
-        metas = {p[: -len(sidecar.SIDE_SUFFIX)] for p in glob.glob(pattern + sidecar.SIDE_SUFFIX)}
+    folder = not storage.has_magic(spec) and storage.isdir(spec)
+    if storage.has_magic(spec) or folder:
+        pattern = storage.join(storage.escape(spec), "*") if folder else strip_suffix(spec)
+        bins = {p[: -len(".bin")] for p in storage.glob(pattern + ".bin")}
+        metas = {p[: -len(sidecar.SIDE_SUFFIX)] for p in storage.glob(pattern + sidecar.SIDE_SUFFIX)}
     else:
-        bins = {p for p in prefixes if os.path.isfile(p + ".bin")}
-        metas = {p for p in prefixes if os.path.isfile(p + sidecar.SIDE_SUFFIX)}
+        bins = {p for p in prefixes if storage.isfile(p + ".bin")}
+        metas = {p for p in prefixes if storage.isfile(p + sidecar.SIDE_SUFFIX)}
     missing = [p for p in prefixes if p not in bins]
     if missing:
         raise SourceError(f"{missing[0]}.bin: no such file ({len(missing)} of {len(prefixes)} shards lack their "
@@ -84,14 +85,16 @@ def find_shards(spec: str) -> tuple[list[str], set[str]]:
 
 
 def table_key(prefixes: list[str], metas: set[str]) -> str:
-    """Cache key of a source table: every ``.idx`` (and sidecar) by path, size, mtime and inode."""
+    """Cache key of a source table: every ``.idx`` (and sidecar) by path, size, mtime and inode (an object's size
+    and ETag)."""
+    with_meta = [p for p in prefixes if p in metas]
+    idx_rows = storage.identities([p + ".idx" for p in prefixes])
+    meta_rows = dict(zip(with_meta, storage.identities([p + sidecar.SIDE_SUFFIX for p in with_meta])))
     rows = []
-    for prefix in prefixes:
-        stat = os.stat(prefix + ".idx")
-        row = [os.path.abspath(prefix), stat.st_size, stat.st_mtime_ns, stat.st_ino]
+    for prefix, identity in zip(prefixes, idx_rows):
+        row = [storage.absolute(prefix), *identity]
         if prefix in metas:
-            meta_stat = os.stat(prefix + sidecar.SIDE_SUFFIX)
-            row += [meta_stat.st_size, meta_stat.st_mtime_ns]
+            row += meta_rows[prefix][:2]
         rows.append(row)
     return cache_key({"kind": "source-table", "version": 2, "shards": rows})
 
@@ -123,11 +126,12 @@ def _read_shard(prefix: str) -> tuple[np.dtype, np.ndarray, int]:
     """dtype, sequence lengths and document count of one shard, read straight from its ``.idx``
     (no memory maps: 100,000 shards must not hold 100,000 of them), ``.bin`` size checked."""
     header = read_header(idx_path(prefix))
-    lengths = np.fromfile(idx_path(prefix), dtype=np.int32, count=header.num_sequences, offset=HEADER_SIZE)
+    lengths = np.fromfile(storage.local_file(idx_path(prefix)), dtype=np.int32, count=header.num_sequences,
+                          offset=HEADER_SIZE)
     if (lengths < 0).any():
         raise IndexFormatError(idx_path(prefix), f"sequence {int(np.argmax(lengths < 0))} has a negative length")
     tokens = int(lengths.sum(dtype=np.int64))
-    size = os.stat(bin_path(prefix)).st_size
+    size = bin_path(prefix).stat().st_size
     if size != tokens * header.dtype.itemsize:
         raise IndexFormatError(bin_path(prefix), f"size {size} bytes disagrees with the index ({tokens} tokens x "
                                f"{header.dtype.itemsize} bytes): truncated or mismatched pair")

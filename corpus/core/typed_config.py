@@ -8,7 +8,8 @@ to that dataclass (or none); :func:`build` adds the key path, the file and the l
 
 Types understood: ``bool``/``int``/``float``/``str`` (an integer is a number, a bool is neither), ``Literal``,
 ``Optional`` and other unions, ``tuple[X, ...]`` and ``list[X]`` from a YAML list (a ``list`` also from a string of
-words, as a command line spells it), ``dict[str, X]`` and nested dataclasses.
+words, as a command line spells it), ``dict[str, X]``, nested dataclasses, and ``Any`` (taken as it is: options
+handed on to a library, such as storage options).
 """
 
 from __future__ import annotations
@@ -127,6 +128,8 @@ def coerce(value: object, hint: object, path: KeyPath = (), source: YamlSource |
 
 
 def _coerce(value: object, hint: object, path: KeyPath, place: _Place):
+    if hint is typing.Any:
+        return value
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:

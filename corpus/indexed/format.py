@@ -19,7 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from corpus import storage
 from corpus.core.errors import UserError
+from corpus.storage import ObjectPath
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -64,14 +66,14 @@ def token_dtype_for_vocab(vocab_size: int | None) -> np.dtype:
     return np.dtype(np.int32)
 
 
-def bin_path(prefix: str | os.PathLike) -> Path:
-    """The ``.bin`` path of a dataset prefix."""
-    return Path(f"{prefix}.bin")
+def bin_path(prefix: str | os.PathLike) -> Path | ObjectPath:
+    """The ``.bin`` path of a dataset prefix (an :class:`~corpus.storage.ObjectPath` for a URL)."""
+    return storage.as_path(f"{prefix}.bin")
 
 
-def idx_path(prefix: str | os.PathLike) -> Path:
-    """The ``.idx`` path of a dataset prefix."""
-    return Path(f"{prefix}.idx")
+def idx_path(prefix: str | os.PathLike) -> Path | ObjectPath:
+    """The ``.idx`` path of a dataset prefix (an :class:`~corpus.storage.ObjectPath` for a URL)."""
+    return storage.as_path(f"{prefix}.idx")
 
 
 def strip_suffix(path: str | os.PathLike) -> str:
@@ -101,12 +103,14 @@ class IndexHeader:
         return HEADER_SIZE + 12 * self.num_sequences + 8 * self.num_document_indices
 
 
-def read_header(path: str | os.PathLike) -> IndexHeader:
-    """Parse and sanity-check the 34-byte header of an ``.idx`` file, and its total size."""
-    path = Path(path)
+def read_header(path: str | os.PathLike | ObjectPath) -> IndexHeader:
+    """Parse and sanity-check the 34-byte header of an ``.idx`` file, and its total size (a remote ``.idx`` is
+    read from its node-local copy, :func:`corpus.storage.local_file`)."""
+    path = storage.as_path(path)
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as handle:
+        local = storage.local_file(path)
+        size = local.stat().st_size
+        with open(local, "rb") as handle:
             raw = handle.read(HEADER_SIZE)
     except FileNotFoundError:
         raise IndexFormatError(path, "no such file (did `corpus tokenize` finish for this prefix?)") from None

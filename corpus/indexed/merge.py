@@ -2,7 +2,9 @@
 
 The output equals, byte for byte, writing the concatenated documents directly: inputs are taken in
 the order given (each glob or directory sorted), data is copied block by block, and lengths and
-document indices pass through bounded spill buffers, so memory does not grow with the corpus.
+document indices pass through bounded spill buffers, so memory does not grow with the corpus. Inputs and output
+may be remote (``s3://…``): a remote output is written in a local staging folder and uploaded when complete
+(:mod:`corpus.indexed.publish`).
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from corpus import storage
 from corpus.core.errors import UserError
 from corpus.indexed import IndexedWriter, idx_path, read_header, sidecar
 from corpus.indexed.prefixes import expand_all
+from corpus.indexed.publish import output_stage, publish_pair
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +60,18 @@ def _check_compatible(prefixes: list[str]) -> tuple[object, dict | None]:
     return next(iter(dtypes.values())), first_meta
 
 
-def merge(inputs: list[str] | tuple[str, ...], output_prefix: str) -> MergeResult:
-    """Merge the datasets named by ``inputs`` (prefixes, globs, directories) into ``output_prefix``."""
+def merge(inputs: list[str] | tuple[str, ...], output_prefix: str, storage_options: dict | None = None
+          ) -> MergeResult:
+    """Merge the datasets named by ``inputs`` (prefixes, globs, directories) into ``output_prefix``.
+    ``storage_options``: see :func:`corpus.storage.configure`."""
+    storage.configure(storage_options)
+    output_prefix = str(output_prefix)
     prefixes = expand_all(inputs)
-    if str(output_prefix) in prefixes:
+    if output_prefix in prefixes:
         raise MergeError(f"output prefix {output_prefix} is also an input; choose another --output-prefix")
     dtype, first_meta = _check_compatible(prefixes)
-    with IndexedWriter(output_prefix, dtype) as writer:
+    stage = output_stage(output_prefix)
+    with IndexedWriter(stage, dtype) as writer:
         for prefix in prefixes:
             writer.add_index(prefix)
         meta = {"merged_from": prefixes}
@@ -71,4 +80,7 @@ def merge(inputs: list[str] | tuple[str, ...], output_prefix: str) -> MergeResul
                 if key in first_meta:
                     meta[key] = first_meta[key]
         writer.finalize(meta)
-        return MergeResult(str(output_prefix), prefixes, writer.num_documents, writer.num_sequences, writer.num_tokens)
+    if stage != output_prefix:
+        publish_pair(stage, output_prefix)
+        storage.clear_staging(output_prefix)
+    return MergeResult(output_prefix, prefixes, writer.num_documents, writer.num_sequences, writer.num_tokens)

@@ -1,13 +1,14 @@
 """Turn what users type (prefixes, ``.idx``/``.bin`` paths, globs, directories) into dataset prefixes.
 
-Shared by ``corpus merge``, ``corpus inspect`` and blends so every command accepts the same spellings.
+Shared by ``corpus merge``, ``corpus inspect`` and blends so every command accepts the same spellings, for local
+paths and URLs alike (``s3://bucket/shards/*_text_document``; a key prefix counts as a directory).
 """
 
 from __future__ import annotations
 
-import glob
 import os
 
+from corpus import storage
 from corpus.core.errors import UserError
 from corpus.indexed import idx_path, strip_suffix
 
@@ -25,14 +26,14 @@ def expand(spec: str | os.PathLike) -> list[str]:
     - otherwise a prefix, or a ``.idx``/``.bin`` path.
     """
     text = str(spec)
-    if os.path.isdir(text):
-        found = sorted(strip_suffix(p) for p in glob.glob(os.path.join(glob.escape(text), "*.idx")))
+    if storage.isdir(text):
+        found = sorted(strip_suffix(p) for p in storage.glob(storage.join(storage.escape(text), "*.idx")))
         if not found:
             raise PrefixNotFound(f"{text}: directory holds no .idx files")
         return found
-    if glob.has_magic(text):
+    if storage.has_magic(text):
         pattern = strip_suffix(text)
-        found = sorted(strip_suffix(p) for p in glob.glob(pattern + ".idx"))
+        found = sorted(strip_suffix(p) for p in storage.glob(pattern + ".idx"))
         if not found:
             raise PrefixNotFound(f"{text}: glob matched no .idx files (pattern {pattern}.idx)")
         return found

@@ -7,6 +7,7 @@ from typing import Iterator
 
 import numpy as np
 
+from corpus import storage
 from corpus.indexed import sidecar
 from corpus.indexed.format import (
     _CHUNK,
@@ -20,12 +21,15 @@ from corpus.indexed.format import (
 
 
 class IndexedReader:
-    """Memory-mapped, zero-copy read access to one ``.bin/.idx`` pair.
+    """Memory-mapped, zero-copy read access to one ``.bin/.idx`` pair, local or remote.
 
     ``sequence_lengths``, ``sequence_pointers`` and ``document_indices`` are views into the mapped
     index, never copies. ``validate="full"`` (the default) checks every pointer and document index
     once at open with chunked vectorised numpy; ``"header"`` only checks sizes and the ends of the
     arrays (for tools that open thousands of shards and validate elsewhere).
+
+    A remote pair (``s3://…``) maps the node-local copy of its ``.idx`` and reads its ``.bin`` through the chunk
+    cache (:class:`~corpus.storage.ChunkedArray`): the same arrays and views, fetched on first use.
     """
 
     def __init__(self, prefix: str | os.PathLike, validate: str = "full") -> None:
@@ -36,16 +40,13 @@ class IndexedReader:
         self.bin_file = bin_path(self.prefix)
         header = read_header(self.idx_file)
         self.dtype = header.dtype
-        self._idx_map = np.memmap(self.idx_file, dtype=np.uint8, mode="r")
+        self._idx_map = np.memmap(storage.local_file(self.idx_file), dtype=np.uint8, mode="r")
         self.sequence_lengths, self.sequence_pointers, self.document_indices = index_arrays(self._idx_map, header)
         self.num_tokens = self._check_ends()
         self._check_bin_size()
         if validate == "full":
             self.validate_arrays()
-        if self.bin_file.stat().st_size:
-            self._bin_map = np.memmap(self.bin_file, dtype=self.dtype, mode="r")
-        else:  # numpy cannot map an empty file
-            self._bin_map = np.empty(0, dtype=self.dtype)
+        self._bin_map = storage.map_array(self.bin_file, self.dtype)
 
     # -- validation ---------------------------------------------------------------------------
 
@@ -70,7 +71,7 @@ class IndexedReader:
     def _check_bin_size(self) -> None:
         try:
             size = self.bin_file.stat().st_size
-        except FileNotFoundError:
+        except FileNotFoundError:  # storage.ObjectNotFound for an object
             raise IndexFormatError(self.bin_file, "missing: the .idx exists but its .bin does not") from None
         expected = self.num_tokens * self.dtype.itemsize
         if size != expected:

@@ -12,13 +12,16 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+from corpus import storage
+from corpus.storage import ObjectPath
+
 TOOL_NAME = "blendforge"
 SIDE_SUFFIX = ".meta.json"
 
 
-def path_for(prefix: str | os.PathLike) -> Path:
-    """The sidecar path of a dataset prefix."""
-    return Path(f"{prefix}{SIDE_SUFFIX}")
+def path_for(prefix: str | os.PathLike) -> Path | ObjectPath:
+    """The sidecar path of a dataset prefix (an :class:`~corpus.storage.ObjectPath` for a URL)."""
+    return storage.as_path(f"{prefix}{SIDE_SUFFIX}")
 
 
 def tool_version() -> str:
@@ -48,7 +51,7 @@ def read(prefix: str | os.PathLike) -> dict | None:
     target = path_for(prefix)
     try:
         text = target.read_text()
-    except FileNotFoundError:
+    except FileNotFoundError:  # storage.ObjectNotFound for an object
         return None
     try:
         return json.loads(text)

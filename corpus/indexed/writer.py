@@ -9,6 +9,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from corpus import storage
 from corpus.indexed import sidecar
 from corpus.indexed.format import _CHUNK, CODE_BY_DTYPE, MAGIC, VERSION, IndexFormatError, bin_path, idx_path
 from corpus.indexed.reader import IndexedReader
@@ -192,7 +193,7 @@ class IndexedWriter:
             docs = source.document_indices
             for start in range(1, len(docs), _CHUNK):
                 self._doc_ends.extend(offset + docs[start : start + _CHUNK])
-            with open(source.bin_file, "rb") as handle:
+            with storage.open_binary(source.bin_file) as handle:
                 while block := handle.read(64 << 20):
                     self._bin.write(block)
             self.num_tokens += source.num_tokens

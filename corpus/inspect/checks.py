@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from corpus import storage
 from corpus.indexed import (
     HEADER_SIZE,
     IndexFormatError,
@@ -301,13 +302,12 @@ CONTENT_CHECKS: dict[str, Callable[[_Pair], list[Problem]]] = {
 }
 
 
-def _map_tokens(path: Path, dtype: np.dtype) -> np.ndarray | None:
+def _map_tokens(path: Path | storage.ObjectPath, dtype: np.dtype) -> np.ndarray | storage.ChunkedArray | None:
     """The .bin as a flat token array (whole tokens only), None when it does not exist."""
     try:
-        count = path.stat().st_size // dtype.itemsize
-    except FileNotFoundError:
+        return storage.map_array(path, dtype)
+    except FileNotFoundError:  # storage.ObjectNotFound for an object
         return None
-    return np.memmap(path, dtype=dtype, mode="r", shape=(count,)) if count else np.empty(0, dtype=dtype)
 
 
 def _read_meta(prefix: str) -> tuple[dict | None, str | None]:
@@ -339,7 +339,8 @@ def check_prefix(prefix: str, options: CheckOptions = CheckOptions()) -> list[Pr
         header = read_header(idx_path(prefix))
     except IndexFormatError as error:
         return [Problem(prefix, "header", error.path, error.problem)]
-    lengths, pointers, documents = index_arrays(np.memmap(idx_path(prefix), dtype=np.uint8, mode="r"), header)
+    lengths, pointers, documents = index_arrays(np.memmap(storage.local_file(idx_path(prefix)), dtype=np.uint8,
+                                                          mode="r"), header)
     meta, meta_error = _read_meta(prefix)
     vocab = options.vocab_size if options.vocab_size is not None else _recorded(meta, "vocab_size", "vocab_size")
     pair = _Pair(prefix, idx_path(prefix), bin_path(prefix), header.dtype, lengths, pointers, documents,

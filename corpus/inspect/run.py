@@ -8,8 +8,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from corpus import storage
 from corpus.indexed import IndexFormatError
 from corpus.indexed.prefixes import expand_all
 from corpus.inspect.checks import CheckOptions, Problem, check_prefix
@@ -39,6 +40,8 @@ class InspectConfig:
     tokenizer: TokenizerConfig | None = None
     #: Write histograms of document lengths and token-id frequency to this PNG.
     plot: Path | None = None
+    #: Options of the filesystem behind ``s3://`` (and other URL) datasets (``--storage-options``).
+    storage_options: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.datasets, (str, Path)):  # one spec, not its characters
@@ -93,6 +96,7 @@ def inspect(config: InspectConfig) -> list[Inspection]:
     """Inspect every dataset ``config`` names (in the order given, globs sorted) and write the plot."""
     if config.plot is not None:
         require_matplotlib()  # before any work, not after minutes of it
+    storage.configure(config.storage_options)
     prefixes = expand_all(config.datasets)
     # An explicit tokenizer bounds the ids (--check) of every file; otherwise each sidecar does.
     vocab_size = cached_tokenizer(config.tokenizer).vocab_size if config.tokenizer is not None else None

@@ -1,7 +1,8 @@
 """Turn what users pass as ``--input`` (files, globs, directories) into an ordered list of input files.
 
 Order is the user's: inputs in the order given, each glob or directory sorted, so the output's
-document order never depends on the file system's listing order.
+document order never depends on the file system's listing order. A URL (``s3://bucket/web/*.jsonl.zst``) is
+listed in the store: a glob, a key prefix (a "directory": every object under it) or one object.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from corpus import storage
 from corpus.core.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -39,10 +41,13 @@ class InputFile:
     format: str
     size: int
     mtime_ns: int
+    version: str | None = None
+    """An object's ETag or version id (None for a local file)."""
 
     def identity(self) -> dict:
-        """Path, size and modification time: a resumed run refuses inputs that changed."""
-        return {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns}
+        """Path, size, modification time (and an object's version): a resumed run refuses inputs that changed."""
+        identity = {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns}
+        return identity if self.version is None else {**identity, "version": self.version}
 
 
 def format_of(path: str) -> str | None:
@@ -51,11 +56,16 @@ def format_of(path: str) -> str | None:
     return next((fmt for ending, fmt in FORMATS.items() if lower.endswith(ending)), None)
 
 
-def _describe(path: str) -> InputFile:
+def _format(path: str) -> str:
     fmt = format_of(path)
     if fmt is None:
         endings = ", ".join(sorted(set(FORMATS)))
         raise InputError(f"{path}: unsupported input format (supported endings: {endings})")
+    return fmt
+
+
+def _describe(path: str) -> InputFile:
+    fmt = _format(path)
     try:
         stat = os.stat(path)
     except OSError as error:
@@ -63,6 +73,29 @@ def _describe(path: str) -> InputFile:
     if not os.access(path, os.R_OK):
         raise InputError(f"{path}: permission denied")
     return InputFile(path=path, format=fmt, size=stat.st_size, mtime_ns=stat.st_mtime_ns)
+
+
+def _readable(spec: str, found: list[str]) -> list[str]:
+    """The files of a glob or directory that have a format we read (the others are logged)."""
+    readable = [p for p in found if format_of(p)]
+    if len(readable) < len(found):
+        log.info("%s: ignoring %d file(s) that are not .jsonl/.json(.gz/.zst)/.parquet", spec,
+                 len(found) - len(readable))
+    if not readable:
+        raise InputError(f"{spec}: matched no .jsonl, .jsonl.gz, .jsonl.zst or .parquet file")
+    return readable
+
+
+def _remote_files(spec: str) -> list[InputFile]:
+    """The objects named by a remote spec, described from the listing (no request per object)."""
+    try:
+        objects = storage.list_objects(spec)
+    except storage.ObjectNotFound:
+        raise InputError(f"{spec}: no such object or key prefix") from None
+    if storage.has_magic(spec) or [o.path for o in objects] != [spec]:
+        keep = set(_readable(spec, [o.path for o in objects]))
+        objects = [o for o in objects if o.path in keep]
+    return [InputFile(o.path, _format(o.path), o.size, o.mtime_ns, o.version) for o in objects]
 
 
 def _matches(spec: str) -> list[str]:
@@ -75,20 +108,15 @@ def _matches(spec: str) -> list[str]:
         if not os.path.exists(spec):
             raise InputError(f"{spec}: no such file or directory")
         return [spec]
-    readable = [p for p in found if format_of(p)]
-    if len(readable) < len(found):
-        log.info("%s: ignoring %d file(s) that are not .jsonl/.json(.gz/.zst)/.parquet", spec,
-                 len(found) - len(readable))
-    if not readable:
-        raise InputError(f"{spec}: matched no .jsonl, .jsonl.gz, .jsonl.zst or .parquet file")
-    return readable
+    return _readable(spec, found)
 
 
 def expand_inputs(specs: list[str] | tuple[str, ...]) -> list[InputFile]:
     """Expand every ``--input`` spec into files, keeping the order given (globs and directories sorted)."""
     if not specs:
         raise InputError("no --input given")
-    files = [_describe(path) for spec in specs for path in _matches(str(spec))]
+    files = [file for spec in map(str, specs)
+             for file in (_remote_files(spec) if storage.is_remote(spec) else map(_describe, _matches(spec)))]
     repeated = sorted(path for path, count in Counter(f.path for f in files).items() if count > 1)
     if repeated:
         log.warning("input file(s) given more than once, their documents will be repeated: %s", ", ".join(repeated))

@@ -7,7 +7,8 @@ Positions (which slice, hence which shard, a line belongs to):
   be entered in the middle, so a shard decompresses from the start and skips earlier lines (cheap
   next to tokenizing); the fixed block pattern makes the positions identical in every run.
 
-Lines are handed over undecoded: JSON parsing happens in the workers. Blank lines are not records.
+Lines are handed over undecoded: JSON parsing happens in the workers. Blank lines are not records. A remote file
+(``s3://…``) is read the same way through :func:`corpus.storage.open_binary` (large ranged reads, fetched ahead).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import zlib
 from typing import Callable, Iterator
 
+from corpus import storage
 from corpus.readers.batches import LinePayload, RawBatch, ReadOptions, ResumePoint, Slice
 
 #: Bytes read from disk per call. NOTE: compressed-line positions depend on it; changing it changes
@@ -148,7 +150,7 @@ def read_lines(piece: Slice, slice_index: int, resume: ResumePoint, options: Rea
     ``options.batch_bytes`` bytes (a single longer line makes a batch of its own)."""
     batch_size, batch_bytes = options.batch_size, options.batch_bytes
     path, size = piece.file.path, piece.file.size
-    with open(path, "rb") as handle:
+    with storage.open_binary(path) as handle:
         lines, line_number = _open_lines(handle, piece, resume)
         batch, numbers, held, blank, next_offset = [], [], 0, 0, resume.offset or 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
+from corpus import storage
 from corpus.readers.batches import ColumnPayload, RawBatch, ReadOptions, ResumePoint, Slice
 
 
@@ -90,7 +91,9 @@ def read_rows(piece: Slice, slice_index: int, resume: ResumePoint, options: Read
 
     path, size = piece.file.path, max(piece.file.size, 1)
     try:
-        handle = pq.ParquetFile(path)
+        handle = pq.ParquetFile(storage.open_binary(path) if storage.is_remote(path) else path)
+    except storage.StorageError:
+        raise
     except Exception as error:  # pyarrow raises ArrowInvalid/OSError for a corrupt or non-Parquet file
         yield RawBatch(slice_index, path, "row", [], ColumnPayload([], [], 0), ResumePoint(slice_index + 1),
                        progress_base + piece.size, read_error=f"not a readable Parquet file ({error})")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from corpus.core.errors import ConfigError
 from corpus.core.typed_config import build
@@ -60,6 +61,9 @@ class TokenizeConfig:
     """``--stats-json FILE``: write the run's statistics as JSON."""
     sample_records: int = 64
     """Records read from the start of the input to prove the fast encoder gives the reference's ids."""
+    storage_options: dict[str, Any] | None = None
+    """``--storage-options``: options of the filesystem behind ``s3://`` (and other URL) inputs and outputs, e.g.
+    ``{"endpoint_url": …}``; endpoint, credentials and region otherwise come from the standard AWS variables."""
 
     def __post_init__(self) -> None:
         self.inputs = [str(path) for path in self.inputs]

@@ -1,7 +1,8 @@
 """The files one run writes: a ``.bin/.idx`` writer per json key and the skipped-records list.
 
 All of them are written under temporary names and can be checkpointed (made durable, sizes recorded)
-and reopened at a checkpoint, which is what makes ``--resume`` after ``kill -9`` byte-exact.
+and reopened at a checkpoint, which is what makes ``--resume`` after ``kill -9`` byte-exact. They are local
+files: a remote output is written under its staging prefix and :func:`publish_outputs` uploads it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 import orjson
 
 from corpus.indexed import IndexedWriter, finish_interrupted_finalize
+from corpus.indexed.publish import publish_file, publish_pair
 
 
 def output_prefix_for(prefix: str, key: str) -> str:
@@ -101,6 +103,14 @@ class Outputs:
         for writer in self.writers.values():
             writer.close()
         self.skipped.close()
+
+
+def publish_outputs(stage: str, prefix: str, keys: list[str]) -> None:
+    """Upload every key's finished pair from the local ``stage`` to the remote ``prefix``, then the skipped-records
+    list (or remove a stale one there, as a local run does)."""
+    for key in keys:
+        publish_pair(output_prefix_for(stage, key), output_prefix_for(prefix, key))
+    publish_file(f"{stage}.skipped.jsonl", f"{prefix}.skipped.jsonl")
 
 
 def unfinished_keys(prefix: str, keys: list[str]) -> list[str]:

@@ -5,8 +5,10 @@ one Megatron ``.bin/.idx`` pair per json key, in input order.
         -> ordered writer per key (main process) -> checkpoints -> atomic finalize
 
 The output is the same bytes whatever ``workers``, ``batch_size`` or ``threads_per_worker``, and a run
-resumed after a kill ends byte-identical to an uninterrupted one. :func:`tokenize` is the library entry
-point the CLI calls (and, once per trial, ``corpus autotune-workers``).
+resumed after a kill ends byte-identical to an uninterrupted one. Inputs and the output prefix may be URLs
+(``s3://…``): a remote output is written, checkpointed and resumed in a local staging folder and uploaded when
+complete, ``.idx`` last (:mod:`corpus.indexed.publish`). :func:`tokenize` is the library entry point the CLI calls
+(and, once per trial, ``corpus autotune-workers``).
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from corpus import storage
 from corpus.core.errors import UserError
 from corpus.indexed import exists, sidecar, token_dtype_for_vocab
+from corpus.indexed.publish import output_stage
 from corpus.indexed.sidecar import options_hash
 from corpus.readers import RawBatch, ReadOptions, Slice, describe_location, expand_inputs, extract, read_slices
 from corpus.tokenize import resume_state as checkpoints
 from corpus.tokenize.config import TokenizeConfig
 from corpus.tokenize.executor import encode_in_pool, encode_inline
-from corpus.tokenize.outputs import Outputs, output_prefix_for, unfinished_keys
+from corpus.tokenize.outputs import Outputs, output_prefix_for, publish_outputs, unfinished_keys
 from corpus.tokenize.progress import Progress
 from corpus.tokenize.shards import Shard, plan_slices, resolve_shard
 from corpus.tokenize.stats import Counters, RunStats, peak_rss_mb, write_stats_json
@@ -62,6 +66,16 @@ class Job:
     @property
     def keys(self) -> list[str]:
         return self.config.json_keys
+
+    @property
+    def remote(self) -> bool:
+        """Whether the outputs go to an object store (written in :attr:`stage`, then uploaded)."""
+        return storage.is_remote(self.prefix)
+
+    @property
+    def stage(self) -> str:
+        """The local prefix every file of the run is written under: :attr:`prefix` itself, or its staging prefix."""
+        return output_stage(self.prefix)
 
     def fingerprint(self) -> dict:
         """Everything that changes the output bytes (a resume must match it exactly)."""
@@ -101,6 +115,7 @@ def _sample_texts(slices: list[Slice], keys: list[str], limit: int) -> list[str]
 
 def prepare(config: TokenizeConfig) -> Job:
     """Resolve inputs, shard and tokenizer (with the fast-encoder check on a sample of the input)."""
+    storage.configure(config.storage_options)
     files = expand_inputs(config.inputs)
     shard = resolve_shard(config.shard_index, config.num_shards)
     slices = plan_slices(files, shard)
@@ -117,18 +132,20 @@ def prepare(config: TokenizeConfig) -> Job:
 
 def _previous_state(job: Job) -> dict | None:
     """The checkpoint to continue from (``--resume``), or None to start from the beginning."""
-    state_file = checkpoints.state_path(job.prefix)
+    state_file = checkpoints.state_path(job.stage)
     if not job.config.resume:
         if state_file.exists():
             log.warning("%s: discarding the partial output of an interrupted run (pass --resume to continue it)",
                         job.prefix)
-            checkpoints.remove(job.prefix)
+            checkpoints.remove(job.stage)
+        if job.remote:
+            storage.clear_staging(job.prefix)
         return None
-    state = checkpoints.load(job.prefix)
+    state = checkpoints.load(job.stage)
     if state is None:
         log.info("--resume: no checkpoint at %s, starting from the beginning", state_file)
         return None
-    checkpoints.check_same_run(state, job.fingerprint(), job.prefix)
+    checkpoints.check_same_run(state, job.fingerprint(), job.stage)
     log.info("--resume: continuing %s from %s", job.prefix, state_file)
     return state
 
@@ -158,7 +175,7 @@ class _Writing:
     def __init__(self, job: Job, state: dict | None, keys: list[str] | None = None) -> None:
         self.job = job
         self.counters = Counters(**state["counters"]) if state else Counters(tokens=dict.fromkeys(job.keys, 0))
-        self.outputs = Outputs(job.prefix, job.keys if keys is None else keys, job.dtype, state)
+        self.outputs = Outputs(job.stage, job.keys if keys is None else keys, job.dtype, state)
         self.last_checkpoint = time.monotonic()
         self.worker_rss_kb = 0
 
@@ -174,7 +191,7 @@ class _Writing:
         if bad and self.job.config.on_error == "fail":
             location, reason = bad[0]
             raise BadRecordError(f"{describe_location(location)}: {reason} (--on-error skip skips bad records "
-                                 f"and lists them in {self.outputs.skipped.path})")
+                                 f"and lists them in {self.job.prefix}.skipped.jsonl)")
         for location, reason in bad:
             self.outputs.skipped.add(location, reason)
         self.outputs.add(result.tokens, result.lengths)
@@ -193,15 +210,20 @@ class _Writing:
     def checkpoint(self, resume: dict, phase: str = "running") -> None:
         """Make the outputs durable, then record where to resume (in that order)."""
         outputs = self.outputs.checkpoint()
-        checkpoints.save(self.job.prefix, {"phase": phase, "fingerprint": self.job.fingerprint(), "resume": resume,
+        checkpoints.save(self.job.stage, {"phase": phase, "fingerprint": self.job.fingerprint(), "resume": resume,
                                            "counters": self.counters.to_dict(), **outputs})
         self.last_checkpoint = time.monotonic()
 
     def finalize(self) -> None:
-        """Write indexes and sidecars, rename everything into place, drop the checkpoint."""
+        """Write indexes and sidecars, rename everything into place (upload it all, for a remote output), drop the
+        checkpoint. Redone whole after a crash, which is safe: renames and uploads repeat with the same files."""
         self.outputs.finalize({key: self.job.meta(key, self.counters) for key in self.outputs.writers},
                               keep_skipped=self.counters.records_skipped > 0)
-        checkpoints.remove(self.job.prefix)
+        if self.job.remote:
+            publish_outputs(self.job.stage, self.job.prefix, self.job.keys)
+        checkpoints.remove(self.job.stage)
+        if self.job.remote:
+            storage.clear_staging(self.job.prefix)
 
     def finish(self) -> None:
         """Checkpoint as "finalizing" (a crash from here on only needs the renames redone), then finalize."""
@@ -227,7 +249,7 @@ def _write_all(job: Job, state: dict | None, on_batch: BatchHook | None) -> tupl
         writing.finish()
     except BadRecordError:
         writing.outputs.abort()
-        checkpoints.remove(job.prefix)
+        checkpoints.remove(job.stage)
         raise
     except BaseException:
         writing.outputs.close()
@@ -285,7 +307,7 @@ def tokenize(config: TokenizeConfig, on_batch: BatchHook | None = None) -> RunSt
         counters, start, worker_rss_kb = done, done, 0
     else:
         if state and state["phase"] == "finalizing":
-            writing = _Writing(job, state, unfinished_keys(job.prefix, job.keys))
+            writing = _Writing(job, state, unfinished_keys(job.stage, job.keys))
             writing.finalize()
             start = writing.counters
         else:

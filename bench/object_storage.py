@@ -1,0 +1,186 @@
+"""Object storage vs local disk, side by side in one run: ``corpus tokenize`` reading from a local S3 server (moto,
+in its own process) vs the same file on local disk, and the loader's tokens/s on a remote vs a local blend, with a
+cold and a warm chunk cache.
+
+    python -m bench.data                                  # once: real prose and code from Debian packages
+    PYTHONPATH=. python bench/object_storage.py [--corpus prose_large] [--rounds 3] [--loader-rounds 5]
+
+Tokenize (fresh processes, cl100k tokenizer.json, ``--workers 0``): (a) local input, local output; (b) the same
+file from the S3 server, local output; (c) S3 input and S3 output (staged, then uploaded). MB/s are input bytes
+over the process's wall time; outputs are compared byte for byte.
+
+Loader (one process, seq 4096, micro-batch 8, index maps built before timing, every sample of the request read
+once): a blend on the pair (a) wrote; the same blend on the pair (c) uploaded, with an empty chunk cache (cold:
+every chunk comes from the server during the pass) and with the cache the cold pass filled (warm); and the
+alternative to a chunk cache, a node-local copy on first use (the ``.bin`` downloaded whole, then read locally:
+tokens over download + pass).
+
+Rounds interleave the cases (the loader's, which are short, more rounds and warm/local twice in each); the
+best of each is kept. Prints the machine's load (other users share its cores)
+and a table last. Targets: tokenize from S3 >= 0.8x local, warm loader >= 0.9x local, cold >= 10 M tokens/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.data import CACHE  # noqa: E402
+from bench.tokenize_speed import cl100k_tokenizer_json  # noqa: E402
+
+BUCKET = "bench"
+SEQ = 4096
+MICRO_BATCH = 8
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_server(work: Path) -> subprocess.Popen:
+    """moto's S3 server in its own process, and this process's environment pointed at it."""
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.environ.update(AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="bench",
+                      AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
+                      BLENDFORGE_STAGING_DIR=str(work / "staging"), BLENDFORGE_CACHE_DIR=str(work / "maps"))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket=BUCKET)
+    return server
+
+
+def tokenize(source: str, prefix: str, work: Path) -> float:
+    """Seconds of one ``corpus tokenize`` process."""
+    command = [sys.executable, "-m", "cli.corpus", "tokenize", "--input", source, "--output-prefix", prefix,
+               "--json-keys", "text", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
+               cl100k_tokenizer_json(), "--append-eod", "--quiet"]
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "BLENDFORGE_OBJECT_CACHE_DIR": str(work / "tok-cache")}
+    began = time.perf_counter()
+    subprocess.run(command, env=environment, check=True, capture_output=True)
+    return time.perf_counter() - began
+
+
+def loader_pass(prefix: str, samples: int) -> tuple[float, int]:
+    """(seconds, tokens) of one pass of a BlendLoader over a one-source blend on ``prefix`` (maps built first)."""
+    from corpus.blending.datasets import SampleCounts
+    from corpus.blending.loader import BlendLoader, build_datasets
+    from corpus.blending.schema import blend_from_dict
+
+    blend = blend_from_dict({"seq_length": SEQ, "seed": 1234, "split": "100,0,0",
+                             "sources": [{"name": "prose", "prefix": prefix}]})
+    train, _, _, built = build_datasets(blend, SampleCounts(samples))
+    loader = BlendLoader(train, MICRO_BATCH, blend_fingerprint=built.fingerprint)
+    began = time.perf_counter()
+    tokens = sum(batch["tokens"].numel() for batch in loader)
+    return time.perf_counter() - began, tokens
+
+
+def copy_first(work: Path, pair: str, samples: int) -> float:
+    """Seconds to download the remote pair whole and read the samples from the copy."""
+    from corpus import storage
+
+    shutil.rmtree(work / "copy", ignore_errors=True)
+    (work / "copy").mkdir()
+    storage.download(f"s3://{BUCKET}/out/prose{pair}.idx", work / "copy" / f"out{pair}.idx")
+    began = time.perf_counter()
+    storage.download(f"s3://{BUCKET}/out/prose{pair}.bin", work / "copy" / f"out{pair}.bin")
+    copied = time.perf_counter() - began
+    return copied + loader_pass(str(work / "copy" / f"out{pair}"), samples)[0]
+
+
+def measure(args: argparse.Namespace, work: Path) -> dict[str, list[float]]:
+    from corpus import storage
+    from corpus.storage import object_cache
+
+    source = CACHE / f"{args.corpus}.jsonl"
+    remote_input = f"s3://{BUCKET}/in/{source.name}"
+    storage.upload(source, remote_input)
+    runs: dict[str, list[float]] = {}
+    for _ in range(args.rounds):
+        runs.setdefault("tokenize local", []).append(tokenize(str(source), str(work / "local" / "out"), work))
+        runs.setdefault("tokenize s3 in", []).append(tokenize(remote_input, str(work / "s3in" / "out"), work))
+        runs.setdefault("tokenize s3 in+out", []).append(tokenize(remote_input, f"s3://{BUCKET}/out/prose", work))
+    pair = "_text_document"
+    for suffix in (".bin", ".idx"):
+        remote = storage.read_bytes(f"s3://{BUCKET}/out/prose{pair}{suffix}")
+        assert remote == (work / "local" / f"out{pair}{suffix}").read_bytes() == \
+            (work / "s3in" / f"out{pair}{suffix}").read_bytes(), f"outputs differ ({suffix})"
+    runs["bytes"] = [source.stat().st_size]
+    os.environ["BLENDFORGE_OBJECT_CACHE_DIR"] = str(work / "chunks")
+    local, remote = str(work / "local" / f"out{pair}"), f"s3://{BUCKET}/out/prose{pair}"
+    if args.samples is None:  # one epoch: a cold pass needs every chunk, as a first epoch of training does
+        from corpus.indexed import IndexedReader
+
+        with IndexedReader(local) as reader:
+            args.samples = reader.num_tokens // (SEQ + 1)
+    for _ in range(args.loader_rounds):  # passes are short: several rounds, and warm/local twice in each
+        for name, prefix in (("loader local", local), ("loader s3 cold", remote), ("loader s3 warm", remote),
+                             ("loader s3 warm", remote), ("loader local", local)):
+            if name == "loader s3 cold":
+                shutil.rmtree(work / "chunks", ignore_errors=True)
+                storage.local_file(f"{remote}.idx")  # the .idx copy is part of resolving, untimed
+            seconds, tokens = loader_pass(prefix, args.samples)
+            runs.setdefault(name, []).append(tokens / seconds)
+        runs.setdefault("loader s3 copy first", []).append(tokens / copy_first(work, pair, args.samples))
+    runs["cached MB"] = [sum(p.stat().st_size for p in object_cache.cache_root().rglob("*.chunk")) / 1e6]
+    return runs
+
+
+def report(runs: dict[str, list[float]], args: argparse.Namespace) -> None:
+    megabytes = runs["bytes"][0] / 1e6
+    speed = {name: megabytes / min(runs[name]) for name in ("tokenize local", "tokenize s3 in", "tokenize s3 in+out")}
+    loader = {name: max(runs[name]) / 1e6 for name in ("loader local", "loader s3 cold", "loader s3 warm",
+                                                       "loader s3 copy first")}
+    print(f"\n{args.corpus}.jsonl {megabytes:.1f} MB, best of {args.rounds} (loader: of {args.loader_rounds}); "
+          f"cpus {os.cpu_count()}, load {os.getloadavg()[0]:.1f}; loader: seq {SEQ}, micro-batch {MICRO_BATCH}, "
+          f"{args.samples:,} samples, "
+          f"{runs['cached MB'][0]:.0f} MB in the chunk cache; outputs byte-identical")
+    print(f"{'case':<22} {'figure':>14} {'x local':>8}  target")
+    for name, target in (("tokenize local", ""), ("tokenize s3 in", ">= 0.8"), ("tokenize s3 in+out", ">= 0.8")):
+        print(f"{name:<22} {speed[name]:>9.1f} MB/s {speed[name] / speed['tokenize local']:>8.2f}  {target}")
+    for name, target in (("loader local", ""), ("loader s3 cold", ">= 10 M tok/s"), ("loader s3 warm", ">= 0.9"),
+                         ("loader s3 copy first", "(the alternative)")):
+        print(f"{name:<22} {loader[name]:>7.1f} Mtok/s {loader[name] / loader['loader local']:>8.2f}  {target}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", default="prose_large", help="bench/.cache/<corpus>.jsonl (python -m bench.data)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--samples", type=int, help="loader samples of seq 4096 per pass (default: one epoch)")
+    parser.add_argument("--loader-rounds", type=int, default=5)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/blendforge-bench-s3"))
+    args = parser.parse_args()
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    args.workdir.mkdir(parents=True)
+    server = start_server(args.workdir)
+    try:
+        runs = measure(args, args.workdir)
+    finally:
+        server.terminate()
+        server.wait()
+    report(runs, args)
+
+
+if __name__ == "__main__":
+    main()

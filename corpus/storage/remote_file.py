@@ -1,0 +1,122 @@
+"""A remote object as a seekable binary file, read in large ranges fetched ahead of the reader.
+
+Streaming an object through small reads would pay one round trip per read; here the object is cut into
+``BLOCK_BYTES`` blocks and, while the reader works on block ``i``, blocks ``i+1 … i+AHEAD`` are already being
+fetched by background threads (ranged GETs), so a sequential reader (JSONL, a compressed stream, ``corpus
+merge``) sees the store's bandwidth rather than its latency. The read-ahead grows with each block read in order
+(none for the first), so a reader that stops early (the encoder check reads the first records) fetches no more
+than it reads. Memory stays bounded: ``AHEAD + 2`` blocks at most.
+Seeks (Parquet's footer, a shard starting mid-file) just move the position; blocks behind it are dropped.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from corpus.storage.errors import ShortRead
+from corpus.storage.filesystems import call, filesystem
+from corpus.storage.objects import ObjectInfo, info
+from corpus.storage.paths import is_remote, local_form
+
+#: Bytes per ranged read: large enough that a request's latency and per-request cost are small next to its
+#: transfer (fewer requests also cost the store less; bench/object_storage.py, results in bench/RESULTS.md).
+BLOCK_BYTES = 16 << 20
+#: Blocks fetched ahead of the one being read (memory: ``(AHEAD + 2) * BLOCK_BYTES`` at most).
+AHEAD = 2
+
+
+def read_range(found: ObjectInfo, start: int, end: int, fs=None) -> bytes:
+    """Bytes ``[start, end)`` of an object, retried on throttling, dropped connections and short reads."""
+    fs = fs or filesystem(found.path)
+    key = fs._strip_protocol(found.path)
+
+    def fetch() -> bytes:
+        data = fs.cat_file(key, start=start, end=end)
+        if len(data) != end - start:
+            raise ShortRead(f"got {len(data)} of {end - start} bytes at offset {start}")
+        return data
+
+    return call("read", found.path, fetch)
+
+
+class RemoteReader(io.RawIOBase):
+    """Read-only, seekable file over one object (see the module docstring)."""
+
+    def __init__(self, found: ObjectInfo, block_bytes: int = BLOCK_BYTES, ahead: int = AHEAD) -> None:
+        super().__init__()
+        self.name, self.size = found.path, found.size
+        self._found, self._fs = found, filesystem(found.path)
+        self._block_bytes, self._ahead = block_bytes, ahead
+        self._position = 0
+        self._current, self._in_order = -1, 0  # the block being read; blocks read in order up to it
+        self._blocks: OrderedDict[int, Future] = OrderedDict()
+        self._pool = ThreadPoolExecutor(max(1, ahead), thread_name_prefix="blendforge-read")
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self.size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def _fetch(self, index: int) -> bytes:
+        start = index * self._block_bytes
+        return read_range(self._found, start, min(self.size, start + self._block_bytes), self._fs)
+
+    def _block(self, index: int) -> bytes:
+        """Block ``index``, with up to ``ahead`` next blocks requested behind it."""
+        if index != self._current:
+            self._in_order = self._in_order + 1 if index == self._current + 1 else 0
+            self._current = index
+        last = (self.size - 1) // self._block_bytes
+        for wanted in range(index, min(last, index + min(self._ahead, self._in_order)) + 1):
+            if wanted not in self._blocks:
+                self._blocks[wanted] = self._pool.submit(self._fetch, wanted)
+        for stale in [i for i in self._blocks if i < index - 1 or i > index + self._ahead]:
+            self._blocks.pop(stale).cancel()
+        return self._blocks[index].result()
+
+    def read(self, size: int = -1) -> bytes:
+        end = self.size if size is None or size < 0 else min(self.size, self._position + size)
+        pieces = []
+        while self._position < end:
+            index, inside = divmod(self._position, self._block_bytes)
+            block = self._block(index)
+            piece = block[inside : inside + end - self._position]
+            pieces.append(piece)
+            self._position += len(piece)
+        return b"".join(pieces)
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def close(self) -> None:
+        if not self.closed:
+            for future in self._blocks.values():
+                future.cancel()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._blocks.clear()
+        super().close()
+
+
+def open_binary(path: str | os.PathLike):
+    """A readable, seekable binary file: ``open(path, "rb")`` locally; a :class:`RemoteReader` for a URL."""
+    text = str(path)
+    if not is_remote(text):
+        return open(local_form(text), "rb")
+    return RemoteReader(info(text))

@@ -1,0 +1,70 @@
+"""Pairs on a real S3 server: merge from and to ``s3://`` (a multipart upload for a large ``.bin``) equals the local
+merge, inspect reads remote pairs as local ones (``--check`` included), a missing remote pair is one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from corpus import storage
+from corpus.indexed import IndexedReader, IndexedWriter
+from corpus.indexed.merge import merge
+from tests.conftest import run_cli
+from tests.corpus.indexed.test_merge import assert_same_pair, make_shards
+
+
+def upload_pairs(folder: Path, url: str) -> None:
+    for path in sorted(folder.iterdir()):
+        storage.upload(path, f"{url}/{path.name}")
+
+
+def test_merge_from_and_to_s3_equals_the_local_merge(tmp_path, bucket):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    make_shards(shards, 5)
+    upload_pairs(shards, f"{bucket}/shards")
+    local = merge([str(shards / "part-*_text_document")], str(tmp_path / "local"))
+    remote = merge([f"{bucket}/shards/part-*_text_document"], f"{bucket}/merged/all")
+    assert (remote.num_documents, remote.num_tokens) == (local.num_documents, local.num_tokens)
+    assert remote.inputs == [f"{bucket}/shards/part-{i:03d}_text_document" for i in range(5)]
+    for suffix in (".bin", ".idx"):
+        assert storage.read_bytes(f"{bucket}/merged/all{suffix}") == (tmp_path / f"local{suffix}").read_bytes()
+    assert json.loads(storage.read_bytes(f"{bucket}/merged/all.meta.json"))["merged_from"] == remote.inputs
+
+
+def test_a_large_bin_goes_up_in_parts_and_reads_back_exactly(tmp_path, bucket, monkeypatch):
+    monkeypatch.setattr(storage.objects, "UPLOAD_PART_BYTES", 5 << 20)
+    tokens = np.random.default_rng(3).integers(0, 60_000, 6_000_000, dtype=np.uint16)  # 12 MB: three parts
+    with IndexedWriter(tmp_path / "big", np.uint16) as writer:
+        writer.add_documents(tokens, np.full(600, 10_000))
+        writer.finalize({})
+    merge([str(tmp_path / "big")], f"{bucket}/big")
+    assert storage.info(f"{bucket}/big.bin").version.endswith("-3")  # a multipart ETag: md5 of the parts, "-3"
+    with IndexedReader(f"{bucket}/big") as reader:
+        assert reader.num_sequences == 600 and np.array_equal(reader.get(599), tokens[-10_000:])
+        assert np.array_equal(reader.get(250, 17, 5000), tokens[2_500_017:2_505_017])
+    merge([f"{bucket}/big"], str(tmp_path / "back"))
+    assert_same_pair(tmp_path / "big", tmp_path / "back")
+
+
+def test_inspect_reads_a_remote_pair_as_a_local_one(tmp_path, bucket):
+    make_shards(tmp_path, 1)
+    upload_pairs(tmp_path, f"{bucket}/data")
+    local = json.loads(run_cli("corpus", "inspect", str(tmp_path / "part-000_text_document"), "--check",
+                               "--json").stdout)
+    remote = json.loads(run_cli("corpus", "inspect", f"{bucket}/data/part-000_text_document", "--check",
+                                "--json").stdout)
+    assert remote["problems"] == [] == local["problems"]
+    for report in (local, remote):
+        for key in ("prefix", "idx_file", "bin_file"):
+            report.pop(key)
+    assert remote == local
+
+
+def test_a_missing_remote_pair_is_one_line(bucket):
+    result = run_cli("corpus", "inspect", f"{bucket}/nothing_text_document", check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [f"Error: {bucket}/nothing_text_document.idx: no such file (give a "
+                                                  "prefix, an .idx/.bin path, a glob or a directory)"]
