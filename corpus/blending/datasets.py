@@ -5,6 +5,8 @@ asks for.
 returns at index i for the same blend, split and sample count; ``tokens_of(i)`` gives its raw
 S + 1 token ids (what ``corpus blend --show-samples`` prints). Any map-style consumer works
 with it (a torch ``DataLoader`` too); :mod:`corpus.blending.loader` wraps it for torch training.
+Every sample also carries ``source_ids``, its source as an index into ``source_names`` (the blend's
+sources in file order), which Megatron's samples drop.
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ class _SourceSplit:
         self.sample_index = arrays["sample_index"]
         self.shuffle_index = arrays["shuffle_index"]
 
+    def shard_of(self, index: int) -> str:
+        """The shard prefix holding the first token of sample ``index``."""
+        first_doc = int(self.sample_index[int(self.shuffle_index[index])][0])
+        return self.source.shard_of(int(self.document_index[first_doc]))
+
     def fill(self, index: int, out: np.ndarray, extra_token: int) -> None:
         """Write the tokens of sample ``index`` into ``out`` (padding with PAD_ID if short)."""
         position = int(self.shuffle_index[index])
@@ -83,6 +90,9 @@ class SplitDataset:
         self.eod_id = resolved.eod_id
         self.row_length = resolved.config.seq_length + self.options.extra_token
         self._members = [_SourceSplit(m.source, a) for m, a in zip(self.plan.members, split_maps.members)]
+        self.source_names: tuple[str, ...] = resolved.config.source_names()
+        """The blend's sources in file order: what ``source_ids`` index (also sources this split lacks)."""
+        self._member_sources = np.array([self.source_names.index(m.name) for m in self.plan.members], np.int64)
         self._dataset_index = split_maps.dataset_index
         self._dataset_sample_index = split_maps.dataset_sample_index
         self.maps_built = split_maps.built
@@ -103,6 +113,21 @@ class SplitDataset:
         """The name of the source sample ``index`` comes from."""
         return self.plan.members[self.locate(index)[0]].name
 
+    def source_ids(self, indices: list[int] | np.ndarray) -> np.ndarray:
+        """The source of each of ``indices`` as an index into :attr:`source_names` (int64)."""
+        indices = np.asarray(indices, dtype=np.int64)
+        if indices.size and not (0 <= indices.min() and indices.max() < len(self)):
+            raise IndexError(f"{self.split} samples {indices.min()}..{indices.max()} out of range (0..{len(self) - 1})")
+        if self._dataset_index is None:
+            return np.full(indices.shape, self._member_sources[0])
+        return self._member_sources[self._dataset_index[indices]]
+
+    def shard_of(self, index: int) -> str:
+        """The shard prefix holding the first token of sample ``index``: for a glob source, which of its files
+        the sample starts in (a sample may run on into the next shard); for one file, its prefix."""
+        member, sample = self.locate(index)
+        return self._members[member].shard_of(sample)
+
     def fill_rows(self, indices: list[int] | np.ndarray, rows: np.ndarray) -> None:
         """Write the raw tokens of ``indices`` into ``rows`` [len(indices), S + extra]."""
         extra = self.options.extra_token
@@ -117,10 +142,11 @@ class SplitDataset:
         return rows[0]
 
     def batch(self, indices: list[int] | np.ndarray) -> dict[str, np.ndarray]:
-        """The samples of ``indices`` stacked: ``tokens``, ``labels``… each [len(indices), S]."""
+        """The samples of ``indices`` stacked: ``tokens``, ``labels``… each [len(indices), S], and
+        ``source_ids`` [len(indices)]."""
         rows = np.empty((len(indices), self.row_length), dtype=np.int64)
         self.fill_rows(indices, rows)
-        return make_batch(rows, self.options, self.eod_id)
+        return {**make_batch(rows, self.options, self.eod_id), "source_ids": self.source_ids(indices)}
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
         return sample_from_batch(self.batch([index]))
