@@ -157,7 +157,9 @@ def _member(resolved: ResolvedBlend, split: str, index: int, bounds: tuple[int, 
         raise config.error(f"{source.name} has {tokens} {split} tokens; {num_samples} samples would need "
                            f"{epochs.num_epochs} epochs; give it a larger share or a smaller weight", f"{key}.prefix")
     length = maps.samples_in(epochs.num_epochs * tokens, config.seq_length, config.samples.extra_token)
-    return MemberPlan(source.name, key, source, bounds[0], bounds[1], tokens, weight, num_samples, epochs, length,
+    # NOTE: the blend's name for this entry, not the Source's: two entries listing one prefix share one Source
+    name = config.split_sources(split)[index].name
+    return MemberPlan(name, key, source, bounds[0], bounds[1], tokens, weight, num_samples, epochs, length,
                       target if target is not None else length)
 
 

@@ -88,11 +88,11 @@ def _inventory(resolved: ResolvedBlend, split: str) -> SplitReport | None:
         return None
     weights = maps.normalize([c.weight for c in configs])
     rows = []
-    for source, weight in zip(resolved.sources[split], weights):
+    for source, source_config, weight in zip(resolved.sources[split], configs, weights):
         begin, end = maps.split_range(bookend, source.info.num_sequences)
         tokens = int(np.sum(source.lengths[begin:end], dtype=np.int64))
         per_epoch = _per_epoch(tokens, config.seq_length, config.samples.extra_token)
-        rows.append(SourceRow(source.name, end - begin, tokens, per_epoch, weight, None, None, None, None))
+        rows.append(SourceRow(source_config.name, end - begin, tokens, per_epoch, weight, None, None, None, None))
     return SplitReport(split, None, "inventory", None, rows, [])
 
 

@@ -68,3 +68,15 @@ def test_a_glob_source_names_the_shard_each_sample_starts_in(tmp_path):
             assert train.shard_of(index) == shards[first]
             seen.add(first)
     assert seen == {7, 9}
+
+
+def test_two_entries_of_one_file_are_two_sources(tmp_path):
+    """Listing one prefix under two names makes two sources (the file is opened once)."""
+    write_random(tmp_path / "web", 200, seed=1)
+    blend = blend_from_dict({"seq_length": 16, "split": "1", "cache_dir": "cache", "sources": [
+        {"name": "first", "prefix": "web", "weight": 1}, {"name": "second", "prefix": "web", "weight": 3}]},
+        base_dir=tmp_path)
+    train = build_split_datasets(blend, SampleCounts(train=80)).train
+    ids = train.source_ids(np.arange(80))
+    assert train.source_names == ("first", "second") and np.bincount(ids).tolist() == [20, 60]
+    assert {train.source_name(i) for i in range(80)} == {"first", "second"}
