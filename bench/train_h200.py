@@ -318,7 +318,8 @@ def main() -> None:
                 results.update(PHASES[phase](args, folder))
             except subprocess.TimeoutExpired as error:
                 results[phase] = {"failed": f"timed out after {error.timeout:.0f} s"}
-            (out / "train_h200.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+            (out / "train_h200.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1,
+                                                            default=str))  # --data is a Path
     table(results)
 
 

@@ -12,7 +12,6 @@ Sample counts follow Megatron: train = train_iters × global batch; valid = (tra
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -202,9 +201,9 @@ def _alone(blend: BlendConfig, name: str) -> BlendConfig:
     share. Weighted, so that a share shorter than one sample repeats as the blend's own valid split repeats it;
     repeating is harmless for evaluation, so ``max_epochs`` does not apply."""
     source = next(s for s in blend.split_sources("valid") if s.name == name)
-    source = dataclasses.replace(source, weight=1.0, max_epochs=None)
+    source = replace(source, weight=1.0, max_epochs=None)
     alone = {"valid": (source,)} if isinstance(blend.sources, dict) else (source,)
-    return dataclasses.replace(blend, sources=alone, max_epochs=None)
+    return replace(blend, sources=alone, max_epochs=None)
 
 
 def source_valid_loaders(config: TrainConfig, blend: BlendConfig, parallel: ParallelState,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -48,10 +48,6 @@ class StepResult:
     grad_norm: float
     lr: float
     seconds: float
-    source_loss_sums: list[float] = field(default_factory=list)
-    """Each source's loss sum in the global batch (per-source telemetry; empty without it)."""
-    source_tokens: list[float] = field(default_factory=list)
-    """Each source's loss-bearing tokens in the global batch."""
 
 
 @dataclass
@@ -120,7 +116,7 @@ def train_step(run: Run) -> StepResult:
     run.iteration = step
     if run.telemetry is not None:
         run.telemetry.add(source_loss_sums, counts[1:])
-    return StepResult(loss, grad_norm, lr, time.perf_counter() - started, source_loss_sums, counts[1:])
+    return StepResult(loss, grad_norm, lr, time.perf_counter() - started)
 
 
 def _loss_and_tokens(run: Run, draw: Callable[[], list[dict[str, torch.Tensor]]], iterations: int
