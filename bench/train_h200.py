@@ -3,6 +3,8 @@
     python -m bench.train_h200 --prepare           # once, anywhere: fetch ~39 MB of prose, tokenize it (32k vocab)
     python3 bench/train_h200.py --phases baseline,speed     # on one H200: ours beside the baselines
     python3 bench/train_h200.py --phases parity,8b
+    python3 bench/train_h200.py --phases telemetry          # per-source telemetry on vs off, same job
+    python3 bench/train_h200.py --phases telemetry --telemetry-shape tiny --data DIR   # the same on a CPU
 
 Phases (each trains through the CLI exactly as users launch it, on a blend of the tokenized prose):
 - ``speed``: the baselines' shape (``1.3b``, seq 4096, micro-batch 4, vocab 32768), one run per
@@ -24,7 +26,10 @@ Phases (each trains through the CLI exactly as users launch it, on a blend of th
   (target: within 2%); both curves are written to ``$OUT``; ``--parity-recipe`` picks the FP8 run's recipe
   (delayed: amax history 1024, max, as the TE baseline's ``DelayedScaling()``);
 - ``8b``: the Llama-3-8B shape (vocab 128256) on one GPU with bf16 Adam moments, full activation
-  recompute and the fused chunked loss; tokens/s and peak memory.
+  recompute and the fused chunked loss; tokens/s and peak memory;
+- ``telemetry``: the speed shape in bf16 (``--telemetry-shape tiny``: the tiny preset on the CPU) on the prose
+  as four sources of a quarter each, ``--log-per-source on`` and ``off`` in ``--telemetry-rounds``
+  alternating rounds; the ratio of their steady-state tokens/s (target: telemetry costs <= 1% of the step).
 A short table comes last; ``$OUT/train_h200.json`` holds every number.
 """
 
@@ -34,6 +39,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,36 +66,39 @@ def fp8_flags(recipe: str, backend: str) -> list[str]:
             *(DELAYED if recipe == "delayed" else [])]
 
 
-def prepare() -> None:
+def prepare(data: Path = DATA) -> None:
     """Fetch the prose corpus (bench/data.py) and tokenize it with Mistral's v3 SentencePiece model
-    (32768 ids: the baselines' vocabulary) into ``bench/.cache/h200/``."""
+    (32768 ids: the baselines' vocabulary) into ``data`` (``bench/.cache/h200/``)."""
     from importlib.util import find_spec
 
     from bench.data import build
 
-    DATA.mkdir(parents=True, exist_ok=True)
+    data.mkdir(parents=True, exist_ok=True)
     model = Path(find_spec("mistral_common").origin).parent / "data" / "mistral_instruct_tokenizer_240323.model.v3"
-    shutil.copy(model, DATA / "tokenizer.model")
+    shutil.copy(model, data / "tokenizer.model")
     subprocess.run([sys.executable, "-m", "cli.corpus", "tokenize", "--input", str(build("prose")), "--output-prefix",
-                    str(DATA / "prose"), "--json-keys", "text", "--tokenizer-type", "SentencePieceTokenizer",
-                    "--tokenizer-model", str(DATA / "tokenizer.model"), "--append-eod"], cwd=REPO, check=True)
+                    str(data / "prose"), "--json-keys", "text", "--tokenizer-type", "SentencePieceTokenizer",
+                    "--tokenizer-model", str(data / "tokenizer.model"), "--append-eod"], cwd=REPO, check=True)
 
 
-def write_blend(folder: Path) -> Path:
-    """A one-source blend over the tokenized prose, index maps cached in ``folder``."""
-    blend = folder / "prose.yaml"
+def write_blend(folder: Path, data: Path = DATA, sources: int = 1) -> Path:
+    """A blend over the tokenized prose, index maps cached in ``folder``: one source, or the same file as
+    ``sources`` sources of equal weight (the same tokens, so only the per-source bookkeeping differs)."""
+    blend = folder / ("prose.yaml" if sources == 1 else f"prose_{sources}.yaml")
+    names = ["prose"] if sources == 1 else [f"prose_{index}" for index in range(sources)]
+    listed = "".join(f"  - {{name: {name}, prefix: {data / 'prose_text_document'}, weight: 1.0}}\n" for name in names)
     blend.write_text(f"seq_length: 4096\nsplit: '97,3,0'\ncache_dir: {folder / 'maps'}\n"
-                     f"tokenizer: {{kind: sentencepiece, path: {DATA / 'tokenizer.model'}}}\n"
-                     f"sources:\n  - {{name: prose, prefix: {DATA / 'prose_text_document'}, weight: 1.0}}\n")
+                     f"tokenizer: {{kind: sentencepiece, path: {data / 'tokenizer.model'}}}\nsources:\n{listed}")
     return blend
 
 
-def train(tag: str, flags: list[str], folder: Path, warmup: int, timeout: float, keep_metrics: bool = False) -> dict:
-    """One ``trainer run`` (its log, and with ``keep_metrics`` its metrics, in :func:`results_folder`);
-    steady-state means of its step records and its evaluations."""
+def train(tag: str, flags: list[str], folder: Path, warmup: int, timeout: float, keep_metrics: bool = False,
+          blend: Path | None = None) -> dict:
+    """One ``trainer run`` on ``blend`` (default: ``folder``'s prose.yaml; its log, and with ``keep_metrics`` its
+    metrics, in :func:`results_folder`); steady-state means of its step records and its evaluations."""
     out = results_folder()
     metrics = (out if keep_metrics else folder) / f"{tag}.jsonl"
-    command = [sys.executable, "-m", "cli.trainer", "run", "--blend", str(folder / "prose.yaml"),
+    command = [sys.executable, "-m", "cli.trainer", "run", "--blend", str(blend or folder / "prose.yaml"),
                "--log-interval", "1", "--metrics-jsonl", str(metrics), *flags]
     print("$", " ".join(command), flush=True)
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
@@ -204,7 +213,32 @@ def eight_b(args: argparse.Namespace, folder: Path) -> dict:
     return {"8b_bf16": train("8b_bf16", flags, folder, 2, 240)}
 
 
-PHASES = {"speed": speed, "baseline": baselines, "parity": parity, "8b": eight_b}
+#: ``--telemetry-shape``: the speed shape in bf16 on the GPU, or the tiny preset on the CPU (accumulating two
+#: micro-batches, so the per-source sums add up over micro-batches as in real runs).
+TELEMETRY_SHAPES = {"1.3b": [*SPEED_SHAPE, "--bf16"],
+                    "tiny": ["--preset", "tiny", "--seq-length", "256", "--micro-batch-size", "4",
+                             "--global-batch-size", "8", "--device", "cpu"]}
+
+
+def telemetry(args: argparse.Namespace, folder: Path) -> dict:
+    """``--log-per-source on`` against ``off`` on four sources, in alternating rounds of one run each; the ratio
+    of the means of their steady-state tokens/s."""
+    blend = write_blend(folder, args.data, sources=4)
+    common = [*TELEMETRY_SHAPES[args.telemetry_shape], "--train-iters", str(args.steps), "--eval-iters", "0",
+              "--lr", "1e-4"]
+    runs = {f"telemetry_{mode}_{round_}": train(f"telemetry_{mode}_{round_}", [*common, "--log-per-source", mode],
+                                                folder, args.warmup, SPEED_RUN_TIMEOUT, blend=blend)
+            for round_ in range(args.telemetry_rounds) for mode in ("on", "off")}
+    rates = {mode: [record["tokens_per_s"] for tag, record in runs.items()
+                    if tag.startswith(f"telemetry_{mode}_") and record.get("tokens_per_s")] for mode in ("on", "off")}
+    if rates["on"] and rates["off"]:
+        on, off = statistics.fmean(rates["on"]), statistics.fmean(rates["off"])
+        runs["telemetry_cost"] = {"on_tokens_per_s": on, "off_tokens_per_s": off, "ratio": on / off,
+                                  "rounds": rates}
+    return runs
+
+
+PHASES = {"speed": speed, "baseline": baselines, "parity": parity, "8b": eight_b, "telemetry": telemetry}
 
 
 def clock_line(gpu: dict) -> str:
@@ -238,6 +272,10 @@ def table(results: dict) -> None:
             print(f"{name[:-4] + ' (every run)':24} {clock_line(record)}")
         elif "failed" in record:
             print(f"{name:24} failed: {record['failed']}")
+    cost = results.get("telemetry_cost")
+    if cost:
+        print(f"per-source telemetry: on {cost['on_tokens_per_s']:,.0f} / off {cost['off_tokens_per_s']:,.0f} tok/s "
+              f"= {cost['ratio']:.4f}x (cost {100 * (1 - cost['ratio']):.2f}% of the step; target <= 1%)")
     gap = results.get("parity_gap", {}).get("max_abs_after_warmup")
     if gap is not None:
         print(f"parity: FP8 vs bf16 validation loss, largest gap after warm-up {100 * gap:.2f}% (target <= 2%)")
@@ -246,6 +284,10 @@ def table(results: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prepare", action="store_true", help="fetch and tokenize the data, then exit")
+    parser.add_argument("--data", type=Path, default=DATA, help="folder of the tokenized prose (--prepare writes it)")
+    parser.add_argument("--telemetry-shape", choices=tuple(TELEMETRY_SHAPES), default="1.3b",
+                        help="shape of the telemetry phase: the speed shape (GPU) or tiny (CPU)")
+    parser.add_argument("--telemetry-rounds", type=int, default=2, help="alternating on/off rounds of that phase")
     parser.add_argument("--phases", default="speed,baseline,parity,8b", help=f"comma list of {', '.join(PHASES)}")
     parser.add_argument("--baseline", default=str(BASELINES / "torch_gpt.py"),
                         help="the plain-PyTorch baseline script (writes $OUT/baseline.json), or none")
@@ -270,11 +312,11 @@ def main() -> None:
                         help="--compile of the parity and 8b runs (off: no compile time on a short device lease)")
     args = parser.parse_args()
     if args.prepare:
-        return prepare()
+        return prepare(args.data)
     results: dict = {}
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
-        write_blend(folder)
+        write_blend(folder, args.data)
         for phase in args.phases.split(","):
             try:
                 results.update(PHASES[phase](args, folder))

@@ -8,6 +8,7 @@ import click
 
 from cli.app import CONTEXT, Group
 from cli.trainer_export import export
+from cli.trainer_plot import plot
 from cli.trainer_run import run
 
 
@@ -19,6 +20,7 @@ def main() -> None:
 
 main.add_command(run)
 main.add_command(export)
+main.add_command(plot)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ returns at index i for the same blend, split and sample count (``packing: concat
 gives its raw S + 1 token ids (what ``corpus blend --show-samples`` prints). With ``packing: best_fit``
 samples are whole documents plus padding, and each batch carries their boundaries. Any map-style consumer works
 with it (a torch ``DataLoader`` too); :mod:`corpus.blending.loader` wraps it for torch training.
+Every sample also carries ``source_ids``, its source as an index into ``source_names`` (the blend's
+sources in file order), which Megatron's samples drop.
 """
 
 from __future__ import annotations
@@ -109,6 +111,9 @@ class SplitDataset:
         self._members = [_PackedSourceSplit(m.source, a, self.row_length) if self.packed
                          else _SourceSplit(m.source, a, self.options.extra_token)
                          for m, a in zip(self.plan.members, split_maps.members)]
+        self.source_names: tuple[str, ...] = resolved.config.source_names()
+        """The blend's sources in file order: what ``source_ids`` index (also sources this split lacks)."""
+        self._member_sources = np.array([self.source_names.index(m.name) for m in self.plan.members], np.int64)
         self._dataset_index = split_maps.dataset_index
         self._dataset_sample_index = split_maps.dataset_sample_index
         self.maps_built = split_maps.built
@@ -128,6 +133,22 @@ class SplitDataset:
     def source_name(self, index: int) -> str:
         """The name of the source sample ``index`` comes from."""
         return self.plan.members[self.locate(index)[0]].name
+
+    def source_ids(self, indices: list[int] | np.ndarray) -> np.ndarray:
+        """The source of each of ``indices`` as an index into :attr:`source_names` (int64)."""
+        indices = np.asarray(indices, dtype=np.int64)
+        if indices.size and not (0 <= indices.min() and indices.max() < len(self)):
+            raise IndexError(f"{self.split} samples {indices.min()}..{indices.max()} out of range (0..{len(self) - 1})")
+        if self._dataset_index is None:
+            return np.full(indices.shape, self._member_sources[0])
+        return self._member_sources[self._dataset_index[indices]]
+
+    def shard_of(self, index: int) -> str:
+        """The shard prefix holding the first token of sample ``index``: for a glob source, which of its files
+        the sample starts in (a sample may run on into the next shard); for one file, its prefix."""
+        member, sample = self.locate(index)
+        split = self._members[member]
+        return split.source.shard_of(split.segments(sample)[0][0])
 
     def fill_rows(self, indices: list[int] | np.ndarray, rows: np.ndarray, starts: np.ndarray | None = None) -> None:
         """Write the raw tokens of ``indices`` into ``rows`` [len(indices), S + extra]; ``starts`` (bool, same
@@ -162,11 +183,13 @@ class SplitDataset:
         return self.view(index)[0]
 
     def batch(self, indices: list[int] | np.ndarray) -> dict[str, np.ndarray]:
-        """The samples of ``indices`` stacked: ``tokens``, ``labels``… each [len(indices), S]."""
+        """The samples of ``indices`` stacked: ``tokens``, ``labels``… each [len(indices), S], and
+        ``source_ids`` [len(indices)]."""
         rows = np.empty((len(indices), self.row_length), dtype=np.int64)
         starts = np.zeros(rows.shape, dtype=bool) if self.packed else None
         self.fill_rows(indices, rows, starts)
-        return make_batch(rows, self.options, self.eod_id, starts, self.pad_id)
+        return {**make_batch(rows, self.options, self.eod_id, starts, self.pad_id),
+                "source_ids": self.source_ids(indices)}
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
         return sample_from_batch(self.batch([index]))

@@ -7,6 +7,17 @@ Order is Megatron's ``MegatronPretrainingSampler``: global micro-step k covers s
 exact: a loader made with ``consumed_samples=c`` yields what an uninterrupted one yields after
 ``c`` samples. Its state carries the blend fingerprint; loading a state made for another blend
 raises :class:`LoaderStateError` unless ``allow_blend_change=True``.
+
+Each batch carries ``source_ids`` (int64 [micro_batch]): the source of each sample, an index into the
+loader's ``source_names`` (the blend's sources in file order). A plain ``torch.utils.data.DataLoader`` over
+a :class:`TorchSplitDataset` collates the same key, so a training loop of one's own can weigh or log its
+losses per source::
+
+    names = dataset.source_names
+    for batch in torch.utils.data.DataLoader(dataset, batch_size=8):
+        per_sample = (token_losses * batch["loss_mask"]).sum(1)
+        for source in batch["source_ids"].unique().tolist():
+            log(names[source], per_sample[batch["source_ids"] == source].sum())
 """
 
 from __future__ import annotations
@@ -31,10 +42,16 @@ class LoaderStateError(UserError):
 
 class TorchSplitDataset(torch.utils.data.Dataset):
     """A :class:`~corpus.blending.datasets.SplitDataset` returning torch tensors: ``tokens``, ``labels``,
-    ``position_ids`` (int64 [S]), ``loss_mask`` (float32 [S]) and, when asked, ``cu_seqlens``."""
+    ``position_ids`` (int64 [S]), ``loss_mask`` (float32 [S]), ``source_ids`` (int64, 0-d: an index into
+    :attr:`source_names`) and, when asked, ``cu_seqlens``."""
 
     def __init__(self, samples: SplitDataset) -> None:
         self.samples = samples
+
+    @property
+    def source_names(self) -> tuple[str, ...]:
+        """The names ``source_ids`` index (the blend's sources in file order)."""
+        return self.samples.source_names
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -59,9 +76,9 @@ def build_datasets(blend: BlendConfig | ResolvedBlend, counts: SampleCounts, req
 class BlendLoader:
     """Micro-batches of one data-parallel rank, resumable from ``consumed_samples``.
 
-    Yields dicts of tensors [micro_batch_size, S] (``cu_seqlens`` flattened over the micro-batch)
-    until the next global micro-step would run past the dataset. ``consumed_samples`` counts
-    samples of all ranks, as Megatron's does.
+    Yields dicts of tensors [micro_batch_size, S] (``source_ids`` [micro_batch_size], ``cu_seqlens``
+    flattened over the micro-batch) until the next global micro-step would run past the dataset.
+    ``consumed_samples`` counts samples of all ranks, as Megatron's does.
     """
 
     def __init__(self, dataset: TorchSplitDataset | SplitDataset, micro_batch_size: int, dp_rank: int = 0,
@@ -73,6 +90,11 @@ class BlendLoader:
         self.blend_fingerprint = blend_fingerprint
         self.consumed_samples = 0
         self._seek(consumed_samples)
+
+    @property
+    def source_names(self) -> tuple[str, ...]:
+        """The names the batches' ``source_ids`` index (the blend's sources in file order)."""
+        return self.samples.source_names
 
     @property
     def step_samples(self) -> int:

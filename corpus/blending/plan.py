@@ -162,7 +162,9 @@ def _member(resolved: ResolvedBlend, split: str, index: int, bounds: tuple[int, 
         epochs = maps.plan_epochs(tokens, num_samples, config.seq_length, config.samples.extra_token)
         length = maps.samples_in(epochs.num_epochs * tokens, config.seq_length, config.samples.extra_token)
     _check_epochs(resolved, split, index, tokens, num_samples, epochs.num_epochs, bounds)
-    return MemberPlan(source.name, config.source_key(split, index), source, bounds[0], bounds[1], tokens, weight,
+    # NOTE: the blend's name for this entry, not the Source's: two entries listing one prefix share one Source
+    name = config.split_sources(split)[index].name
+    return MemberPlan(name, config.source_key(split, index), source, bounds[0], bounds[1], tokens, weight,
                       num_samples, epochs, length, target if target is not None else length, built)
 
 
@@ -170,7 +172,7 @@ def _check_epochs(resolved: ResolvedBlend, split: str, index: int, tokens: int, 
                   epochs: int, bounds: tuple[int, int]) -> None:
     """Refuse ``epochs`` passes over a source beyond its ``max_epochs`` or the document-index limit."""
     config = resolved.config
-    name, key = resolved.sources[split][index].name, config.source_key(split, index)
+    name, key = config.split_sources(split)[index].name, config.source_key(split, index)
     cap = config.split_sources(split)[index].max_epochs or config.max_epochs
     if cap is not None and epochs > cap:
         where = f"{key}.max_epochs" if config.split_sources(split)[index].max_epochs else "max_epochs"

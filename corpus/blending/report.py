@@ -106,14 +106,14 @@ def _inventory(resolved: ResolvedBlend, split: str) -> SplitReport | None:
         return None
     weights = maps.normalize([c.weight for c in configs])
     rows = []
-    for source, weight in zip(resolved.sources[split], weights):
+    for source, source_config, weight in zip(resolved.sources[split], configs, weights):
         begin, end = maps.split_range(bookend, source.info.num_sequences)
         tokens = int(np.sum(source.lengths[begin:end], dtype=np.int64))
         per_epoch = _per_epoch(tokens, config.seq_length, config.samples.extra_token)
         if config.packing == "best_fit" and tokens:
             per_epoch = packing.packed_entry(resolved.cache, config, source, begin, end, None,
                                              split).meta["epoch_samples"][0]
-        rows.append(SourceRow(source.name, end - begin, tokens, per_epoch, weight, None, None, None, None))
+        rows.append(SourceRow(source_config.name, end - begin, tokens, per_epoch, weight, None, None, None, None))
     return SplitReport(split, None, "inventory", None, rows, [])
 
 

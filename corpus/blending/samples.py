@@ -64,5 +64,6 @@ def make_batch(rows: np.ndarray, options: SampleOptions, eod_id: int | None, sta
 
 
 def sample_from_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The single sample of a one-row batch ([S] arrays; ``cu_seqlens`` unchanged)."""
-    return {name: (array if name == "cu_seqlens" else array[0]) for name, array in batch.items()}
+    """The single sample of a one-row batch ([S] arrays, 0-d ``source_ids``; ``cu_seqlens`` unchanged)."""
+    # NOTE: ``[0, ...]`` keeps a 1-D array's element an array (0-d), which torch.from_numpy takes
+    return {name: (array if name == "cu_seqlens" else array[0, ...]) for name, array in batch.items()}

@@ -211,6 +211,14 @@ class BlendConfig:
             return self.sources.get(split, ())
         return self.sources
 
+    def source_names(self) -> tuple[str, ...]:
+        """Every source's name once, in blend order (a name in several per-split lists is one source): the
+        table a sample's source id indexes."""
+        names: dict[str, None] = {}
+        for split in SPLIT_NAMES:
+            names.update(dict.fromkeys(source.name for source in self.split_sources(split)))
+        return tuple(names)
+
     def source_key(self, split: str, index: int) -> str:
         """The key path of a source, for messages (``sources[1]`` or ``sources.valid[0]``)."""
         return f"sources.{split}[{index}]" if isinstance(self.sources, dict) else f"sources[{index}]"

@@ -217,9 +217,17 @@ class Source:
             self._readers.move_to_end(shard)
         return reader
 
+    def _shard(self, sequence: int) -> int:
+        """The shard holding global sequence ``sequence``."""
+        return 0 if len(self.prefixes) == 1 else int(np.searchsorted(self.shard_starts, sequence, side="right")) - 1
+
+    def shard_of(self, sequence: int) -> str:
+        """The prefix of the shard holding global sequence ``sequence`` (the source's own prefix when it has one)."""
+        return self.prefixes[self._shard(sequence)]
+
     def read(self, sequence: int, offset: int = 0, length: int | None = None) -> np.ndarray:
         """Tokens ``[offset, offset + length)`` of global sequence ``sequence`` (zero-copy view)."""
-        shard = 0 if len(self.prefixes) == 1 else int(np.searchsorted(self.shard_starts, sequence, side="right")) - 1
+        shard = self._shard(sequence)
         return self._reader(shard).get(int(sequence - self.shard_starts[shard]), offset, length)
 
     def __getstate__(self) -> dict:

@@ -1,21 +1,17 @@
 """``corpus inspect --plot FILE.png``: histograms of document lengths and token-id frequencies.
 
-matplotlib is optional (``pip install 'blendforge[plot]'``): it is imported only here, only when a
-plot is asked for, and :func:`require_matplotlib` says how to install it before any work is done.
-The figure is drawn without pyplot (no GUI backend, no global state) and written under a temporary
-name, then renamed, so an interrupted run never leaves half a PNG.
+matplotlib is optional (``pip install 'blendforge[plot]'``): :func:`require_matplotlib` says how to
+install it before any work is done; :mod:`corpus.core.figures` draws and writes the image.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 
 import numpy as np
 
-from corpus.core.errors import UserError
-from corpus.core.optional import missing
+from corpus.core import figures
 from corpus.indexed import IndexedReader
 from corpus.inspect.stats import token_frequencies
 from corpus.inspect.summary import InspectReport
@@ -31,15 +27,9 @@ ID_BINS = 256
 LEGEND_LIMIT = 10
 
 
-class PlotError(UserError):
-    """A plot cannot be written (matplotlib missing, unsupported file type)."""
-
-
 def require_matplotlib() -> None:
-    """Raise :class:`PlotError` with the install command when matplotlib is not importable."""
-    if missing("matplotlib"):
-        raise PlotError("--plot needs matplotlib, which is not installed: pip install 'blendforge[plot]' "
-                        "(or pip install matplotlib), or drop --plot")
+    """Raise :class:`~corpus.core.figures.PlotError` with the install command when matplotlib is not importable."""
+    figures.require_matplotlib("--plot")
 
 
 def _id_limit(report: InspectReport) -> int:
@@ -68,15 +58,7 @@ def _draw(axes_lengths, axes_ids, report: InspectReport) -> None:
 def write_plot(path: str | os.PathLike, reports: list[InspectReport]) -> None:
     """Write document-length histograms and token-id frequencies of ``reports`` to the image ``path``
     (format from its suffix, e.g. ``.png``); several prefixes are overlaid."""
-    require_matplotlib()
-    from matplotlib.figure import Figure
-
-    path = Path(path)
-    figure = Figure(figsize=(12, 4.5), layout="constrained")
-    fmt = path.suffix.lstrip(".").lower()
-    if fmt not in figure.canvas.get_supported_filetypes():
-        supported = ", ".join(sorted(figure.canvas.get_supported_filetypes()))
-        raise PlotError(f"--plot {path}: unsupported image type {fmt or '(none)'}; use one of: {supported}")
+    figure = figures.new_figure(path, "--plot", (12, 4.5))
     axes_lengths, axes_ids = figure.subplots(1, 2)
     for report in reports:
         _draw(axes_lengths, axes_ids, report)
@@ -86,10 +68,5 @@ def write_plot(path: str | os.PathLike, reports: list[InspectReport]) -> None:
                  title="token-id frequency")
     if 1 < len(reports) <= LEGEND_LIMIT:
         axes_lengths.legend(fontsize="small", loc="best")
-    partial = path.with_name(path.name + ".partial")
-    try:
-        figure.savefig(partial, format=fmt, dpi=120)
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
+    figures.save_figure(figure, path)
     log.info("wrote %s", path)

@@ -267,11 +267,20 @@ class LoggingConfig:
                                 "--log-throughput")
     peak_tflops: float | None = knob(None, "Dense bf16 peak TFLOP/s per device for MFU (default: looked up "
                                      "from the GPU name; needed for unknown GPUs).", "--peak-tflops")
+    log_per_source: Literal["on", "files", "off"] = knob(
+        "on", "Per-source telemetry: each blend source's training loss and tokens on every logged step (cumulative "
+        "tokens, share achieved, weight asked) and its own validation loss at every evaluation. on: console (with "
+        "2+ sources), TensorBoard and --metrics-jsonl; files: TensorBoard and --metrics-jsonl only; off: not "
+        "computed.", "--log-per-source")
+    eval_samples_per_source: int = knob(
+        64, "Fixed validation samples of each source, evaluated alone at every evaluation (the same samples each "
+        "time; rounded up to whole global batches; 0: none).", "--eval-samples-per-source")
 
     def __post_init__(self) -> None:
         _require(self.log_interval > 0 and self.eval_interval > 0,
                  "--log-interval and --eval-interval must be positive")
         _require(self.eval_iters >= 0, "--eval-iters must be >= 0")
+        _require(self.eval_samples_per_source >= 0, "--eval-samples-per-source must be >= 0")
 
 
 @dataclass

@@ -6,6 +6,7 @@ Llama-3's 128k. Here the tokens go through in chunks: each chunk's logits are co
 its loss and, when a gradient is wanted, straight into the gradients of the hidden states and of the
 output weight (``softmax − one-hot`` never outlives its chunk). The backward pass only scales what the
 forward pass stored, in place. The GEMMs are the same three as the plain path's, so the speed is too.
+Each token's masked loss is kept (4 bytes a token), so per-source sums need no second pass.
 
 NOTE: a single tensor-parallel shard of the vocabulary is assumed (``tp_size == 1``); the
 vocabulary-parallel loss needs the max and sum of every shard's logits first.
@@ -17,7 +18,7 @@ from typing import Callable
 
 import torch
 
-#: ``(logits, labels, mask, want_grad) -> (loss sum, d loss / d logits or None)`` of one chunk.
+#: ``(logits, labels, mask, want_grad) -> (masked token losses, d loss sum / d logits or None)`` of one chunk.
 ChunkLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], tuple[torch.Tensor, "torch.Tensor | None"]]
 
 #: Logits held at once per chunk (fp32): 2^27 elements = 512 MiB.
@@ -31,7 +32,7 @@ def chunk_rows(vocab: int) -> int:
 
 def chunk_loss_and_grad(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
                         want_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Masked loss sum of one chunk and, if wanted, d(loss)/d(logits) in the logits' dtype.
+    """Masked loss of each token of one chunk and, if wanted, d(their sum)/d(logits) in the logits' dtype.
 
     Written as whole-tensor expressions (no in-place steps) so that torch.compile turns it into one
     reduction (the log-sum-exp) and one pass that writes the gradient straight in the logits' dtype:
@@ -39,7 +40,7 @@ def chunk_loss_and_grad(logits: torch.Tensor, labels: torch.Tensor, mask: torch.
     logits32 = logits.float()
     lse = torch.logsumexp(logits32, dim=-1)
     target = logits32.gather(1, labels[:, None]).squeeze(1)
-    loss = ((lse - target) * mask).sum()
+    loss = (lse - target) * mask
     if not want_grad:
         return loss, None
     is_label = torch.arange(logits.shape[1], device=logits.device)[None, :] == labels[:, None]
@@ -63,7 +64,8 @@ def accumulate_product(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *,
 
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
-    """sum over tokens of ``mask · CE(hidden @ weight.T, labels)`` with gradients computed in the forward."""
+    """sum over tokens of ``mask · CE(hidden @ weight.T, labels)`` with gradients computed in the forward, and
+    (no gradient) each token's term of it."""
 
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
@@ -73,12 +75,12 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         w = weight.to(compute_dtype)
         grad_hidden = torch.empty_like(hidden) if want_hidden else None
         grad_weight = torch.empty_like(weight) if want_weight else None  # NOTE: the first chunk overwrites it
-        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        losses = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
         rows = chunk_rows(weight.shape[0])
         for start in range(0, hidden.shape[0], rows):
             h = hidden[start:start + rows].to(compute_dtype)
             loss, grad = chunk_loss(h @ w.t(), labels[start:start + rows], mask[start:start + rows], want_grad)
-            total += loss
+            losses[start:start + rows] = loss
             if grad is not None:
                 if want_hidden:
                     grad_hidden[start:start + rows] = grad @ w
@@ -87,11 +89,12 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         # NOTE: on ctx, not save_for_backward: backward drops them, so the weight's gradient it scales in place
         # is taken as the parameter's .grad with no copy (no other reference is left)
         ctx.grads = [grad_hidden, grad_weight]
-        return total
+        ctx.mark_non_differentiable(losses)
+        return losses.sum(), losses
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_total: torch.Tensor):
+    def backward(ctx, grad_total: torch.Tensor, _grad_losses: torch.Tensor | None):
         grads, ctx.grads = ctx.grads, None
         for grad in grads:
             if grad is not None:  # NOTE: a one-tensor foreach op reads the 0-d factor on the device and moves 16
@@ -100,9 +103,10 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         return grads[0], grads[1], None, None, None, None
 
 
-def fused_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor,
-                   chunk_loss: ChunkLoss = chunk_loss_and_grad) -> torch.Tensor:
-    """What ``token_loss_sum(hidden @ weight.T, labels, loss_mask)`` returns (fp32), without the logits.
+def fused_token_losses(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor,
+                       chunk_loss: ChunkLoss = chunk_loss_and_grad) -> tuple[torch.Tensor, torch.Tensor]:
+    """What ``token_loss_sum(hidden @ weight.T, labels, loss_mask)`` returns (fp32, 0-d), without the logits, and
+    each token's masked loss [B, S] (no gradient: what per-source sums read).
 
     ``hidden`` [B, S, d] (final-norm output), ``weight`` [vocab, d]; the logits are computed in the
     autocast dtype when autocast is on, else in ``hidden``'s dtype. ``chunk_loss`` is
@@ -110,8 +114,10 @@ def fused_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Ten
     kind = hidden.device.type
     compute = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else hidden.dtype
     with torch.autocast(kind, enabled=False):  # NOTE: dtypes are explicit inside; autocast would re-cast them
-        return _ChunkedLinearCrossEntropy.apply(hidden.flatten(0, 1), weight, labels.flatten(),
-                                                loss_mask.flatten().float(), compute, chunk_loss)
+        total, losses = _ChunkedLinearCrossEntropy.apply(hidden.flatten(0, 1), weight, labels.flatten(),
+                                                         loss_mask.flatten().float(), compute, chunk_loss)
+    return total, losses.view(labels.shape)
+
 
 
 def compile_chunk_loss() -> ChunkLoss:

@@ -27,7 +27,7 @@ from torch.utils.checkpoint import checkpoint
 from corpus.core.errors import ConfigError
 from trainer.config.schema import ModelConfig
 from trainer.model.attention import AttentionBackend
-from trainer.model.fused_loss import ChunkLoss, chunk_loss_and_grad, fused_loss_sum
+from trainer.model.fused_loss import ChunkLoss, chunk_loss_and_grad, fused_token_losses
 from trainer.model.layers import (
     ColumnParallelLinear,
     LocalGemm,
@@ -201,25 +201,48 @@ class GPT(nn.Module):
         x = self.hidden_states(inputs, position_ids, cu_seqlens)
         return self.output(x) if self.output is not None else x
 
-    def loss_sum(self, batch: dict[str, torch.Tensor], inputs: torch.Tensor | None = None) -> torch.Tensor:
-        """Sum of the masked token losses of a micro-batch (fp32) on the last stage; ``inputs`` are the
-        previous stage's hidden states (None: the batch's tokens). Through the fused chunked loss when
+    def loss_sum(self, batch: dict[str, torch.Tensor], inputs: torch.Tensor | None = None,
+                 num_sources: int = 0) -> torch.Tensor:
+        """[1 + num_sources] on the last stage: the sum of the masked token losses of a micro-batch (fp32), then
+        each source's part of it, by the batch's ``source_ids`` (detached: telemetry, no gradient). ``inputs``
+        are the previous stage's hidden states (None: the batch's tokens). Through the fused chunked loss when
         ``--cross-entropy-loss-fusion`` is on (TP 1: the logits are never materialised), else the
-        vocab-parallel cross-entropy of the logits."""
+        vocab-parallel cross-entropy of the logits (every TP rank then holds every token's loss)."""
         inputs = batch["tokens"] if inputs is None else inputs
         if self.fused_loss:
             hidden = self.hidden_states(inputs, batch["position_ids"], batch.get("cu_seqlens"))
-            return fused_loss_sum(hidden, self.output.weight, batch["labels"], batch["loss_mask"], self.chunk_loss)
-        logits = self(inputs, batch["position_ids"], batch.get("cu_seqlens"))
-        return token_loss_sum(logits, batch["labels"], batch["loss_mask"], self.tp)
+            total, losses = fused_token_losses(hidden, self.output.weight, batch["labels"], batch["loss_mask"],
+                                               self.chunk_loss)
+        else:
+            logits = self(inputs, batch["position_ids"], batch.get("cu_seqlens"))
+            losses = masked_token_losses(logits, batch["labels"], batch["loss_mask"], self.tp)
+            total = losses.sum()
+        if not num_sources:
+            return total.reshape(1)
+        return torch.cat([total.reshape(1), source_sums(losses.detach(), batch["source_ids"], num_sources)])
+
+
+def masked_token_losses(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor,
+                        tp: TensorParallel | None = None) -> torch.Tensor:
+    """The cross-entropy of each token times its loss mask, fp32, shaped like ``labels``. ``logits`` may be a TP
+    rank's vocabulary slice (vocab-parallel cross-entropy)."""
+    return token_losses(logits, labels, tp) * loss_mask.float()
 
 
 def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor,
                    tp: TensorParallel | None = None) -> torch.Tensor:
     """Sum over unmasked tokens of the cross-entropy, in fp32 (the caller divides by the token count of
-    the whole global batch, so accumulation over micro-batches equals one big batch). ``logits`` may be a
-    TP rank's vocabulary slice (vocab-parallel cross-entropy)."""
-    return (token_losses(logits, labels, tp) * loss_mask.float()).sum()
+    the whole global batch, so accumulation over micro-batches equals one big batch)."""
+    return masked_token_losses(logits, labels, loss_mask, tp).sum()
+
+
+def source_sums(values: torch.Tensor, source_ids: torch.Tensor, num_sources: int) -> torch.Tensor:
+    """Sums of ``values`` [B, ...] per source [num_sources], in ``values``' dtype, by the source of each sample
+    ``source_ids`` [B]. A masked sum over a one-hot matrix, not ``index_add_`` (CUDA's atomic adds sum in any
+    order) nor a matmul (TF32 on CUDA): the same bits at every run."""
+    per_sample = values.flatten(1).sum(1)
+    one_hot = torch.nn.functional.one_hot(source_ids.to(per_sample.device), num_sources).to(per_sample.dtype)
+    return (per_sample[:, None] * one_hot).sum(0)
 
 
 def build_model(config: ModelConfig, vocab_size: int, seq_length: int, parallel: ParallelState,

@@ -10,7 +10,8 @@
    (the model's flag; FP8 delayed scaling's calibration step forces it on for that step);
 5. **compile**: ``--compile`` compiles every chunk's blocks, final norm and fused loss step;
 6. **data parallel**: the :class:`~trainer.parallelize.engine.StepEngine` puts the chunks behind the pipeline
-   schedule (PP > 1) and the gradient reduction over the DP group (buckets, ZeRO-1).
+   schedule (PP > 1) and the gradient reduction over the DP group (buckets, ZeRO-1); with ``num_sources`` its
+   loss and token sums carry each source's part too.
 
 Each step depends on the ones before it (compiled code sees the FP8 GEMM and the bf16 weights; the gradient
 buckets are laid over the final parameters), which is why this order is the only one.
@@ -34,7 +35,7 @@ from trainer.runtime.device import Precision
 
 def parallelize(config: TrainConfig, parallel: ParallelState, precision: Precision, fp8: FP8Engine,
                 attention: AttentionBackend, vocab_size: int, seq_length: int,
-                micro_batches: int) -> tuple[StepEngine, bool]:
+                micro_batches: int, num_sources: int = 0) -> tuple[StepEngine, bool]:
     """This rank's model chunks, built and wrapped in the order of the module docstring, behind their step
     engine; and whether their blocks were compiled."""
     chunks, stage_indices = build_chunks(replace(config.model, gemm_backend=fp8.gemm_name), vocab_size, seq_length,
@@ -49,5 +50,5 @@ def parallelize(config: TrainConfig, parallel: ParallelState, precision: Precisi
         for chunk in chunks:
             compile_model(chunk)
     engine = StepEngine(chunks, stage_indices, parallel, precision, fp8, config.parallel, micro_batches,
-                        config.training.micro_batch_size)
+                        config.training.micro_batch_size, num_sources)
     return engine, compiled

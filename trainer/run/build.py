@@ -21,6 +21,7 @@ from trainer.run.data import build_data
 from trainer.run.metrics import FLOP_CONVENTION, MetricsSink, flops_per_token, peak_tflops
 from trainer.run.resume import resume
 from trainer.run.state import Run
+from trainer.run.telemetry import SourceTelemetry
 from trainer.runtime.device import pick_device, pick_precision
 from trainer.runtime.rng import seed_everything
 
@@ -82,13 +83,16 @@ def build_run(config: TrainConfig) -> Run:
     # once the attention probe has loaded torch's own cuDNN.
     fp8 = select_fp8(config.fp8, device, model_config.gemm_backend)
     attention = select_backend(model_config.attention_backend, device, shape)
-    engine, compiled = parallelize(config, parallel, precision, fp8, attention, vocab, data.seq_length, accumulation)
+    num_sources = len(data.source_names) if config.logging.log_per_source != "off" else 0
+    engine, compiled = parallelize(config, parallel, precision, fp8, attention, vocab, data.seq_length, accumulation,
+                                   num_sources)
     counts = whole_model_counts(model_config, vocab, data.seq_length, attention)
     peak, peak_note = peak_tflops(device, config.logging.peak_tflops)
     run = Run(config, parallel, precision, data, engine,
               build_optimizer(engine.reducer.optimizer_parameters(), config.optim, device),
               LRSchedule(config.optim, config.training.train_iters),
-              flops_per_token(model_config, counts["matmul"], data.seq_length), peak)
+              flops_per_token(model_config, counts["matmul"], data.seq_length), peak,
+              telemetry=SourceTelemetry(data.source_names, data.source_weights) if num_sources else None)
     fp8.parts.attach_optimizer(run.optimizer)
     _log_choices(run, vocab, counts, compiled, peak_note)
     if config.model.compile_cache and not compiled:

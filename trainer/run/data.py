@@ -2,8 +2,9 @@
 
 Whatever the source (a blend file, Megatron's ``--data-path``, or ``--mock-data``), the loop gets
 :class:`TrainData`: one resumable loader per split yielding micro-batches, dicts of [micro_batch, S]
-tensors ``tokens``, ``labels``, ``loss_mask``, ``position_ids``, plus what the model's vocabulary and
-document masking need from the tokenizer.
+tensors ``tokens``, ``labels``, ``loss_mask``, ``position_ids`` and ``source_ids`` [micro_batch], plus what
+the model's vocabulary and document masking need from the tokenizer, the names and weights ``source_ids``
+refer to, and each source's fixed validation samples (per-source telemetry).
 
 Sample counts follow Megatron: train = train_iters × global batch; valid = (train_iters // eval_interval
 + 1) × eval_iters × global batch (each evaluation reads fresh batches); test = eval_iters × global batch.
@@ -11,18 +12,26 @@ Sample counts follow Megatron: train = train_iters × global batch; valid = (tra
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import logging
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Protocol
 
 import numpy as np
 import torch
 
-from corpus.blending.datasets import SampleCounts, megatron_sample_counts, show_samples_command
+from corpus.blending.datasets import (
+    SampleCounts,
+    build_split_datasets,
+    megatron_sample_counts,
+    show_samples_command,
+)
+from corpus.blending.index_maps import normalize
 from corpus.blending.loader import BlendLoader, build_datasets
 from corpus.blending.samples import make_batch
 from corpus.blending.schema import (
     BlendConfig,
+    BlendError,
     SampleOptions,
     apply_overrides,
     blend_from_data_path,
@@ -32,6 +41,8 @@ from corpus.blending.schema import (
 from corpus.indexed.sidecar import options_hash
 from trainer.config.schema import DataConfig, TrainConfig
 from trainer.parallel.state import ParallelState
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "valid", "test")
 DEFAULT_SPLIT = "969,30,1"  # Megatron's --split default, for --data-path
@@ -50,7 +61,7 @@ class Loader(Protocol):
 
 @dataclass
 class TrainData:
-    """Loaders per split (None where the split is empty or not asked for) and tokenizer facts."""
+    """Loaders per split (None where the split is empty or not asked for), tokenizer facts, and the sources."""
 
     loaders: dict[str, Loader | None]
     seq_length: int
@@ -61,6 +72,14 @@ class TrainData:
     reproduce: dict[str, str]
     document_masked: bool = False
     """Whether batches carry ``cu_seqlens`` (``reset_attention_mask``, or a ``best_fit`` blend's samples)."""
+    source_names: tuple[str, ...] = ()
+    """What the batches' ``source_ids`` index."""
+    source_weights: tuple[float | None, ...] = ()
+    """Each source's normalised train weight (None: unweighted, or not a train source)."""
+    source_valid: dict[str, Loader] = field(default_factory=dict)
+    """Each source's fixed validation samples, alone (``--eval-samples-per-source``)."""
+    source_valid_samples: int = 0
+    """How many of them each evaluation reads (whole global batches)."""
 
 
 def sample_counts(config: TrainConfig, global_batch_size: int) -> SampleCounts:
@@ -82,6 +101,7 @@ class MockSamples:
     Sample ``i`` depends only on (seed, i); batches go through the same :func:`make_batch` as real data."""
 
     eod_id = 0
+    source_names = ("mock",)
 
     def __init__(self, num_samples: int, seq_length: int, vocab_size: int, seed: int, options: SampleOptions) -> None:
         self.num_samples, self.seq_length, self.vocab_size, self.seed = num_samples, seq_length, vocab_size, seed
@@ -103,7 +123,8 @@ class MockSamples:
 
     def batch(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """Samples ``indices`` stacked, as :meth:`corpus.blending.datasets.SplitDataset.batch` returns them."""
-        return make_batch(np.stack([self.row(int(i)) for i in indices]), self.options, self.eod_id)
+        batch = make_batch(np.stack([self.row(int(i)) for i in indices]), self.options, self.eod_id)
+        return {**batch, "source_ids": np.zeros(len(indices), dtype=np.int64)}
 
 
 def _mock_data(config: TrainConfig, parallel: ParallelState, counts: SampleCounts) -> TrainData:
@@ -118,7 +139,8 @@ def _mock_data(config: TrainConfig, parallel: ParallelState, counts: SampleCount
         loaders[split] = (BlendLoader(samples, config.training.micro_batch_size, parallel.dp_rank, parallel.dp_size,
                                       0, fingerprint) if counts.of(split) else None)
     return TrainData(loaders, data.seq_length, vocab, MockSamples.eod_id, None,
-                     f"mock data (vocab {vocab}, EOD 0)", {}, options.reset_attention_mask)
+                     f"mock data (vocab {vocab}, EOD 0)", {}, document_masked=options.reset_attention_mask,
+                     source_names=MockSamples.source_names, source_weights=(1.0,))
 
 
 def load_blend_config(config: TrainConfig) -> BlendConfig:
@@ -162,7 +184,52 @@ def build_data(config: TrainConfig, parallel: ParallelState, global_batch_size: 
     description = (f"blend {blend.origin} ({len(resolved.all_sources())} sources, vocab {resolved.vocab_size}, "
                    f"EOD {resolved.eod_id}, {'best-fit packed, pad ' + str(resolved.pad_id) if packed else 'concat'}, "
                    f"fingerprint {built.fingerprint[:12]})")
+    wanted = -(-config.logging.eval_samples_per_source // global_batch_size) * global_batch_size
+    source_valid = (source_valid_loaders(config, blend, parallel, wanted) if loaders["valid"] is not None else {})
     return TrainData(loaders, blend.seq_length, resolved.vocab_size, resolved.eod_id, resolved.tokenizer,
                      description, _reproduce(config, blend, counts, global_batch_size,
                                              [split for split, loader in loaders.items() if loader is not None]),
-                     packed or blend.samples.reset_attention_mask)
+                     document_masked=packed or blend.samples.reset_attention_mask, source_names=blend.source_names(),
+                     source_weights=train_weights(blend), source_valid=source_valid,
+                     source_valid_samples=wanted if source_valid else 0)
+
+
+def train_weights(blend: BlendConfig) -> tuple[float | None, ...]:
+    """Each of ``blend.source_names()``'s normalised weight in the train split (None where it has none)."""
+    sources = blend.split_sources("train")
+    if not sources or sources[0].weight is None:
+        return (None,) * len(blend.source_names())
+    weights = dict(zip((source.name for source in sources), normalize([source.weight for source in sources])))
+    return tuple(weights.get(name) for name in blend.source_names())
+
+
+def _alone(blend: BlendConfig, name: str) -> BlendConfig:
+    """``blend`` with its valid source ``name`` alone and uncapped: Megatron's GPTDataset of that source's valid
+    share. Weighted, so that a share shorter than one sample repeats as the blend's own valid split repeats it;
+    repeating is harmless for evaluation, so ``max_epochs`` does not apply."""
+    source = next(s for s in blend.split_sources("valid") if s.name == name)
+    source = replace(source, weight=1.0, max_epochs=None)
+    alone = {"valid": (source,)} if isinstance(blend.sources, dict) else (source,)
+    return replace(blend, sources=alone, max_epochs=None)
+
+
+def source_valid_loaders(config: TrainConfig, blend: BlendConfig, parallel: ParallelState,
+                         wanted: int) -> dict[str, BlendLoader]:
+    """Per source of the valid split, a loader over its first ``wanted`` validation samples (``--eval-samples-
+    per-source`` rounded up to whole global batches, which every rank steps through together); read from the start
+    at every evaluation, so each one sees the same samples. A source with no validation data is left out (logged)."""
+    if config.logging.log_per_source == "off" or not config.logging.eval_iters or not wanted:
+        return {}
+    loaders = {}
+    for name in (source.name for source in blend.split_sources("valid")):
+        try:
+            built = build_split_datasets(_alone(blend, name), SampleCounts(valid=wanted), required=("valid",))
+        except BlendError as error:
+            log.info("no per-source validation of %s: %s", name, error.problem)
+            continue
+        loaders[name] = BlendLoader(built.valid, config.training.micro_batch_size, parallel.dp_rank,
+                                    parallel.dp_size, 0, built.fingerprint)
+    if loaders:
+        log.info("per-source validation: the first %d valid samples of %s, alone, at every evaluation", wanted,
+                 ", ".join(loaders))
+    return loaders

@@ -13,6 +13,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -27,6 +28,7 @@ from trainer.run.metrics import MetricsSink, perplexity, throughput
 from trainer.run.profiling import StepProfiler
 from trainer.run.resume import save
 from trainer.run.state import Run
+from trainer.run.telemetry import evaluation_record
 from trainer.runtime.collection import GarbageCollection, garbage_collection
 from trainer.runtime.device import fetch_later
 from trainer.runtime.stops import stop_on_signals
@@ -75,11 +77,15 @@ def _next_batch(run: Run, split: str) -> dict[str, torch.Tensor]:
 
 
 def _micro_batches(run: Run, split: str, count: int) -> list[dict[str, torch.Tensor]]:
-    batches = [_next_batch(run, split) for _ in range(count)]
+    return _checked(run, [_next_batch(run, split) for _ in range(count)], f"{split} data")
+
+
+def _checked(run: Run, batches: list[dict[str, torch.Tensor]], what: str) -> list[dict[str, torch.Tensor]]:
+    """``batches``, once no token id in them is outside the model's vocabulary."""
     # NOTE: the largest id over every rank, so that all ranks stop together (no rank left in a collective)
     largest = int(run.engine.world_max(max(float(batch["tokens"].max()) for batch in batches)))
     if largest >= run.model.vocab_size:
-        raise ConfigError(f"{split} data holds token id {largest} but the model's vocabulary is "
+        raise ConfigError(f"{what} holds token id {largest} but the model's vocabulary is "
                           f"{run.model.vocab_size}: the data was tokenized with a bigger vocabulary; give a "
                           f"--vocab-size above {largest}")
     return batches
@@ -89,23 +95,39 @@ def train_step(run: Run) -> StepResult:
     """One optimizer step over a global batch; raises :class:`TrainingDiverged` before applying a bad one."""
     started = time.perf_counter()
     batches = _micro_batches(run, "train", run.accumulation)
-    tokens = run.engine.global_tokens(batches)
-    values = torch.stack([run.engine.forward_backward(batches, tokens) / tokens, run.engine.reducer.global_norm()])
+    counts = run.engine.token_counts(batches)
+    tokens = max(1.0, counts[0])
+    sums = run.engine.forward_backward(batches, tokens)
+    values = torch.stack([sums[0] / tokens, run.engine.reducer.global_norm()])
     finite = torch.isfinite(values).all()
-    read_values = fetch_later(values)  # NOTE: read after the update is queued, so the GPU never waits for Python
+    # NOTE: read after the update is queued, so the GPU never waits for Python; the per-source sums come along
+    read_values = fetch_later(torch.cat([values, sums[1:]]))
     step = run.iteration + 1
     lr = run.schedule(step)
     set_learning_rate(run.optimizer, lr)
     clipped_step(run.optimizer, values[1], run.config.optim.clip_grad or math.inf, finite)
     run.engine.reducer.gather_weights()
-    loss, grad_norm = read_values()
+    loss, grad_norm, *source_loss_sums = read_values()
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
         raise TrainingDiverged(
             f"step {step}: loss {loss}, gradient norm {grad_norm}; the step was not applied and the last "
             "checkpoint is untouched. Resume from it with a lower --lr, a longer --lr-warmup-iters or "
             "--clip-grad 1.0; check the data around this step with the corpus blend command logged at start")
     run.iteration = step
+    if run.telemetry is not None:
+        run.telemetry.add(source_loss_sums, counts[1:])
     return StepResult(loss, grad_norm, lr, time.perf_counter() - started)
+
+
+def _loss_and_tokens(run: Run, draw: Callable[[], list[dict[str, torch.Tensor]]], iterations: int
+                     ) -> tuple[float, float]:
+    """Token loss sum and loss-bearing tokens over ``iterations`` global batches ``draw`` gives, forward only."""
+    total, tokens = 0.0, 0.0
+    for _ in range(iterations):
+        batches = draw()
+        total += run.engine.evaluate(batches)
+        tokens += run.engine.global_tokens(batches)
+    return total, tokens
 
 
 def evaluate(run: Run, split: str) -> float | None:
@@ -113,12 +135,25 @@ def evaluate(run: Run, split: str) -> float | None:
     if run.data.loaders.get(split) is None or run.config.logging.eval_iters == 0:
         return None
     run.engine.reducer.wait_weights()
-    total, tokens = 0.0, 0.0
-    for _ in range(run.config.logging.eval_iters):
-        batches = _micro_batches(run, split, run.accumulation)
-        total += run.engine.evaluate(batches)
-        tokens += run.engine.global_tokens(batches)
+    total, tokens = _loss_and_tokens(run, lambda: _micro_batches(run, split, run.accumulation),
+                                     run.config.logging.eval_iters)
     return total / max(tokens, 1.0)
+
+
+def evaluate_sources(run: Run) -> dict[str, tuple[float, float]]:
+    """Each source's (loss sum, tokens) over its fixed validation samples, read from the first one at every call
+    (so every evaluation sees the same samples)."""
+    run.engine.reducer.wait_weights()
+    iterations = run.data.source_valid_samples // run.global_batch_size
+    return {name: _loss_and_tokens(run, _from_the_start(run, loader, f"{name}'s validation data"), iterations)
+            for name, loader in run.data.source_valid.items()}
+
+
+def _from_the_start(run: Run, loader, what: str) -> Callable[[], list[dict[str, torch.Tensor]]]:
+    """The function giving ``loader``'s global batches one after another, from its first sample."""
+    loader.load_state_dict({**loader.state_dict(), "consumed_samples": 0})
+    batches = iter(loader)
+    return lambda: _checked(run, [next(batches) for _ in range(run.accumulation)], what)
 
 
 class _Window:
@@ -138,6 +173,8 @@ class _Window:
                   "grad_norm": last.grad_norm,
                   **throughput(tokens, self.seconds, run.flops_per_token, run.parallel.world_size, run.peak_tflops),
                   "consumed_samples": run.iteration * run.global_batch_size}
+        if run.telemetry is not None:
+            record["sources"] = run.telemetry.record()
         if run.parallel.device.type == "cuda":  # the peak of these steps: an eager first step's stays its own
             record["peak_memory_gib"] = torch.cuda.max_memory_allocated(run.parallel.device) / 2**30
             torch.cuda.reset_peak_memory_stats(run.parallel.device)
@@ -148,7 +185,10 @@ class _Window:
 def _evaluate_and_log(run: Run, sink: MetricsSink, split: str = "valid") -> None:
     loss = evaluate(run, split)
     if loss is not None:
-        sink.write({"step": run.iteration, "split": split, "eval_loss": loss, "eval_ppl": perplexity(loss)})
+        record = {"step": run.iteration, "split": split, "eval_loss": loss, "eval_ppl": perplexity(loss)}
+        if split == "valid" and run.data.source_valid:
+            record["sources"] = evaluation_record(evaluate_sources(run))
+        sink.write(record)
 
 
 def _loop(run: Run, sink: MetricsSink, profiler: StepProfiler, stop,

@@ -6,6 +6,10 @@ is forward + backward of each weight's multiply-add, and 12·L·d·S the attenti
 sums over the full S×S square (no discount for causality). It equals what torch's FLOP counter
 measures for this model (a test checks it). MFU divides that work per second by the dense bf16 peak of the
 devices; for a device with no known peak MFU is omitted with a note (``--peak-tflops`` supplies one).
+
+A record's ``sources`` object (per-source telemetry, :mod:`trainer.run.telemetry`) goes to TensorBoard as
+``loss/<name>``, ``tokens/<name>``, ``tokens_total/<name>`` and ``share/<name>`` (training) or
+``<split>_loss/<name>`` (evaluation), and to the console as one line per source when there are several.
 """
 
 from __future__ import annotations
@@ -132,8 +136,28 @@ class MetricsSink:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)):
                     self.tensorboard.add_scalar(key if key.startswith("eval") else f"train/{key}", value, step)
+            for tag, value in source_scalars(record):
+                self.tensorboard.add_scalar(tag, value, step)
             self.tensorboard.flush()
-        log.info(self._console_line(record))
+        log.info("\n".join([self._console_line(record), *self._source_lines(record)]))
+
+    def _source_lines(self, record: dict) -> list[str]:
+        """One console line per source (none with one source: it would repeat the line above)."""
+        sources = record.get("sources") or {}
+        if self.config.log_per_source != "on" or len(sources) < 2:
+            return []
+        width = max(len(name) for name in sources)
+        lines = []
+        for name, numbers in sources.items():
+            loss = "-" if numbers["loss"] is None else f"{numbers['loss']:.4f}"
+            head = f"  {name:<{width}} {record.get('split', 'valid') + ' ' if 'eval_loss' in record else ''}loss {loss}"
+            line = f"{head} | {numbers['tokens']:,} tokens"
+            if "tokens_total" in numbers:
+                weight = "" if numbers["weight"] is None else f" (weight {numbers['weight']:.3f})"
+                share = "-" if numbers["share"] is None else f"{numbers['share']:.3f}"
+                line += f" | {numbers['tokens_total']:,} in all, share {share}{weight}"
+            lines.append(line)
+        return lines
 
     def _console_line(self, record: dict) -> str:
         head = f"step {record['step']}/{self.train_iters}"
@@ -156,6 +180,18 @@ class MetricsSink:
             self.jsonl.close()
         if self.tensorboard:
             self.tensorboard.close()
+
+
+def source_scalars(record: dict) -> list[tuple[str, float]]:
+    """The TensorBoard (tag, value) pairs of a record's ``sources``: training loss, tokens, cumulative tokens and
+    share per source, or an evaluation's loss per source."""
+    pairs = []
+    for name, numbers in (record.get("sources") or {}).items():
+        if "eval_loss" in record:
+            pairs.append((f"{record.get('split', 'valid')}_loss/{name}", numbers["loss"]))
+        else:
+            pairs += [(f"{key}/{name}", numbers[key]) for key in ("loss", "tokens", "tokens_total", "share")]
+    return [(tag, value) for tag, value in pairs if value is not None]
 
 
 def perplexity(loss: float) -> float:

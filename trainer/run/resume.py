@@ -1,6 +1,6 @@
 """A run into and out of checkpoints: :func:`save` writes the model, optimizer, RNG and loader state of every
-rank; :func:`resume` restores them at any parallel layout (the checkpoint's shape must match; only the
-vocabulary's padding may differ)."""
+rank (and the per-source token counts); :func:`resume` restores them at any parallel layout (the checkpoint's
+shape must match; only the vocabulary's padding may differ)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,8 @@ def save(run: Run) -> Path:
             "seq_length": run.data.seq_length, "schedule": run.schedule.describe(),
             "tokenizer": {"vocab_size": run.data.vocab_size, "eod_id": run.data.eod_id, "record": run.data.tokenizer},
             "torch_version": torch.__version__}
+    if run.telemetry is not None:
+        info["telemetry"] = run.telemetry.state_dict()
     directory = checkpoint.save(run.config.checkpoint.save, run.iteration, {**tensors, "rng": tensor_rng}, info,
                                 run.config.checkpoint.save_retain)
     run.checkpoint_dir, run.checkpoint_iteration = directory, run.iteration
@@ -101,6 +103,8 @@ def _restore_progress(run: Run, info: dict, directory: Path) -> None:
     for split, loader in run.data.loaders.items():
         if loader is not None and split in info["loaders"]:
             loader.load_state_dict(info["loaders"][split], allow_blend_change=run.config.data.override_blend_check)
+    if run.telemetry is not None:
+        run.telemetry.load_state_dict(info.get("telemetry"))
     run.iteration = info["iteration"]
     if run.iteration > run.config.training.train_iters:
         raise CheckpointError(f"{directory} is at iteration {run.iteration}, past --train-iters "

@@ -15,6 +15,7 @@ from trainer.optim.schedule import LRSchedule
 from trainer.parallel.state import ParallelState
 from trainer.parallelize.engine import StepEngine
 from trainer.run.data import TrainData
+from trainer.run.telemetry import SourceTelemetry
 from trainer.runtime.device import Precision
 
 
@@ -36,6 +37,7 @@ class Run:
     checkpoint_iteration: int | None = None
     iterators: dict = field(default_factory=dict)
     compile_cache: Path | None = None  # --compile-cache's file for this rank, when the blocks are compiled
+    telemetry: SourceTelemetry | None = None  # per-source counts (None under --log-per-source off)
 
     @property
     def model(self) -> GPT:

@@ -121,6 +121,21 @@ def test_torch_dataloader_takes_the_dataset(datasets) -> None:
     assert torch.equal(torch.stack([item["tokens"] for item in batch]), next(iter(plain))["tokens"])
 
 
+def test_a_plain_dataloader_loop_gets_each_samples_source(folder: Path) -> None:
+    """What a training loop of one's own sees: ``source_ids`` collated per batch, indexing ``source_names``."""
+    blend = blend_from_dict({**BLEND, "samples": {"eod_mask_loss": True}}, base_dir=folder)
+    train, _, _, info = build_datasets(blend, SampleCounts(240))
+    assert train.source_names == ("web", "code")
+    seen = []
+    for batch in torch.utils.data.DataLoader(train, batch_size=8, drop_last=True):
+        assert batch["source_ids"].shape == (8,) and batch["source_ids"].dtype == torch.int64
+        seen += [train.source_names[i] for i in batch["source_ids"].tolist()]
+    assert seen == [info.train.source_name(i) for i in range(len(seen))] and set(seen) == {"web", "code"}
+    loader = BlendLoader(train, 4, dp_rank=1, dp_size=2)
+    assert loader.source_names == ("web", "code")
+    assert [train.source_names[i] for i in next(iter(loader))["source_ids"]] == seen[4:8]
+
+
 def test_megatron_sample_counts() -> None:
     assert megatron_sample_counts(1000, 32, 100, 10) == SampleCounts(32_000, 11 * 10 * 32, 10 * 32)
 

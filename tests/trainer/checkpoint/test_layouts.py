@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.trainer.conftest import read_metrics
 from tests.trainer.parallelize.support import assert_same_curve, curve, layout_overrides, run_ranks
 from trainer.checkpoint import store as checkpoint
 from trainer.config.loading import load_config, merge
@@ -69,6 +70,16 @@ def test_resume_at_another_layout_continues_the_curve(resharded, layout):
     assert resumed[0][0] == 11
     reference = [record for record in curve(resharded / "one_process" / "metrics.jsonl") if record[0] > 10]
     assert_same_curve(resumed, reference)
+
+
+@pytest.mark.parametrize("layout", ["tp1_pp2_dp4", "tp1_pp1_dp8", "tp1_pp1_dp1"])
+def test_resume_at_another_layout_continues_the_per_source_token_counts(resharded, layout):
+    def counts(path: Path) -> list[tuple[int, int]]:
+        return [(r["step"], r["sources"]["mock"]["tokens_total"]) for r in read_metrics(path) if "loss" in r]
+
+    reference = [count for count in counts(resharded / "one_process" / "metrics.jsonl") if count[0] > 10]
+    assert counts(resharded / layout / "metrics.jsonl") == reference
+    assert reference[0] == (11, 11 * 8 * 16)  # every token of 11 global batches of 8 samples of 16 tokens
 
 
 def test_vocabulary_padded_for_another_tp_size_loads_its_real_rows(tmp_path, caplog):

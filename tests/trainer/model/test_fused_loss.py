@@ -7,8 +7,13 @@ import torch
 
 from tests.trainer.kernels.triton_support import ON_CUDA
 from trainer.model import fused_loss as cross_entropy
-from trainer.model.fused_loss import chunk_rows, fused_loss_sum
-from trainer.model.gpt import token_loss_sum
+from trainer.model.fused_loss import chunk_rows, fused_token_losses
+from trainer.model.gpt import masked_token_losses, token_loss_sum
+
+
+def fused_loss_sum(*args) -> torch.Tensor:
+    """The fused loss's sum of the masked token losses (what the plain path's ``token_loss_sum`` is)."""
+    return fused_token_losses(*args)[0]
 
 
 @pytest.fixture
@@ -36,6 +41,18 @@ def test_loss_and_gradients_equal_the_plain_path(small_chunks):
     fused = fused_loss_sum(hidden, weight, labels, mask)
     (fused * 0.37).backward()
     torch.testing.assert_close((fused.detach(), hidden.grad, weight.grad), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_each_tokens_loss_is_kept_for_per_source_sums(small_chunks):
+    """Per-source telemetry sums the fused loss's per-token terms: they are the plain path's, with no gradient,
+    and add up to the loss it returns, over chunks and a short last one."""
+    hidden, weight, labels, mask = inputs(3)
+    total, losses = fused_token_losses(hidden, weight, labels, mask)
+    assert losses.shape == labels.shape and not losses.requires_grad and total.requires_grad
+    torch.testing.assert_close(losses, masked_token_losses(hidden @ weight.T, labels, mask).detach(), rtol=1e-5,
+                               atol=1e-5)
+    torch.testing.assert_close(losses.sum(), total.detach())
+    assert (losses[mask == 0] == 0).all()
 
 
 def test_without_gradients_only_the_loss_is_computed(small_chunks):

@@ -3,7 +3,8 @@ ranks (gloo): 20 steps of each layout give the losses, gradient norms and evalua
 process, within :data:`~tests.trainer.parallelize.support.RELATIVE_TOLERANCE` (bf16 weights under ZeRO-1:
 within :data:`BF16_NOISE`). One spawn of 2 ranks runs
 every layout in turn (see ``two_rank_runs``), and the fused loss with full recompute under the
-interleaved pipeline."""
+interleaved pipeline. On the shipped two-source blend, each source's loss and tokens under DP 2, TP 2 with
+sequence parallelism (the vocabulary-parallel loss) and PP 2 with the fused loss equal one process's."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.trainer.parallelize.support import assert_same_curve, curve, layout_overrides, run_ranks
+from tests.trainer.conftest import read_metrics
+from tests.trainer.parallelize.support import (
+    RELATIVE_TOLERANCE,
+    assert_same_curve,
+    curve,
+    layout_overrides,
+    run_ranks,
+)
 from trainer.checkpoint import store as checkpoint
 from trainer.checkpoint.state_dict import named_parameters
 from trainer.config.loading import load_config, merge
@@ -42,6 +50,18 @@ FP32_GRADS = merge(BF16_WEIGHTS, {"parallel": {"accumulate_allreduce_grads_in_fp
 FUSED_RECOMPUTE = {"model": {"cross_entropy_loss_fusion": True, "recompute_granularity": "full"}}
 #: How far two bf16 runs of the same model may drift apart over these 20 steps (seen: 0.7% at most).
 BF16_NOISE = 0.02
+#: The per-source runs on the shipped blend, by name: their layouts (the fused loss under the pipeline).
+BLEND_LAYOUTS = {"blend_dp2": {}, "blend_tp2_sequence_parallel": LAYOUTS["tp2_sequence_parallel"],
+                 "blend_pp2_fused_loss": LAYOUTS["pp2_1f1b"]}
+
+
+def blend_layout(folder: Path, blend: Path, **parallel) -> dict:
+    """:func:`layout_overrides` for 10 steps on the shipped blend (web and code, 8192 token ids: no padding at
+    TP 2), 16 fixed validation samples per source."""
+    fused = bool(parallel.get("pipeline_model_parallel_size"))
+    return merge(layout_overrides(folder, steps=10, **parallel), {
+        "data": {"mock_data": False, "blend": str(blend), "seq_length": 32, "data_cache_path": str(folder / "maps")},
+        "model": {"vocab_size": 8192, "cross_entropy_loss_fusion": fused}, "logging": {"eval_samples_per_source": 16}})
 
 
 def zero_probe(overrides: dict, out: str) -> None:
@@ -75,9 +95,9 @@ def stop_probe(overrides: dict, out: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def two_rank_runs(tmp_path_factory) -> Path:
-    """Every layout of :data:`LAYOUTS` (and cl100k at TP 2, and the ZeRO-1 probe) on 2 ranks, plus the
-    one-process references."""
+def two_rank_runs(tmp_path_factory, sample_blend) -> Path:
+    """Every layout of :data:`LAYOUTS` (and cl100k at TP 2, :data:`BLEND_LAYOUTS`, and the ZeRO-1 probe) on 2
+    ranks, plus the one-process references."""
     root = tmp_path_factory.mktemp("layouts")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -86,11 +106,13 @@ def two_rank_runs(tmp_path_factory) -> Path:
         train(load_config(None, merge(layout_overrides(root / "one_process_cl100k", steps=3), CL100K)))
         train(load_config(None, merge(layout_overrides(root / "one_process_bf16_weights"), BF16_WEIGHTS)))
         train(load_config(None, merge(layout_overrides(root / "one_process_fp32_grads"), FP32_GRADS)))
+        train(load_config(None, blend_layout(root / "one_process_blend", sample_blend)))
     finally:
         torch.set_num_threads(threads)
     (root / "zero_probe").mkdir()
     jobs = [layout_overrides(root / name, **layout) for name, layout in LAYOUTS.items()]
     jobs.append(merge(layout_overrides(root / "tp2_cl100k", steps=3, tensor_model_parallel_size=2), CL100K))
+    jobs += [blend_layout(root / name, sample_blend, **layout) for name, layout in BLEND_LAYOUTS.items()]
     jobs.append(merge(layout_overrides(root / "pp2_interleaved_fused_recompute", **LAYOUTS["pp2_interleaved"]),
                       FUSED_RECOMPUTE))
     jobs.append(merge(layout_overrides(root / "dp2_zero1_bf16_weights", **LAYOUTS["dp2_zero1_overlapped"]),
@@ -111,6 +133,20 @@ def test_layout_matches_one_process(two_rank_runs, name):
     reference = curve(two_rank_runs / "one_process" / "metrics.jsonl")
     assert len(reference) == 20 + 3  # 20 steps, valid at 10 and 20, test at 20
     assert_same_curve(curve(two_rank_runs / name / "metrics.jsonl"), reference)
+
+
+@pytest.mark.parametrize("name", BLEND_LAYOUTS)
+def test_per_source_losses_and_tokens_match_one_process(two_rank_runs, name):
+    reference = read_metrics(two_rank_runs / "one_process_blend" / "metrics.jsonl")
+    actual = read_metrics(two_rank_runs / name / "metrics.jsonl")
+    assert [(r["step"], "loss" in r) for r in actual] == [(r["step"], "loss" in r) for r in reference]
+    assert len(reference) == 10 + 1  # 10 steps, valid at 10 (the blend gives test no share)
+    for got, want in zip(actual, reference):
+        assert got["sources"].keys() == want["sources"].keys() == {"web", "code"}
+        for source, numbers in want["sources"].items():
+            assert got["sources"][source]["loss"] == pytest.approx(numbers["loss"], rel=RELATIVE_TOLERANCE)
+            assert {**got["sources"][source], "loss": None} == {**numbers, "loss": None}  # tokens, share: exact
+    assert reference[-1]["sources"]["code"]["tokens"] == 16 * 32
 
 
 def test_bf16_weights_under_zero1_train_like_one_process(two_rank_runs):

@@ -1,0 +1,141 @@
+"""Per-source telemetry on real text: a source of one short text repeated learns far faster than varied prose,
+and the metrics file, the TensorBoard events and ``trainer plot`` all show it; the token counts are what
+``corpus blend --show-samples`` says the samples hold; a resume continues them; ``--log-per-source`` quiets
+the console or turns it all off."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from corpus.blending.resolve import resolve_blend
+from corpus.blending.schema import load_blend
+from tests.conftest import REPO, run_cli
+from tests.trainer.conftest import blend_overrides, read_metrics
+from trainer.config.loading import load_config
+from trainer.run.build import build_run
+from trainer.run.loop import train
+from trainer.run.telemetry import SourceTelemetry
+
+SHORT_TEXT = "The cat sat on the mat."
+
+
+@pytest.fixture(scope="module")
+def two_sources(tmp_path_factory) -> Path:
+    """A blend of one short text repeated (``repeated``) and the shipped web prose (``varied``), half and half,
+    tokenized with the shipped tokenizer through ``corpus tokenize``."""
+    root = tmp_path_factory.mktemp("two_sources")
+    (root / "repeated.jsonl").write_text("".join(json.dumps({"text": SHORT_TEXT}) + "\n" for _ in range(400)))
+    tokenizer = REPO / "examples" / "tokenizer.json"
+    for name, text in (("repeated", root / "repeated.jsonl"), ("varied", REPO / "examples" / "web.jsonl")):
+        run_cli("corpus", "tokenize", "--input", str(text), "--output-prefix", str(root / name), "--json-keys", "text",
+                "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(tokenizer), "--append-eod",
+                "--quiet")
+    blend = root / "two.yaml"
+    blend.write_text(f"seq_length: 64\nsplit: '90,10,0'\ntokenizer: {{kind: huggingface, path: {tokenizer}}}\n"
+                     "sources:\n  - {name: repeated, prefix: repeated_text_document, weight: 0.5}\n"
+                     "  - {name: varied, prefix: varied_text_document, weight: 0.5}\n")
+    return blend
+
+
+def per_source(records: list[dict], name: str, key: str = "loss") -> list:
+    """``key`` of source ``name`` in every training record."""
+    return [r["sources"][name][key] for r in records if "loss" in r]
+
+
+def test_the_repeated_source_learns_far_faster_everywhere_a_user_looks(two_sources, tmp_path):
+    tensorboard = tmp_path / "tb"
+    train(load_config(None, blend_overrides(tmp_path, two_sources, training={"train_iters": 40},
+                                            optim={"lr": 1e-2, "lr_warmup_iters": 4},
+                                            logging={"eval_interval": 20, "eval_iters": 2,
+                                                     "tensorboard_dir": str(tensorboard)})))
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    repeated, varied = per_source(records, "repeated")[-5:], per_source(records, "varied")[-5:]
+    assert statistics.fmean(repeated) < 0.3 * statistics.fmean(varied)
+    evals = [r for r in records if r.get("split") == "valid"]
+    assert [r["step"] for r in evals] == [20, 40]
+    assert evals[-1]["sources"]["repeated"]["loss"] < 0.3 * evals[-1]["sources"]["varied"]["loss"]
+    assert evals[0]["sources"]["repeated"]["tokens"] == 64 * 64  # 64 samples of 64 tokens, the default
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tensorboard))
+    events.Reload()
+    last = {tag: events.Scalars(tag)[-1].value for tag in ("loss/repeated", "loss/varied", "valid_loss/repeated",
+                                                           "valid_loss/varied", "tokens/varied", "share/varied")}
+    assert last["loss/repeated"] < 0.3 * last["loss/varied"]
+    assert last["valid_loss/repeated"] < 0.3 * last["valid_loss/varied"]
+    assert last["share/varied"] == pytest.approx(0.5, abs=0.05) and last["tokens/varied"] > 0
+
+    shown = json.loads(run_cli("trainer", "plot", str(tmp_path), "--json", "--out", str(tmp_path / "c.png")).stdout)
+    summary = shown["sources"]
+    assert summary["repeated"]["loss"] < 0.3 * summary["varied"]["loss"]
+    assert summary["repeated"]["valid_loss"] < 0.3 * summary["varied"]["valid_loss"]
+    assert summary["varied"]["weight"] == 0.5 and summary["varied"]["tokens"] == per_source(records, "varied",
+                                                                                             "tokens_total")[-1]
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_token_counts_are_what_the_samples_hold(two_sources, tmp_path):
+    """Loss-bearing tokens with --eod-mask-loss (an input EOD carries no loss), counted from the raw samples
+    ``corpus blend --show-samples`` prints for the run's request."""
+    train(load_config(None, blend_overrides(tmp_path, two_sources, training={"train_iters": 6},
+                                            data={"eod_mask_loss": True}, logging={"log_interval": 4})))
+    records = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "loss" in r]
+    assert [r["step"] for r in records] == [4, 6]
+    eod = resolve_blend(load_blend(two_sources)).eod_id
+    shown = run_cli("corpus", "blend", str(two_sources), "--split", "train", "--num-samples", "24", "--seq-length",
+                    "64", "--seed", "1234", "--show-samples", "0:24", "--json")
+    held = {"repeated": 0, "varied": 0}
+    for sample in map(json.loads, shown.stdout.splitlines()):
+        held[sample["source"]] += sum(token != eod for token in sample["tokens"][:64])
+    assert held["repeated"] < 24 * 64 / 2  # short documents: many EODs, so the mask matters
+    for name, count in held.items():
+        assert per_source(records, name, "tokens_total")[-1] == count
+        assert sum(per_source(records, name, "tokens")) == count
+
+
+def test_a_resume_continues_the_counts_exactly(two_sources, tmp_path):
+    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
+    train(load_config(None, blend_overrides(reference, two_sources, training={"train_iters": 8})))
+    save = str(resumed / "ckpt")
+    train(load_config(None, blend_overrides(resumed, two_sources, training={"train_iters": 8, "exit_interval": 4},
+                                            checkpoint={"save": save})))
+    train(load_config(None, blend_overrides(resumed, two_sources, training={"train_iters": 8},
+                                            checkpoint={"save": save, "load": save})))
+    sources = lambda path: [(r["step"], r["sources"]) for r in read_metrics(path)]  # noqa: E731
+    assert sources(resumed / "metrics.jsonl") == sources(reference / "metrics.jsonl")
+    assert per_source(read_metrics(reference / "metrics.jsonl"), "varied", "tokens_total")[-1] > 0
+
+
+@pytest.mark.parametrize("mode", ["files", "off"])
+def test_log_per_source_quiets_the_console_or_turns_it_all_off(two_sources, tmp_path, caplog, mode):
+    overrides = blend_overrides(tmp_path, two_sources, training={"train_iters": 2},
+                                logging={"log_per_source": mode, "eval_interval": 2})
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        train(load_config(None, overrides))
+    assert "| loss" in caplog.text and not re.search(r"^  repeated +loss", caplog.text, re.M)
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert all(("sources" in r) == (mode == "files") for r in records)
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        train(load_config(None, {**overrides, "logging": {**overrides["logging"], "log_per_source": "on"}}))
+    assert re.search(r"^  repeated +loss .* tokens \| .* in all, share", caplog.text, re.M)
+    assert re.search(r"^  varied +valid loss", caplog.text, re.M)
+    assert build_run(load_config(None, overrides)).engine.num_sources == (2 if mode == "files" else 0)
+
+
+def test_counts_from_a_checkpoint_of_another_blend_keep_the_sources_both_know(caplog):
+    telemetry = SourceTelemetry(("web", "code"), (0.7, 0.3))
+    telemetry.load_state_dict({"tokens": {"web": 100, "books": 5}})
+    assert telemetry.totals == [100, 0] and "books" in caplog.text
+    telemetry.add([20.0, 4.0], [10.0, 2.0])
+    record = telemetry.record()
+    assert record["web"] == {"loss": 2.0, "tokens": 10, "tokens_total": 110, "share": 110 / 112, "weight": 0.7}
+    assert telemetry.record()["code"]["loss"] is None  # no tokens since the last record
+    telemetry.load_state_dict(None)
+    assert "start from zero" in caplog.text
