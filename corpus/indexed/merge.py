@@ -7,11 +7,14 @@ document indices pass through bounded spill buffers, so memory does not grow wit
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 from dataclasses import dataclass
 
+from corpus.core.disk import OutputError, free_bytes
 from corpus.core.errors import UserError
-from corpus.indexed import IndexedWriter, idx_path, read_header, sidecar
+from corpus.indexed import IndexedWriter, bin_path, idx_path, read_header, sidecar
 from corpus.indexed.prefixes import expand_all
 
 log = logging.getLogger(__name__)
@@ -62,13 +65,20 @@ def merge(inputs: list[str] | tuple[str, ...], output_prefix: str) -> MergeResul
     if str(output_prefix) in prefixes:
         raise MergeError(f"output prefix {output_prefix} is also an input; choose another --output-prefix")
     dtype, first_meta = _check_compatible(prefixes)
-    with IndexedWriter(output_prefix, dtype) as writer:
-        for prefix in prefixes:
-            writer.add_index(prefix)
-        meta = {"merged_from": prefixes}
-        if first_meta:
-            for key in ("tokenizer", "encoder", "vocab_size", "eod_id", "bos_id", "json_key", "append_eod"):
-                if key in first_meta:
-                    meta[key] = first_meta[key]
-        writer.finalize(meta)
-        return MergeResult(str(output_prefix), prefixes, writer.num_documents, writer.num_sequences, writer.num_tokens)
+    needed = sum(os.path.getsize(bin_path(p)) + os.path.getsize(idx_path(p)) for p in prefixes)
+    free = free_bytes(f"{output_prefix}.bin")
+    if free is not None and free < needed:  # refused before a byte is written, not after minutes of copying
+        raise OutputError(f"{output_prefix}.bin", OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), needed,
+                          "--output-prefix", "run the merge again")
+    meta = {"merged_from": prefixes}
+    if first_meta:
+        meta.update({key: first_meta[key] for key in ("tokenizer", "encoder", "vocab_size", "eod_id", "bos_id",
+                                                      "json_key", "append_eod") if key in first_meta})
+    try:
+        with IndexedWriter(output_prefix, dtype) as writer:
+            for prefix in prefixes:
+                writer.add_index(prefix)
+            writer.finalize(meta)
+    except OutputError as error:  # the partial files are gone (the writer aborts): the whole size is needed again
+        raise error.for_command("--output-prefix", "run the merge again", needed) from None
+    return MergeResult(str(output_prefix), prefixes, writer.num_documents, writer.num_sequences, writer.num_tokens)

@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from corpus.core.disk import OutputError
 from corpus.core.errors import UserError
 from corpus.indexed import exists, sidecar, token_dtype_for_vocab
 from corpus.indexed.sidecar import options_hash
@@ -40,6 +41,10 @@ BatchHook = Callable[[Counters, int], None]
 
 #: Bytes of input text the encoder check reads at most (on top of the record count limit).
 SAMPLE_BYTES = 512 << 10
+#: What ``--resume`` says after a full disk was freed (the partial files and the checkpoint are kept for it).
+RESUME_HINT = "rerun the same command with --resume to continue (the *.partial files hold the work so far)"
+#: Index and spill bytes per document and key while writing (lengths, pointers, document index).
+INDEX_BYTES_PER_DOCUMENT = 32
 
 
 class BadRecordError(UserError):
@@ -229,12 +234,27 @@ def _write_all(job: Job, state: dict | None, on_batch: BatchHook | None) -> tupl
         writing.outputs.abort()
         checkpoints.remove(job.prefix)
         raise
+    except OutputError as error:
+        writing.outputs.close()
+        raise error.for_command("--output-prefix", RESUME_HINT, _bytes_still_needed(job, writing.counters)) from None
     except BaseException:
         writing.outputs.close()
         raise
     finally:
         progress.close()
     return writing, start
+
+
+def _bytes_still_needed(job: Job, counters: Counters) -> int | None:
+    """About how many more bytes the outputs need: what was written per input byte, times the input left (None
+    before any input was done, or when none is left: then the writer's own figure stands)."""
+    total = sum(piece.size for piece in job.slices)
+    done = counters.input_bytes
+    if not done or done >= total:
+        return None
+    written = (counters.total_tokens * job.dtype.itemsize
+               + INDEX_BYTES_PER_DOCUMENT * counters.records_written * len(job.keys))
+    return int(written * (total - done) / done)
 
 
 def _stats(job: Job, counters: Counters, start: Counters, seconds: tuple[float, float], resumed: bool,
@@ -266,6 +286,15 @@ def _already_done(job: Job) -> Counters | None:
                     tokens={key: meta["num_tokens"] for key, meta in zip(job.keys, metas)})
 
 
+def _write(job: Job, state: dict | None, on_batch: BatchHook | None) -> tuple[_Writing, Counters]:
+    """Write the outputs from ``state`` on (or only finish their renames, when the run died finalizing)."""
+    if state and state["phase"] == "finalizing":
+        writing = _Writing(job, state, unfinished_keys(job.prefix, job.keys))
+        writing.finalize()
+        return writing, writing.counters
+    return _write_all(job, state, on_batch)
+
+
 def tokenize(config: TokenizeConfig, on_batch: BatchHook | None = None) -> RunStats:
     """Tokenize ``config.inputs`` into ``P_<key>_document.bin/.idx`` (+ sidecar) and return the statistics.
 
@@ -284,12 +313,10 @@ def tokenize(config: TokenizeConfig, on_batch: BatchHook | None = None) -> RunSt
         log.info("--resume: %s is already complete for these inputs and options; nothing to do", job.prefix)
         counters, start, worker_rss_kb = done, done, 0
     else:
-        if state and state["phase"] == "finalizing":
-            writing = _Writing(job, state, unfinished_keys(job.prefix, job.keys))
-            writing.finalize()
-            start = writing.counters
-        else:
-            writing, start = _write_all(job, state, on_batch)
+        try:
+            writing, start = _write(job, state, on_batch)
+        except OutputError as error:
+            raise error.for_command("--output-prefix", RESUME_HINT) from None
         counters, worker_rss_kb = writing.counters, writing.worker_rss_kb
     resumed = state is not None or done is not None
     if counters.records_written == 0:

@@ -9,6 +9,8 @@ import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corpus.core.disk import OutputError, discard, guard
+
 
 @dataclass
 class Counters:
@@ -115,7 +117,12 @@ def peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
 def write_stats_json(path: str, stats: RunStats) -> None:
     """Write ``--stats-json`` atomically."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
-    partial.write_text(json.dumps(stats.to_dict(), indent=2) + "\n")
-    os.replace(partial, target)
+    try:
+        with guard(partial):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps(stats.to_dict(), indent=2) + "\n")
+            os.replace(partial, target)
+    except OutputError as error:
+        discard(partial)
+        raise error.for_command("--stats-json") from None

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from click.testing import CliRunner
 
+from cli.corpus import main
 from corpus.indexed import IndexedReader
 from corpus.tokenizers import TokenizerConfig, build_tokenizer
 from tests.conftest import REPO, run_cli
+from tests.corpus.tokenize.support import FullDisk
 
 EXAMPLES = REPO / "examples"
 MEGATRON_STYLE = ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(EXAMPLES / "tokenizer.json"),
@@ -84,3 +87,34 @@ def test_inputs_without_records_write_empty_datasets_and_say_so(tmp_path):
                      *MEGATRON_STYLE, "--quiet")
     assert "no document was written (0 records read, 0 skipped)" in result.stderr and "--json-keys" in result.stderr
     assert len(IndexedReader(f"{tmp_path / 'out'}_text_document")) == 0
+
+
+def test_an_unwritable_output_folder_is_one_line(tmp_path):
+    """A file where the output folder should be (what a read-only mount is to root: nothing can be created)."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a folder")
+    result = run_cli("corpus", "tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--output-prefix",
+                     str(blocker / "data" / "web"), *MEGATRON_STYLE, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{blocker} is a file, not a folder; choose another --output-prefix" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker"]
+
+
+def test_a_full_disk_ends_in_one_line_and_resume_finishes(tmp_path, monkeypatch):
+    command = ["tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--output-prefix", str(tmp_path / "web"),
+               *MEGATRON_STYLE, "--batch-size", "8", "--checkpoint-interval", "0", "--quiet"]
+    with monkeypatch.context() as patch:
+        FullDisk(".bin.partial", 30_000).install(patch)
+        full = CliRunner().invoke(main, command)
+    assert full.exit_code == 1 and "Error: cannot write" in full.output and "No space left on device" in full.output
+    assert "--resume" in full.output and "Traceback" not in full.output
+    resumed = CliRunner().invoke(main, [*command, "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert IndexedReader(f"{tmp_path / 'web'}_text_document").num_documents == 67
+
+
+def test_an_output_prefix_ending_in_a_folder_separator_is_refused(tmp_path):
+    result = CliRunner().invoke(main, ["tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--output-prefix",
+                                       f"{tmp_path}/some/dir/", *MEGATRON_STYLE])
+    assert result.exit_code == 1 and "ends with a folder separator" in result.output
+    assert f"--output-prefix {tmp_path}/some/dir/web" in result.output and not (tmp_path / "some").exists()

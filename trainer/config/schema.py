@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
@@ -250,6 +251,9 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         _require(self.save_interval is None or self.save_interval > 0, "--save-interval must be positive")
         _require(self.save_retain is None or self.save_retain > 0, "--save-retain must be positive")
+        for flag, path in (("--load", self.load), ("--save", self.save)):
+            _require(path is None or not os.path.isfile(path), f"{flag} {path} is a file, not a checkpoint folder; "
+                     "give the folder the run saves into (--load also takes one iter_* folder in it)")
 
 
 @dataclass
