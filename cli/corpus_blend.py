@@ -78,7 +78,8 @@ def blend(file: str, split: str, num_samples: int | None, train_iters: int | Non
             f"built, {r['seconds']} s" for name, r in result.items()))
     else:
         reports = blend_report.dry_run(config, counts, required)
-        click.echo(json.dumps(blend_report.report_to_json(reports)) if as_json else blend_report.format_report(reports))
+        click.echo(json.dumps(blend_report.report_to_json(reports)) if as_json
+                   else blend_report.format_report(reports, config))
 
 
 def _sample_line(sample: dict) -> str:

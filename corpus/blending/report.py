@@ -82,8 +82,8 @@ def _inventory(resolved: ResolvedBlend, split: str) -> SplitReport | None:
     configs = config.split_sources(split)
     if not configs:
         return None
-    bookend = (0.0, 1.0) if isinstance(config.sources,
-                                       dict) else maps.split_matrix(config.split)[maps.SPLIT_NAMES.index(split)]
+    per_split = isinstance(config.sources, dict)
+    bookend = (0.0, 1.0) if per_split else maps.split_matrix(config.effective_split)[maps.SPLIT_NAMES.index(split)]
     if bookend is None:
         return None
     weights = maps.normalize([c.weight for c in configs])
@@ -149,11 +149,19 @@ def report_to_json(reports: list[SplitReport]) -> list[dict]:
     return [asdict(report) for report in reports]
 
 
-def format_report(reports: list[SplitReport]) -> str:
-    """The dry run as a text table (what ``corpus blend FILE`` prints)."""
+def notes(config: BlendConfig) -> list[str]:
+    """What a dry run says about the blend itself: a split it did not set."""
+    if config.split is None and config.effective_split is not None:
+        return [f"split {config.effective_split} (Megatron's default: the blend sets no 'split')"]
+    return []
+
+
+def format_report(reports: list[SplitReport], config: BlendConfig | None = None) -> str:
+    """The dry run as a text table (what ``corpus blend FILE`` prints), after the :func:`notes` on ``config``."""
     header = (f"{'split':<6} {'source':<16} {'docs':>10} {'tokens':>13} {'per epoch':>10} {'weight':>7} {'share':>7} "
               f"{'epochs':>6} {'samples':>11} {'in maps':>11}")
-    lines = [header, "-" * len(header)]
+    lines = [*(notes(config) if config else []), header, "-" * len(header)]
+
     def fmt(value: object, spec: str) -> str:
         return "-" if value is None else format(value, spec)
 

@@ -151,7 +151,7 @@ def _fill_facts(resolved: ResolvedBlend) -> None:
         "sources": {split: [[s.digest, s.info.tokenizer_identity, c.weight]
                             for s, c in zip(resolved.sources.get(split, []), config.split_sources(split))]
                     for split in SPLIT_NAMES},
-        "split": config.split, "seq_length": config.seq_length, "seed": config.seed,
+        "split": config.effective_split, "seq_length": config.seq_length, "seed": config.seed,
         "samples": {**dataclasses.asdict(config.samples), "eod_id": resolved.eod_id},
     }
     resolved.fingerprint = cache_key(material)

@@ -89,19 +89,52 @@ class Job:
         }
 
 
-def _sample_texts(slices: list[Slice], keys: list[str], limit: int) -> list[str]:
-    """Texts from the first records of the input: the encoder check runs on the user's own data."""
-    texts: list[str] = []
+@dataclass
+class _Sample:
+    """The first records of the input: their texts (the encoder check runs on the user's own data) and the first
+    bad one, as (location, reason), so a wrong ``--json-keys`` is refused before any work."""
+
+    texts: list[str]
+    bad: tuple[dict, str] | None = None
+
+
+def _sample(slices: list[Slice], keys: list[str], limit: int) -> _Sample:
+    """Read up to ``limit`` records (and :data:`SAMPLE_BYTES` of text) from the start of the input."""
+    sample, records = _Sample([]), 0
     batches = read_slices(slices, ReadOptions(keys, max(limit, 1), SAMPLE_BYTES))
     try:
         for batch in batches:
-            for column in extract(batch.payload, keys).texts:
-                texts.extend(text[:SAMPLE_BYTES] for text in column)  # a huge document is checked by its start
-            if len(texts) >= limit * len(keys) or sum(map(len, texts)) >= SAMPLE_BYTES:
+            extracted = extract(batch.payload, keys)
+            if sample.bad is None and (extracted.bad or batch.read_error):
+                sample.bad = next(((batch.location(batch.numbers[i]), why) for i, why in extracted.bad),
+                                  (batch.location(batch.error_number), batch.read_error))
+            for column in extracted.texts:
+                sample.texts.extend(text[:SAMPLE_BYTES] for text in column)  # a huge document is checked by its start
+            records += len(batch.payload)
+            if records >= limit or sum(map(len, sample.texts)) >= SAMPLE_BYTES:
                 break
     finally:
         batches.close()
-    return texts[: limit * len(keys)]
+    sample.texts = sample.texts[: limit * len(keys)]
+    return sample
+
+
+def bad_record_message(location: dict, reason: str, prefix: str) -> str:
+    """What a bad record under ``--on-error fail`` says: where, why, and how to go on."""
+    return (f"{describe_location(location)}: {reason} (--on-error skip skips bad records and lists them in "
+            f"{prefix}.skipped.jsonl)")
+
+
+def _refuse_bad_sample(config: TokenizeConfig, sample: _Sample, prefix: str) -> None:
+    """A bad record among the first ones stops the run now under ``--on-error fail``; under ``skip``, so does a
+    sample without one good record (a misspelt ``--json-keys`` would skip the whole input)."""
+    if sample.bad is None or (config.on_error == "skip" and sample.texts):
+        return
+    location, reason = sample.bad
+    if config.on_error == "fail":
+        raise BadRecordError(bad_record_message(location, reason, prefix))
+    raise BadRecordError(f"{describe_location(location)}: {reason}, and no record among the first "
+                         f"{config.sample_records} is usable: check --json-keys {' '.join(config.json_keys)}")
 
 
 def prepare(config: TokenizeConfig) -> Job:
@@ -109,10 +142,11 @@ def prepare(config: TokenizeConfig) -> Job:
     files = expand_inputs(config.inputs)
     shard = resolve_shard(config.shard_index, config.num_shards)
     slices = plan_slices(files, shard)
-    sample = _sample_texts(slices, config.json_keys, config.sample_records) if config.sample_records else []
-    tokenizer, reason = select_encoder(config.tokenizer, sample, config.threads)
-    eod = tokenizer.require_eod() if config.append_eod else None
     prefix = shard.prefix(config.output_prefix)
+    sample = _sample(slices, config.json_keys, config.sample_records) if config.sample_records else _Sample([])
+    _refuse_bad_sample(config, sample, prefix)
+    tokenizer, reason = select_encoder(config.tokenizer, sample.texts, config.threads)
+    eod = tokenizer.require_eod() if config.append_eod else None
     if shard.count > 1:
         log.info("shard %d of %d (from %s): %d slice(s) of %d input file(s)", shard.index, shard.count,
                  shard.source, len(slices), len(files))
@@ -177,9 +211,7 @@ class _Writing:
         """Write one encoded batch (or stop at its first bad record under ``--on-error fail``)."""
         bad = self._bad(batch, result)
         if bad and self.job.config.on_error == "fail":
-            location, reason = bad[0]
-            raise BadRecordError(f"{describe_location(location)}: {reason} (--on-error skip skips bad records "
-                                 f"and lists them in {self.outputs.skipped.path})")
+            raise BadRecordError(bad_record_message(*bad[0], self.job.prefix))
         for location, reason in bad:
             self.outputs.skipped.add(location, reason)
         self.outputs.add(result.tokens, result.lengths)

@@ -126,3 +126,13 @@ def test_the_blend_command_never_imports_torch(project: Path) -> None:
     done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(REPO)},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_blend_without_split_says_it_takes_megatrons_default(project: Path) -> None:
+    shipped = (project / "blends" / "web_code.yaml").read_text()
+    assert 'split: "98,2,0"\n' in shipped
+    unsplit = project / "blends" / "unsplit.yaml"
+    unsplit.write_text(shipped.replace('split: "98,2,0"\n', ""))
+    report = run_cli("corpus", "blend", str(unsplit)).stdout
+    assert report.splitlines()[0] == "split 969,30,1 (Megatron's default: the blend sets no 'split')"
+    assert "Megatron's default" not in run_cli("corpus", "blend", _blend(project)).stdout

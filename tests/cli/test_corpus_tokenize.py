@@ -118,3 +118,25 @@ def test_an_output_prefix_ending_in_a_folder_separator_is_refused(tmp_path):
                                        f"{tmp_path}/some/dir/", *MEGATRON_STYLE])
     assert result.exit_code == 1 and "ends with a folder separator" in result.output
     assert f"--output-prefix {tmp_path}/some/dir/web" in result.output and not (tmp_path / "some").exists()
+
+
+def test_a_json_key_no_record_has_is_refused_before_any_work(tmp_path):
+    base = ["corpus", "tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--output-prefix", str(tmp_path / "o"),
+            *MEGATRON_STYLE, "--json-keys", "txt"]
+    for policy in ("fail", "skip"):
+        result = run_cli(*base, "--on-error", policy, check=False)
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert f"{EXAMPLES / 'web.jsonl'}:1: missing key 'txt'" in result.stderr
+        assert "sample texts" not in result.stderr and "encoder:" not in result.stderr  # before the encoder check
+    assert "check --json-keys txt" in result.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_megatron_options_that_do_not_apply_say_what_to_do_instead(tmp_path):
+    base = ["tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--output-prefix", str(tmp_path / "o"),
+            *MEGATRON_STYLE]
+    for extra, advice in ((["--partitions", "4"], "--shard-index/--num-shards"), (["--dataset-impl", "mmap"], "mmap"),
+                          (["--keep-sequential-samples"], "input order"), (["--lang", "english"], "--split-sentences")):
+        result = CliRunner().invoke(main, [*base, *extra])
+        assert result.exit_code == 1 and f"{extra[0]} is not supported" in result.output and advice in result.output
+    for program in ("corpus", "trainer"):
+        assert run_cli(program, "--version").stdout.startswith(f"{program} (blendforge), version ")

@@ -56,6 +56,10 @@ def test_megatron_spellings_and_greedy_data_path(captured, tmp_path):
     (["--mock-data", "--seq-length", "8", "--train-iters", "2", "--preset", "huge"], "--preset 'huge': unknown"),
     (["--train-iters", "2"], "give exactly one data source"),
     (["--mock-data", "--seq-length", "8", "--train-iters", "2", "--config", "missing.yaml"], "no such file"),
+    (["--mock-data", "--seq-length", "8", "--train-iters", "2", "--lr-decay-style", "cosinus"],
+     "'cosinus' is not one of 'constant', 'linear', 'cosine'"),
+    (["--mock-data", "--seq-length", "8", "--train-iters", "2", "--load", str(REPO / "pyproject.toml")],
+     "pyproject.toml is a file, not a checkpoint folder"),
 ])
 def test_errors_are_one_line_without_traceback(captured, args, message):
     result = CliRunner().invoke(main, ["run", *args])

@@ -12,11 +12,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
 from corpus.core.errors import ConfigError
 from trainer.config.presets import PRESETS, preset_table
+
+#: The learning-rate decay styles; each one's curve is in ``trainer.optim.schedule.DECAY_STYLES`` (a test holds the
+#: two together), named here so a misspelt style is refused when the config is read, before any work.
+DecayStyle = Literal["constant", "linear", "cosine"]
 
 
 def knob(default: Any, help: str, flag: str | None = None, switches: Mapping[str, Any] | None = None,
@@ -107,7 +112,7 @@ class DataConfig:
     data_path: list[str] = knob([], "Megatron-style data path: prefixes, optionally weighted "
                                 "('0.7 web_text_document 0.3 code_text_document'); turned into a blend.", "--data-path")
     split: str | None = knob(None, "Train/valid/test shares of sequences, e.g. '969,30,1' "
-                             "(default: the blend's; 969,30,1 with --data-path).", "--split")
+                             "(default: the blend's, else Megatron's 969,30,1).", "--split")
     data_cache_path: str | None = knob(None, "Where index maps are cached (default: the blend's cache_dir).",
                                        "--data-cache-path")
     mock_data: bool = knob(False, "Train on synthetic documents (benchmarks, smoke tests); no blend needed.",
@@ -141,8 +146,8 @@ class OptimConfig:
     min_lr: float = knob(0.0, "Learning rate at the end of the decay.", "--min-lr")
     lr_warmup_iters: int = knob(0, "Linear warmup steps from --lr-warmup-init to --lr.", "--lr-warmup-iters")
     lr_warmup_init: float = knob(0.0, "Learning rate warmup starts from.", "--lr-warmup-init")
-    lr_decay_style: str = knob("linear", "Decay after warmup: a name from trainer.optim.schedule.DECAY_STYLES.",
-                               "--lr-decay-style")
+    lr_decay_style: DecayStyle = knob("linear", "Decay after warmup (trainer.optim.schedule.DECAY_STYLES holds "
+                                      "each curve).", "--lr-decay-style")
     lr_decay_iters: int | None = knob(None, "Steps over which the lr decays (default: --train-iters).",
                                       "--lr-decay-iters")
     weight_decay: float = knob(0.01, "Decoupled weight decay (not applied to norm weights).", "--weight-decay")
@@ -165,6 +170,8 @@ class OptimConfig:
         _require(self.lr_warmup_iters >= 0, "--lr-warmup-iters must be >= 0")
         _require(self.clip_grad >= 0 and self.weight_decay >= 0, "--clip-grad and --weight-decay must be >= 0")
         _require(self.lr_decay_iters is None or self.lr_decay_iters > 0, "--lr-decay-iters must be positive")
+        _require(self.lr_decay_style in typing.get_args(DecayStyle),
+                 f"--lr-decay-style {self.lr_decay_style!r}: choose one of {', '.join(typing.get_args(DecayStyle))}")
 
 
 @dataclass

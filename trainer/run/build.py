@@ -10,7 +10,7 @@ from dataclasses import replace
 from corpus.core.errors import ConfigError
 from trainer.config.schema import ModelConfig, TrainConfig, padded_vocab_size
 from trainer.fp8 import select_fp8
-from trainer.model.attention import AttentionShape, select_backend
+from trainer.model.attention import AttentionShape, check_backend_name, select_backend
 from trainer.optim.optimizer import build_optimizer
 from trainer.optim.schedule import LRSchedule
 from trainer.parallel.state import ParallelState, init_parallel
@@ -67,27 +67,29 @@ def build_run(config: TrainConfig) -> Run:
         raise ConfigError(f"--main-params-dtype bf16 keeps the weights in bf16, but this run computes in "
                           f"{precision.name} (--precision auto is fp32 on CPU): add --bf16, or drop "
                           "--main-params-dtype")
+    # Every choice that can be refused is made before the data is indexed and the model built.
+    schedule = LRSchedule(config.optim, config.training.train_iters)
+    model_config = config.model
+    # NOTE: the FP8 backend first: Transformer Engine fails to import ("undefined symbol" in libcudnn_cnn)
+    # once the attention probe has loaded torch's own cuDNN.
+    fp8 = select_fp8(config.fp8, device, model_config.gemm_backend)
+    check_backend_name(model_config.attention_backend)
     seed_everything(config.training.seed)
     accumulation = _check_batch_sizes(config, parallel)
     global_batch = accumulation * config.training.micro_batch_size * parallel.dp_size
     data = build_data(config, parallel, global_batch)
-    model_config = config.model
     validate_layout(model_config, parallel, data.seq_length, accumulation)
     vocab = model_vocab_size(model_config, data.vocab_size, parallel.tp_size)
     shape = AttentionShape(config.training.micro_batch_size, data.seq_length,
                            model_config.num_attention_heads // parallel.tp_size,
                            model_config.num_query_groups // parallel.tp_size, model_config.head_dim, precision.dtype,
                            config.data.reset_attention_mask)
-    # NOTE: the FP8 backend first: Transformer Engine fails to import ("undefined symbol" in libcudnn_cnn)
-    # once the attention probe has loaded torch's own cuDNN.
-    fp8 = select_fp8(config.fp8, device, model_config.gemm_backend)
     attention = select_backend(model_config.attention_backend, device, shape)
     engine, compiled = parallelize(config, parallel, precision, fp8, attention, vocab, data.seq_length, accumulation)
     counts = whole_model_counts(model_config, vocab, data.seq_length, attention)
     peak, peak_note = peak_tflops(device, config.logging.peak_tflops)
     run = Run(config, parallel, precision, data, engine,
-              build_optimizer(engine.reducer.optimizer_parameters(), config.optim, device),
-              LRSchedule(config.optim, config.training.train_iters),
+              build_optimizer(engine.reducer.optimizer_parameters(), config.optim, device), schedule,
               flops_per_token(model_config, counts["matmul"], data.seq_length), peak)
     fp8.parts.attach_optimizer(run.optimizer)
     _log_choices(run, vocab, counts, compiled, peak_note)

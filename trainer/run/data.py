@@ -34,7 +34,6 @@ from trainer.config.schema import DataConfig, TrainConfig
 from trainer.parallel.state import ParallelState
 
 SPLITS = ("train", "valid", "test")
-DEFAULT_SPLIT = "969,30,1"  # Megatron's --split default, for --data-path
 MOCK_VOCAB_SIZE = 32768  # DESIGN §7's vocabulary, for --mock-data without --vocab-size
 
 
@@ -126,7 +125,7 @@ def load_blend_config(config: TrainConfig) -> BlendConfig:
     overrides = {"seq_length": data.seq_length, "cache_dir": data.data_cache_path, **_sample_options(data)}
     if data.blend:
         return load_blend(data.blend, split=data.split, **overrides)
-    blend = blend_from_data_path(data.data_path, data.split or DEFAULT_SPLIT, data.seq_length,
+    blend = blend_from_data_path(data.data_path, data.split, data.seq_length,
                                  seed=config.training.seed, cache_dir=data.data_cache_path)
     return apply_overrides(blend, **_sample_options(data))
 

@@ -52,8 +52,9 @@ def test_resume_against_another_blend_is_refused_unless_overridden(sample_blend,
                                             checkpoint={"save": save})))
     changed = blend_overrides(tmp_path, sample_blend, data={"seq_length": 32}, training={"train_iters": 3},
                               checkpoint={"load": save})
-    with pytest.raises(UserError, match="another blend"):
+    with pytest.raises(UserError, match="another blend") as refused:
         train(load_config(None, changed))
+    assert "--override-blend-check" in str(refused.value)
     changed["data"]["override_blend_check"] = True
     assert train(load_config(None, changed)).iteration == 3
 
