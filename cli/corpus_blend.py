@@ -44,11 +44,12 @@ def _parse_range(_ctx: click.Context, _param: click.Parameter, value: str | None
               help="Plan only (the default action): documents, tokens, weights, epochs, samples.")
 @click.option("--build", is_flag=True, help="Build every index map the request needs (offline; no GPU, no torch).")
 @click.option("--show-samples", "sample_range", callback=_parse_range, metavar="A:B",
-              help="Print samples A..B-1 of --split as the trainer sees them.")
+              help="Print samples A..B-1 of --split as the trainer sees them, decoded with the sources' tokenizer.")
+@click.option("--ids", is_flag=True, help="With --show-samples: print raw token ids instead of text.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (one JSON line per sample).")
 def blend(file: str, split: str, num_samples: int | None, train_iters: int | None, global_batch_size: int | None,
           eval_interval: int, eval_iters: int, seq_length: int | None, seed: int | None, dry_run: bool, build: bool,
-          sample_range: tuple[int, int] | None, as_json: bool) -> None:
+          sample_range: tuple[int, int] | None, ids: bool, as_json: bool) -> None:
     """Validate blend FILE and plan, prebuild or show its samples."""
     from corpus.blending import report as blend_report
     from corpus.blending.datasets import SampleCounts, megatron_sample_counts
@@ -56,6 +57,8 @@ def blend(file: str, split: str, num_samples: int | None, train_iters: int | Non
 
     if dry_run + build + (sample_range is not None) > 1:
         raise click.UsageError("choose one of --dry-run, --build and --show-samples")
+    if ids and sample_range is None:
+        raise click.UsageError("--ids prints the ids of shown samples: add --show-samples A:B")
     if (train_iters is None) != (global_batch_size is None):
         raise click.UsageError("--train-iters and --global-batch-size go together")
     if num_samples is not None and train_iters is not None:
@@ -66,7 +69,7 @@ def blend(file: str, split: str, num_samples: int | None, train_iters: int | Non
     required = (split,) if num_samples is not None else ("train",)
     if sample_range is not None:
         requested = counts.of(split) if counts else None
-        for sample in blend_report.show_samples(config, split, requested, *sample_range):
+        for sample in blend_report.show_samples(config, split, requested, *sample_range, decode=not ids):
             click.echo(json.dumps(sample, separators=(",", ":")) if as_json else _sample_line(sample))
     elif build:
         if counts is None:
@@ -83,6 +86,10 @@ def blend(file: str, split: str, num_samples: int | None, train_iters: int | Non
 
 
 def _sample_line(sample: dict) -> str:
+    """One line per sample: its text (newlines escaped, so each sample stays one line) or its ids."""
     tokens = sample["tokens"]
-    shown = " ".join(map(str, tokens[:12])) + (" … " + " ".join(map(str, tokens[-4:])) if len(tokens) > 16 else "")
+    if "text" in sample:
+        shown = json.dumps(sample["text"], ensure_ascii=False)
+    else:
+        shown = " ".join(map(str, tokens[:12])) + (" … " + " ".join(map(str, tokens[-4:])) if len(tokens) > 16 else "")
     return f"{sample['index']:>8} {sample['source']:<16} {len(tokens)} tokens: {shown}"

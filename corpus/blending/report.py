@@ -3,12 +3,13 @@
 - :func:`dry_run`: per split and source, documents, tokens, weight asked vs share achieved,
   epochs and samples, without writing any index map;
 - :func:`prebuild`: build (or verify) every map a request needs, no torch, no GPU;
-- :func:`show_samples`: the raw token ids of samples ``[start, stop)`` of a split, exactly as a
-  trainer asking for the same number of samples sees them.
+- :func:`show_samples`: the token ids of samples ``[start, stop)`` of a split, exactly as a trainer asking
+  for the same number of samples sees them, and their text.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass
 from typing import Iterator
@@ -19,8 +20,13 @@ from corpus.blending import index_maps as maps
 from corpus.blending.build import build_split_maps
 from corpus.blending.datasets import SampleCounts, SplitDataset, plan_all
 from corpus.blending.plan import SplitPlan, plan_split
-from corpus.blending.resolve import ResolvedBlend, resolve_blend
+from corpus.blending.resolve import ResolvedBlend, resolve_blend, tokenizer_config
 from corpus.blending.schema import BlendConfig
+from corpus.core.errors import UserError
+from corpus.tokenizers import TextTokenizer
+from corpus.tokenizers.decode import cached_tokenizer, decode_or_none
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -128,9 +134,25 @@ def prebuild(config: BlendConfig, counts: SampleCounts, required: tuple[str, ...
     return result
 
 
-def show_samples(config: BlendConfig, split: str, num_samples: int | None, start: int, stop: int) -> Iterator[dict]:
-    """``{"index", "source", "tokens"}`` for samples ``[start, stop)`` of ``split`` when
-    ``num_samples`` are asked (the maps are built if the cache lacks them)."""
+def _sample_tokenizer(resolved: ResolvedBlend) -> TextTokenizer | None:
+    """The tokenizer samples are decoded with (:func:`tokenizer_config`); None, with a warning saying why,
+    when there is none or it cannot be built: the raw ids are shown then."""
+    try:
+        config = tokenizer_config(resolved)
+        if config is not None:
+            return cached_tokenizer(config)
+        reason = "no source's .meta.json records a tokenizer and the blend names none (add tokenizer: {kind, path})"
+    except UserError as error:
+        reason = str(error)
+    log.warning("samples shown as raw ids: %s", reason)
+    return None
+
+
+def show_samples(config: BlendConfig, split: str, num_samples: int | None, start: int, stop: int,
+                 decode: bool = True) -> Iterator[dict]:
+    """``{"index", "source", "tokens"}`` for samples ``[start, stop)`` of ``split`` when ``num_samples`` are asked
+    (the maps are built if the cache lacks them), with ``"text"``, the tokens decoded with the sources'
+    tokenizer, when ``decode`` and one is known (as ``corpus inspect --show`` decodes)."""
     resolved = resolve_blend(config)
     plan = plan_split(resolved, split, num_samples)
     if plan is None:
@@ -140,8 +162,12 @@ def show_samples(config: BlendConfig, split: str, num_samples: int | None, start
     if not 0 <= start < stop <= len(dataset):
         raise resolved.config.error(f"--show-samples {start}:{stop} is outside the {split} split's "
                                     f"{len(dataset)} samples; pick a range inside 0:{len(dataset)}", "split")
+    tokenizer = _sample_tokenizer(resolved) if decode else None
     for index in range(start, stop):
-        yield {"index": index, "source": dataset.source_name(index), "tokens": dataset.tokens_of(index).tolist()}
+        tokens = dataset.tokens_of(index).tolist()
+        sample = {"index": index, "source": dataset.source_name(index), "tokens": tokens}
+        text = decode_or_none(tokenizer, tokens, f"{split} sample {index}") if tokenizer is not None else None
+        yield {**sample, "text": text} if text is not None else sample
 
 
 def report_to_json(reports: list[SplitReport]) -> list[dict]:

@@ -18,6 +18,7 @@ from corpus.blending.schema import BlendConfig
 from corpus.blending.sources import Source, SourceError, load_source
 from corpus.core.errors import UserError
 from corpus.indexed import sidecar
+from corpus.tokenizers.config import TokenizerConfig, config_from_kind, config_from_record
 from corpus.tokenizers.registry import family_of, fingerprinted_files
 
 log = logging.getLogger(__name__)
@@ -155,3 +156,22 @@ def _fill_facts(resolved: ResolvedBlend) -> None:
         "samples": {**dataclasses.asdict(config.samples), "eod_id": resolved.eod_id},
     }
     resolved.fingerprint = cache_key(material)
+
+
+def tokenizer_config(resolved: ResolvedBlend) -> TokenizerConfig | None:
+    """The tokenizer the blend's data was made with: the one the sources' sidecars record, else the blend's
+    ``tokenizer: {kind, path}`` (data written by Megatron has no sidecar); None when neither names one. A named
+    tokenizer that cannot be rebuilt is a :class:`UserError` saying why."""
+    spec = resolved.config.tokenizer
+    if resolved.tokenizer is not None:
+        try:
+            return config_from_record(resolved.tokenizer)
+        except UserError:
+            if spec is None:
+                raise
+    if spec is None:
+        return None
+    try:
+        return config_from_kind(spec.kind, resolved.config.resolve_path(spec.path) if spec.path else None)
+    except UserError as error:
+        raise resolved.config.error(str(error), "tokenizer") from None

@@ -14,8 +14,9 @@ from corpus.indexed import IndexFormatError
 from corpus.indexed.prefixes import expand_all
 from corpus.inspect.checks import CheckOptions, Problem, check_prefix
 from corpus.inspect.plot import require_matplotlib, write_plot
-from corpus.inspect.show import DocumentRange, ShownDocument, cached_tokenizer, show_documents
+from corpus.inspect.show import DocumentRange, ShownDocument, show_documents
 from corpus.inspect.summary import InspectError, InspectReport, inspect_prefix
+from corpus.tokenizers.decode import cached_tokenizer
 
 if TYPE_CHECKING:
     from corpus.tokenizers import TokenizerConfig

@@ -125,6 +125,14 @@ class DataConfig:
                                "--eod-mask-loss")
     override_blend_check: bool = knob(False, "Resume even if the checkpoint was trained on a different blend.",
                                       "--override-blend-check")
+    tokenizer_type: str | None = knob(None, "The data's tokenizer, as pretrain_gpt.py takes it (a --tokenizer-type "
+                                      "of corpus tokenize): gives the vocabulary of data without .meta.json "
+                                      "sidecars, and is checked against the sidecars when they exist.",
+                                      "--tokenizer-type")
+    tokenizer_model: str | None = knob(None, "With --tokenizer-type: its tokenizer.json, SentencePiece .model or "
+                                       "tiktoken file.", "--tokenizer-model")
+    vocab_file: str | None = knob(None, "With --tokenizer-type GPT2BPETokenizer: vocab.json.", "--vocab-file")
+    merge_file: str | None = knob(None, "With --tokenizer-type GPT2BPETokenizer: merges.txt.", "--merge-file")
 
     def __post_init__(self) -> None:
         given = [name for name, on in (("--blend", self.blend), ("--data-path", self.data_path),
@@ -133,6 +141,10 @@ class DataConfig:
                  + (f" (got {' and '.join(given)})" if given else ""))
         _require(self.seq_length is None or self.seq_length > 0,
                  f"--seq-length must be positive, got {self.seq_length}")
+        given = (("--tokenizer-model", self.tokenizer_model), ("--vocab-file", self.vocab_file),
+                 ("--merge-file", self.merge_file))
+        files = [flag for flag, value in given if value]
+        _require(self.tokenizer_type is not None or not files, f"{' and '.join(files)} need --tokenizer-type")
         if (self.mock_data or self.data_path) and self.seq_length is None:
             raise ConfigError("--seq-length is required with --mock-data and --data-path (a blend file carries its "
                               "own)")

@@ -31,7 +31,8 @@ def model_vocab_size(model: ModelConfig, tokenizer_vocab: int | None, tensor_par
     """The padded vocabulary of the model: ``--vocab-size`` or the tokenizer's, padded as Megatron pads it."""
     if model.vocab_size is None and tokenizer_vocab is None:
         raise ConfigError("the data records no tokenizer vocabulary (files without a .meta.json sidecar, e.g. "
-                          "written by Megatron); give the model's vocabulary with --vocab-size")
+                          "written by Megatron); give the model's vocabulary with --vocab-size, or the data's "
+                          "tokenizer with --tokenizer-type and --tokenizer-model (or tokenizer: in the blend)")
     if model.vocab_size is not None and tokenizer_vocab is not None and tokenizer_vocab > model.vocab_size:
         raise ConfigError(f"the data's tokenizer has {tokenizer_vocab} ids but --vocab-size is {model.vocab_size}: "
                           f"the model could not embed them; raise --vocab-size to at least {tokenizer_vocab} or drop "
