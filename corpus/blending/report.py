@@ -1,6 +1,6 @@
 """What ``corpus blend`` does, callable from Python: dry runs, offline prebuilds, sample dumps.
 
-- :func:`dry_run`: per split and source, documents, tokens, weight asked vs share achieved,
+- :func:`dry_run`: per split and source, sequences, tokens, weight asked vs share achieved,
   epochs and samples, without writing any index map;
 - :func:`prebuild`: build (or verify) every map a request needs, no torch, no GPU;
 - :func:`show_samples`: the token ids of samples ``[start, stop)`` of a split, exactly as a trainer asking
@@ -31,11 +31,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SourceRow:
-    """One source in one split. ``documents`` counts sequences (one per document unless the
-    data was sentence-split), the unit megatron-core splits by."""
+    """One source in one split. ``sequences`` are the unit megatron-core splits by (one per non-empty
+    document unless the data was sentence-split; an empty document has none)."""
 
     name: str
-    documents: int
+    sequences: int
     tokens: int
     per_epoch: int
     """Samples one pass over this share gives."""
@@ -184,8 +184,8 @@ def notes(config: BlendConfig) -> list[str]:
 
 def format_report(reports: list[SplitReport], config: BlendConfig | None = None) -> str:
     """The dry run as a text table (what ``corpus blend FILE`` prints), after the :func:`notes` on ``config``."""
-    header = (f"{'split':<6} {'source':<16} {'docs':>10} {'tokens':>13} {'per epoch':>10} {'weight':>7} {'share':>7} "
-              f"{'epochs':>6} {'samples':>11} {'in maps':>11}")
+    header = (f"{'split':<6} {'source':<16} {'sequences':>10} {'tokens':>13} {'per epoch':>10} {'weight':>7} "
+              f"{'share':>7} {'epochs':>6} {'samples':>11} {'in maps':>11}")
     lines = [*(notes(config) if config else []), header, "-" * len(header)]
 
     def fmt(value: object, spec: str) -> str:
@@ -193,7 +193,7 @@ def format_report(reports: list[SplitReport], config: BlendConfig | None = None)
 
     for report in reports:
         for row in report.rows:
-            lines.append(f"{report.split:<6} {row.name[:16]:<16} {row.documents:>10,} {row.tokens:>13,} "
+            lines.append(f"{report.split:<6} {row.name[:16]:<16} {row.sequences:>10,} {row.tokens:>13,} "
                          f"{row.per_epoch:>10,} {fmt(row.weight, '.3f'):>7} {fmt(row.share, '.3f'):>7} "
                          f"{fmt(row.epochs, 'd'):>6} {fmt(row.samples, ',d'):>11} {fmt(row.built, ',d'):>11}")
         lines.append(f"{report.split:<6} {_summary(report)}")

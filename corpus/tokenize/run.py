@@ -221,6 +221,7 @@ class _Writing:
         counters.records_written += len(batch.payload) - len(result.bad)
         counters.blank_lines += batch.blank_lines
         counters.input_bytes = batch.progress
+        counters.record_bytes += batch.record_bytes
         for key, flat in zip(self.job.keys, result.tokens):
             counters.tokens[key] += len(flat)
         self.worker_rss_kb = max(self.worker_rss_kb, result.peak_rss_kb)
@@ -297,6 +298,7 @@ def _stats(job: Job, counters: Counters, start: Counters, seconds: tuple[float, 
         counters=counters, seconds=seconds[0], startup_seconds=seconds[1],
         rate_records=counters.records_read - start.records_read,
         rate_bytes=counters.input_bytes - start.input_bytes, rate_tokens=counters.total_tokens - start.total_tokens,
+        rate_record_bytes=counters.record_bytes - start.record_bytes,
         input_bytes_total=sum(piece.size for piece in job.slices), encoder=job.tokenizer.encoder_name,
         encoder_reason=job.encoder_reason, shard={"index": job.shard.index, "count": job.shard.count},
         outputs=[output_prefix_for(job.prefix, key) for key in job.keys], resumed=resumed,

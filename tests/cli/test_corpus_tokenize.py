@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import numpy as np
@@ -140,3 +141,17 @@ def test_megatron_options_that_do_not_apply_say_what_to_do_instead(tmp_path):
         assert result.exit_code == 1 and f"{extra[0]} is not supported" in result.output and advice in result.output
     for program in ("corpus", "trainer"):
         assert run_cli(program, "--version").stdout.startswith(f"{program} (blendforge), version ")
+
+
+def test_speed_names_file_and_decompressed_record_bytes(tmp_path):
+    """A .gz input: file MB/s counts what is stored, record MB/s what corpus autotune-workers counts."""
+    raw = (EXAMPLES / "web.jsonl").read_bytes()
+    packed = tmp_path / "web.jsonl.gz"
+    packed.write_bytes(gzip.compress(raw))
+    result = run_cli("corpus", "tokenize", "--input", str(packed), "--output-prefix", str(tmp_path / "web"),
+                     *MEGATRON_STYLE, "--stats-json", str(tmp_path / "stats.json"))
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["counters"]["input_bytes"] == packed.stat().st_size
+    assert stats["counters"]["record_bytes"] == len(raw)  # every line and its newline, decompressed
+    assert stats["record_megabytes_per_second"] > 2 * stats["megabytes_per_second"]
+    assert "MB/s of input files, " in result.stdout and "MB/s of records decompressed" in result.stdout

@@ -240,6 +240,9 @@ class TrainingConfig:
     manual_gc: bool = knob(False, "Turn Python's automatic garbage collector off and collect at chosen points instead "
                            "(every --manual-gc-interval steps, before evaluations and checkpoints): a collection "
                            "then never stalls a step, and every rank collects at the same step.", "--manual-gc")
+    check_memory: bool = knob(True, "Before building the model, estimate the memory each process needs (weights, "
+                              "gradients, optimizer state, activations) and refuse a run that cannot fit; "
+                              "--no-check-memory skips the estimate.", "--check-memory")
     manual_gc_interval: int = knob(0, "Steps between collections under --manual-gc (0: only before evaluations and "
                                    "checkpoints, as Megatron does).", "--manual-gc-interval")
 
@@ -286,7 +289,8 @@ class LoggingConfig:
     metrics_jsonl: str | None = knob(None, "Write one JSON object per logged step (and per evaluation) here; a resumed "
                                      "run continues the file, a fresh one moves an existing file to FILE.1 (.2, …).",
                                      "--metrics-jsonl")
-    log_throughput: bool = knob(True, "Show tokens/s per GPU, model TFLOP/s and MFU on console lines.",
+    log_throughput: bool = knob(True, "Show tokens/s per GPU (per process on CPU), model TFLOP/s and MFU on "
+                                "console lines.",
                                 "--log-throughput")
     peak_tflops: float | None = knob(None, "Dense bf16 peak TFLOP/s per device for MFU (default: looked up "
                                      "from the GPU name; needed for unknown GPUs).", "--peak-tflops")

@@ -11,6 +11,7 @@ from corpus.core.errors import ConfigError
 from trainer.config.schema import ModelConfig, TrainConfig, padded_vocab_size
 from trainer.fp8 import select_fp8
 from trainer.model.attention import AttentionShape, check_backend_name, select_backend
+from trainer.model.gpt import uses_fused_loss
 from trainer.optim.optimizer import build_optimizer
 from trainer.optim.schedule import LRSchedule
 from trainer.parallel.state import ParallelState, init_parallel
@@ -18,6 +19,7 @@ from trainer.parallelize.apply import parallelize
 from trainer.parallelize.compile import cache_file, load_compiled
 from trainer.parallelize.layout import describe, validate_layout, virtual_stages, whole_model_counts
 from trainer.run.data import build_data
+from trainer.run.memory import check_memory, estimate_memory
 from trainer.run.metrics import FLOP_CONVENTION, MetricsSink, flops_per_token, peak_tflops
 from trainer.run.resume import resume
 from trainer.run.state import Run
@@ -86,8 +88,10 @@ def build_run(config: TrainConfig) -> Run:
                            model_config.num_query_groups // parallel.tp_size, model_config.head_dim, precision.dtype,
                            config.data.reset_attention_mask)
     attention = select_backend(model_config.attention_backend, device, shape)
-    engine, compiled = parallelize(config, parallel, precision, fp8, attention, vocab, data.seq_length, accumulation)
     counts = whole_model_counts(model_config, vocab, data.seq_length, attention)
+    check_memory(config, estimate_memory(config, parallel, counts, vocab, data.seq_length, precision.dtype.itemsize,
+                                         attention.name, uses_fused_loss(model_config, parallel)), parallel)
+    engine, compiled = parallelize(config, parallel, precision, fp8, attention, vocab, data.seq_length, accumulation)
     peak, peak_note = peak_tflops(device, config.logging.peak_tflops)
     run = Run(config, parallel, precision, data, engine,
               build_optimizer(engine.reducer.optimizer_parameters(), config.optim, device), schedule,
@@ -134,4 +138,5 @@ def metrics_sink(run: Run) -> MetricsSink:
     config = run.config.logging
     if not run.parallel.is_logging_rank:
         config = replace(config, tensorboard_dir=None, metrics_jsonl=None)
-    return MetricsSink(config, run.iteration, run.config.training.train_iters)
+    device = "GPU" if run.parallel.device.type == "cuda" else "process"
+    return MetricsSink(config, run.iteration, run.config.training.train_iters, device)
