@@ -85,7 +85,8 @@ class Job:
             "inputs": [{"path": s.file.path, "size": s.file.size, "start": s.start, "end": s.end} for s in self.slices],
             "shard": {"index": self.shard.index, "count": self.shard.count},
             "records": {"read": counters.records_read, "written": counters.records_written,
-                        "skipped": counters.records_skipped, "blank_lines": counters.blank_lines},
+                        "skipped": counters.records_skipped, "blank_lines": counters.blank_lines,
+                        "bytes": counters.record_bytes},
         }
 
 
@@ -316,7 +317,7 @@ def _already_done(job: Job) -> Counters | None:
     records = metas[0]["records"]
     return Counters(records_read=records["read"], records_written=records["written"],
                     records_skipped=records["skipped"], blank_lines=records.get("blank_lines", 0),
-                    input_bytes=sum(piece.size for piece in job.slices),
+                    input_bytes=sum(piece.size for piece in job.slices), record_bytes=records.get("bytes", 0),
                     tokens={key: meta["num_tokens"] for key, meta in zip(job.keys, metas)})
 
 
