@@ -125,10 +125,8 @@ class DataConfig:
                                "--eod-mask-loss")
     override_blend_check: bool = knob(False, "Resume even if the checkpoint was trained on a different blend.",
                                       "--override-blend-check")
-    tokenizer_type: str | None = knob(None, "The data's tokenizer, as pretrain_gpt.py takes it (a --tokenizer-type "
-                                      "of corpus tokenize): gives the vocabulary of data without .meta.json "
-                                      "sidecars, and is checked against the sidecars when they exist.",
-                                      "--tokenizer-type")
+    tokenizer_type: str | None = knob(None, "The data's tokenizer (a corpus tokenize --tokenizer-type): the vocabulary "
+                                      "of data without .meta.json sidecars; checked against them.", "--tokenizer-type")
     tokenizer_model: str | None = knob(None, "With --tokenizer-type: its tokenizer.json, SentencePiece .model or "
                                        "tiktoken file.", "--tokenizer-model")
     vocab_file: str | None = knob(None, "With --tokenizer-type GPT2BPETokenizer: vocab.json.", "--vocab-file")
@@ -240,9 +238,8 @@ class TrainingConfig:
     manual_gc: bool = knob(False, "Turn Python's automatic garbage collector off and collect at chosen points instead "
                            "(every --manual-gc-interval steps, before evaluations and checkpoints): a collection "
                            "then never stalls a step, and every rank collects at the same step.", "--manual-gc")
-    check_memory: bool = knob(True, "Before building the model, estimate the memory each process needs (weights, "
-                              "gradients, optimizer state, activations) and refuse a run that cannot fit; "
-                              "--no-check-memory skips the estimate.", "--check-memory")
+    check_memory: bool = knob(True, "Estimate each process's memory (weights, gradients, optimizer state, "
+                              "activations) before building the model; refuse a run that cannot fit.", "--check-memory")
     manual_gc_interval: int = knob(0, "Steps between collections under --manual-gc (0: only before evaluations and "
                                    "checkpoints, as Megatron does).", "--manual-gc-interval")
 
