@@ -7,7 +7,7 @@ import logging
 
 import click
 
-from cli.app import CONTEXT, Group
+from cli.app import CONTEXT, Group, version_option
 from cli.corpus_autotune import autotune_command
 from cli.corpus_blend import blend
 from cli.corpus_inspect import inspect_command
@@ -19,6 +19,7 @@ QUIET_LOGGERS = ("botocore", "aiobotocore", "s3fs", "fsspec")
 
 
 @click.group(cls=Group, context_settings=CONTEXT)
+@version_option("corpus")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
 def main(verbose: bool) -> None:
     """Turn raw text into Megatron-compatible token files and blends."""

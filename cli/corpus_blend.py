@@ -45,13 +45,14 @@ def _parse_range(_ctx: click.Context, _param: click.Parameter, value: str | None
               help="Plan only (the default action): documents, tokens, weights, epochs, samples.")
 @click.option("--build", is_flag=True, help="Build every index map the request needs (offline; no GPU, no torch).")
 @click.option("--show-samples", "sample_range", callback=_parse_range, metavar="A:B",
-              help="Print samples A..B-1 of --split as the trainer sees them, with where each document starts "
-              "(+N: N tokens into it) and the padding.")
+              help="Print samples A..B-1 of --split as the trainer sees them, decoded with the sources' tokenizer, "
+              "with where each document starts (+N: N tokens into it) and the padding.")
+@click.option("--ids", is_flag=True, help="With --show-samples: print raw token ids instead of text.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (one JSON line per sample).")
 @storage_options_option
 def blend(file: str, split: str, num_samples: int | None, train_iters: int | None, global_batch_size: int | None,
           eval_interval: int, eval_iters: int, seq_length: int | None, seed: int | None, dry_run: bool, build: bool,
-          sample_range: tuple[int, int] | None, as_json: bool, storage_options: str | None) -> None:
+          sample_range: tuple[int, int] | None, ids: bool, as_json: bool, storage_options: str | None) -> None:
     """Validate blend FILE and plan, prebuild or show its samples."""
     from corpus.blending import report as blend_report
     from corpus.blending.datasets import SampleCounts, megatron_sample_counts
@@ -59,6 +60,8 @@ def blend(file: str, split: str, num_samples: int | None, train_iters: int | Non
 
     if dry_run + build + (sample_range is not None) > 1:
         raise click.UsageError("choose one of --dry-run, --build and --show-samples")
+    if ids and sample_range is None:
+        raise click.UsageError("--ids prints the ids of shown samples: add --show-samples A:B")
     if (train_iters is None) != (global_batch_size is None):
         raise click.UsageError("--train-iters and --global-batch-size go together")
     if num_samples is not None and train_iters is not None:
@@ -69,7 +72,7 @@ def blend(file: str, split: str, num_samples: int | None, train_iters: int | Non
     required = (split,) if num_samples is not None else ("train",)
     if sample_range is not None:
         requested = counts.of(split) if counts else None
-        for sample in blend_report.show_samples(config, split, requested, *sample_range):
+        for sample in blend_report.show_samples(config, split, requested, *sample_range, decode=not ids):
             click.echo(json.dumps(sample, separators=(",", ":")) if as_json else _sample_line(sample))
     elif build:
         if counts is None:
@@ -81,12 +84,17 @@ def blend(file: str, split: str, num_samples: int | None, train_iters: int | Non
             f"built, {r['seconds']} s" for name, r in result.items()))
     else:
         reports = blend_report.dry_run(config, counts, required)
-        click.echo(json.dumps(blend_report.report_to_json(reports)) if as_json else blend_report.format_report(reports))
+        click.echo(json.dumps(blend_report.report_to_json(reports)) if as_json
+                   else blend_report.format_report(reports, config))
 
 
 def _sample_line(sample: dict) -> str:
+    """One line per sample: its text (newlines escaped, so each sample stays one line) or its ids."""
     tokens = sample["tokens"]
-    shown = " ".join(map(str, tokens[:12])) + (" … " + " ".join(map(str, tokens[-4:])) if len(tokens) > 16 else "")
+    if "text" in sample:
+        shown = json.dumps(sample["text"], ensure_ascii=False)
+    else:
+        shown = " ".join(map(str, tokens[:12])) + (" … " + " ".join(map(str, tokens[-4:])) if len(tokens) > 16 else "")
     starts = ",".join(f"{at}" + (f"(+{offset})" if offset else "") for at, _, offset, _ in sample["documents"])
     padding = f", padding {sample['padding']}" if sample["padding"] else ""
     return (f"{sample['index']:>8} {sample['source']:<16} {len(tokens)} tokens: {shown}  "

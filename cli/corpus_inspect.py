@@ -116,6 +116,8 @@ def _print(console: Console, inspection: Inspection) -> None:
 @click.argument("datasets", nargs=-1, required=True)
 @click.option("--check", is_flag=True, help="Validate everything (sizes, pointers, document index, ids < vocab, "
               "EOD, sidecar); exit 1 naming each problem.")
+@click.option("--deep", is_flag=True, help="With --check: also compare the sha256 of the .bin and .idx with the "
+              "checksums the sidecar records (reads every byte; catches changes the structure checks cannot).")
 @click.option("--max-problems", type=click.IntRange(min=1), default=10, show_default=True,
               help="With --check: list at most N problems of each kind per file (the rest are counted).")
 @click.option("--show", metavar="A:B|N", help="Print documents A to B-1 (or document N), decoded.")
@@ -130,8 +132,8 @@ def _print(console: Console, inspection: Inspection) -> None:
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: one object for one named pair, a list for several (or a glob/directory).")
 @storage_options_option
-def inspect_command(datasets: tuple[str, ...], check: bool, max_problems: int, show: str | None, ids: bool,
-                    tokenizer_type: str | None, tokenizer_model: str | None, vocab_file: str | None,
+def inspect_command(datasets: tuple[str, ...], check: bool, deep: bool, max_problems: int, show: str | None,
+                    ids: bool, tokenizer_type: str | None, tokenizer_model: str | None, vocab_file: str | None,
                     merge_file: str | None, plot: Path | None, as_json: bool, storage_options: str | None) -> None:
     """Look inside .bin/.idx pairs: header, counts, length statistics, sidecar, documents, problems.
 
@@ -141,7 +143,7 @@ def inspect_command(datasets: tuple[str, ...], check: bool, max_problems: int, s
     if tokenizer_type is None and any(files.values()):
         raise click.UsageError("--tokenizer-model/--vocab-file/--merge-file need --tokenizer-type")
     tokenizer = TokenizerConfig(type=tokenizer_type, **files) if tokenizer_type else None
-    config = InspectConfig(datasets=datasets, check=check, max_problems=max_problems,
+    config = InspectConfig(datasets=datasets, check=check, deep=deep, max_problems=max_problems,
                            show=DocumentRange.parse(show) if show is not None else None, ids=ids,
                            tokenizer=tokenizer, plot=plot, storage_options=storage_options_from(storage_options))
     inspections = inspect(config)

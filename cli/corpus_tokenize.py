@@ -16,6 +16,12 @@ from cli.tokenize_options import input_options, shared_fields, tokenizer_options
 #: Megatron's ``preprocess_data.py`` options that do not apply to ``corpus tokenize``, and why.
 ONE_SEQUENCE_PER_DOCUMENT = ("corpus tokenize writes one sequence per document (Megatron's default); drop the "
                              "option")
+PARTITIONS = ("corpus tokenize streams every input in one pass (no partition files to merge); to split the work "
+              "over processes or nodes use --workers, or --shard-index/--num-shards and list the shards in a blend")
+DATASET_IMPL = "corpus tokenize always writes Megatron's mmap .bin/.idx format; drop the option"
+KEEP_SEQUENTIAL_SAMPLES = ("records are always written in input order, whatever --workers (there are no --partitions "
+                           "to reorder them); drop the option")
+LANG = "--lang only chooses the sentence splitter of --split-sentences, which corpus tokenize does not do; drop it"
 
 def _config(options: dict):
     from corpus.tokenize.config import TokenizeConfig
@@ -50,6 +56,10 @@ def _config(options: dict):
 @click.option("--stats-json", type=click.Path(dir_okay=False), help="Write the run's statistics to this JSON file.")
 @refused_option("--split-sentences", ONE_SEQUENCE_PER_DOCUMENT, hidden=False)
 @refused_option("--keep-newlines", ONE_SEQUENCE_PER_DOCUMENT)
+@refused_option("--partitions", PARTITIONS, takes_value=True)
+@refused_option("--dataset-impl", DATASET_IMPL, takes_value=True)
+@refused_option("--keep-sequential-samples", KEEP_SEQUENTIAL_SAMPLES)
+@refused_option("--lang", LANG, takes_value=True)
 def tokenize_command(**options) -> None:
     """Tokenize JSONL/Parquet text into Megatron .bin/.idx files (Megatron's preprocess_data.py options)."""
     from corpus.tokenize.run import tokenize as run

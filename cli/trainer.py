@@ -6,13 +6,14 @@ import logging
 
 import click
 
-from cli.app import CONTEXT, Group
+from cli.app import CONTEXT, Group, version_option
 from cli.trainer_export import export
 from cli.trainer_plot import plot
 from cli.trainer_run import run
 
 
 @click.group(cls=Group, context_settings=CONTEXT)
+@version_option("trainer")
 def main() -> None:
     """Train GPT models on blends of token files."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -67,7 +67,9 @@ def _run(**values: Any) -> None:
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 speaks for the run
         return
     where = f"; checkpoint {result.checkpoint}" if result.checkpoint else ""
-    loss = f", last step's loss {result.loss:.4f}" if result.loss is not None else ""
+    window = result.loss
+    loss = (f", loss {window.loss:.4f} (mean of steps {window.first}-{window.last}, as logged)" if window is not None
+            else "")
     click.echo(f"stopped at step {result.iteration} ({result.stopped_by}){loss}{where}")
 
 

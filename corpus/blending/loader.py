@@ -132,7 +132,8 @@ class BlendLoader:
                        f"{str(self.blend_fingerprint)[:12]}…): sources, weights, split, seq_length, seed or sample "
                        "options changed")
             if not allow_blend_change:
-                raise LoaderStateError(message + "; resume with the original blend, or allow the change explicitly")
+                raise LoaderStateError(message + "; resume with the original blend, or allow the change "
+                                       "(trainer run --override-blend-check; allow_blend_change=True in Python)")
             log.warning("%s; continuing as asked", message)
         if state.get("num_samples") not in (None, len(self.samples)):
             log.warning("the checkpoint's run asked for %s samples, this one for %d: the sample order after the "

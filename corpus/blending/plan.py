@@ -85,11 +85,11 @@ def _ranges(resolved: ResolvedBlend, split: str, requested: int | None, required
     sources = resolved.sources[split]
     if isinstance(config.sources, dict):
         return [(0, s.info.num_sequences) for s in sources]
-    bookend = maps.split_matrix(config.split)[maps.SPLIT_NAMES.index(split)]
+    bookend = maps.split_matrix(config.effective_split)[maps.SPLIT_NAMES.index(split)]
     if bookend is None:
         if requested and required:
-            raise config.error(f"{config.split!r} gives the {split} split no share but {requested} {split} samples "
-                               f"were asked; give it a share (e.g. \"98,1,1\") or ask for 0", "split")
+            raise config.error(f"{config.effective_split!r} gives the {split} split no share but {requested} {split} "
+                               f"samples were asked; give it a share (e.g. \"98,1,1\") or ask for 0", "split")
         return None
     return [maps.split_range(bookend, s.info.num_sequences) for s in sources]
 
@@ -112,7 +112,7 @@ def _usable(resolved: ResolvedBlend, split: str, ranges: list[tuple[int, int]], 
                     shown)
     if not keep:
         raise config.error(f"every source's {split} share is empty; give {split} a larger share in 'split', or use "
-                           "per-split source lists", "split" if config.split else f"sources.{split}")
+                           "per-split source lists", "split" if config.effective_split else f"sources.{split}")
     return keep
 
 

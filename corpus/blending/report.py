@@ -1,15 +1,16 @@
 """What ``corpus blend`` does, callable from Python: dry runs, offline prebuilds, sample dumps.
 
-- :func:`dry_run`: per split and source, documents, tokens, weight asked vs share achieved,
+- :func:`dry_run`: per split and source, sequences, tokens, weight asked vs share achieved,
   epochs and samples, without writing any concatenating index map (``best_fit``: padding share and
   documents cut too, from the packed maps);
 - :func:`prebuild`: build (or verify) every map a request needs, no torch, no GPU;
-- :func:`show_samples`: the raw token ids of samples ``[start, stop)`` of a split, exactly as a
-  trainer asking for the same number of samples sees them.
+- :func:`show_samples`: the token ids of samples ``[start, stop)`` of a split, exactly as a trainer asking
+  for the same number of samples sees them, and their text.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass
 from typing import Iterator
@@ -21,17 +22,22 @@ from corpus.blending import packing
 from corpus.blending.build import build_split_maps, member_entry
 from corpus.blending.datasets import SampleCounts, SplitDataset, plan_all
 from corpus.blending.plan import SplitPlan, plan_split
-from corpus.blending.resolve import ResolvedBlend, resolve_blend
+from corpus.blending.resolve import ResolvedBlend, resolve_blend, tokenizer_config
 from corpus.blending.schema import BlendConfig
+from corpus.core.errors import UserError
+from corpus.tokenizers import TextTokenizer
+from corpus.tokenizers.decode import cached_tokenizer, decode_or_none
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class SourceRow:
-    """One source in one split. ``documents`` counts sequences (one per document unless the
-    data was sentence-split), the unit megatron-core splits by."""
+    """One source in one split. ``sequences`` are the unit megatron-core splits by (one per non-empty
+    document unless the data was sentence-split; an empty document has none)."""
 
     name: str
-    documents: int
+    sequences: int
     tokens: int
     per_epoch: int
     """Samples one pass over this share gives."""
@@ -100,8 +106,8 @@ def _inventory(resolved: ResolvedBlend, split: str) -> SplitReport | None:
     configs = config.split_sources(split)
     if not configs:
         return None
-    bookend = (0.0, 1.0) if isinstance(config.sources,
-                                       dict) else maps.split_matrix(config.split)[maps.SPLIT_NAMES.index(split)]
+    per_split = isinstance(config.sources, dict)
+    bookend = (0.0, 1.0) if per_split else maps.split_matrix(config.effective_split)[maps.SPLIT_NAMES.index(split)]
     if bookend is None:
         return None
     weights = maps.normalize([c.weight for c in configs])
@@ -150,11 +156,28 @@ def prebuild(config: BlendConfig, counts: SampleCounts, required: tuple[str, ...
     return result
 
 
-def show_samples(config: BlendConfig, split: str, num_samples: int | None, start: int, stop: int) -> Iterator[dict]:
+def _sample_tokenizer(resolved: ResolvedBlend) -> TextTokenizer | None:
+    """The tokenizer samples are decoded with (:func:`tokenizer_config`); None, with a warning saying why,
+    when there is none or it cannot be built: the raw ids are shown then."""
+    try:
+        config = tokenizer_config(resolved)
+        if config is not None:
+            return cached_tokenizer(config)
+        reason = "no source's .meta.json records a tokenizer and the blend names none (add tokenizer: {kind, path})"
+    except UserError as error:
+        reason = str(error)
+    log.warning("samples shown as raw ids: %s", reason)
+    return None
+
+
+def show_samples(config: BlendConfig, split: str, num_samples: int | None, start: int, stop: int,
+                 decode: bool = True) -> Iterator[dict]:
     """``{"index", "source", "tokens", "documents", "padding"}`` for samples ``[start, stop)`` of ``split``
     when ``num_samples`` are asked (the maps are built if the cache lacks them). ``tokens`` are raw ids
     (padding as -1); ``documents`` lists ``[position in the sample, sequence id, offset in the document,
-    tokens]`` for each document piece; ``padding`` counts the padded positions at the end."""
+    tokens]`` for each document piece; ``padding`` counts the padded positions at the end. With ``decode`` and a
+    known tokenizer, ``"text"`` is the sample's tokens (padding left out) decoded with the sources' tokenizer,
+    as ``corpus inspect --show`` decodes."""
     resolved = resolve_blend(config)
     plan = plan_split(resolved, split, num_samples)
     if plan is None:
@@ -164,11 +187,15 @@ def show_samples(config: BlendConfig, split: str, num_samples: int | None, start
     if not 0 <= start < stop <= len(dataset):
         raise resolved.config.error(f"--show-samples {start}:{stop} is outside the {split} split's "
                                     f"{len(dataset)} samples; pick a range inside 0:{len(dataset)}", "split")
+    tokenizer = _sample_tokenizer(resolved) if decode else None
     for index in range(start, stop):
         tokens, placed = dataset.view(index)
         filled = sum(length for _, _, _, length in placed)
-        yield {"index": index, "source": dataset.source_name(index), "tokens": tokens.tolist(),
-               "documents": [list(piece) for piece in placed], "padding": len(tokens) - filled}
+        sample = {"index": index, "source": dataset.source_name(index), "tokens": tokens.tolist(),
+                  "documents": [list(piece) for piece in placed], "padding": len(tokens) - filled}
+        text = (decode_or_none(tokenizer, sample["tokens"][:filled], f"{split} sample {index}")
+                if tokenizer is not None else None)
+        yield {**sample, "text": text} if text is not None else sample
 
 
 def report_to_json(reports: list[SplitReport]) -> list[dict]:
@@ -176,18 +203,27 @@ def report_to_json(reports: list[SplitReport]) -> list[dict]:
     return [asdict(report) for report in reports]
 
 
-def format_report(reports: list[SplitReport]) -> str:
-    """The dry run as a text table (what ``corpus blend FILE`` prints)."""
+def notes(config: BlendConfig) -> list[str]:
+    """What a dry run says about the blend itself: a split it did not set."""
+    if config.split is None and config.effective_split is not None:
+        return [f"split {config.effective_split} (Megatron's default: the blend sets no 'split')"]
+    return []
+
+
+def format_report(reports: list[SplitReport], config: BlendConfig | None = None) -> str:
+    """The dry run as a text table (what ``corpus blend FILE`` prints), after the :func:`notes` on ``config``."""
     packed = any(row.padding is not None for report in reports for row in report.rows)
-    header = (f"{'split':<6} {'source':<16} {'docs':>10} {'tokens':>13} {'per epoch':>10} {'weight':>7} {'share':>7} "
-              f"{'epochs':>6} {'samples':>11} {'in maps':>11}" + (f" {'padding':>8} {'cut':>9}" if packed else ""))
-    lines = [header, "-" * len(header)]
+    header = (f"{'split':<6} {'source':<16} {'sequences':>10} {'tokens':>13} {'per epoch':>10} {'weight':>7} "
+              f"{'share':>7} {'epochs':>6} {'samples':>11} {'in maps':>11}"
+              + (f" {'padding':>8} {'cut':>9}" if packed else ""))
+    lines = [*(notes(config) if config else []), header, "-" * len(header)]
+
     def fmt(value: object, spec: str) -> str:
         return "-" if value is None else format(value, spec)
 
     for report in reports:
         for row in report.rows:
-            lines.append(f"{report.split:<6} {row.name[:16]:<16} {row.documents:>10,} {row.tokens:>13,} "
+            lines.append(f"{report.split:<6} {row.name[:16]:<16} {row.sequences:>10,} {row.tokens:>13,} "
                          f"{row.per_epoch:>10,} {fmt(row.weight, '.3f'):>7} {fmt(row.share, '.3f'):>7} "
                          f"{fmt(row.epochs, 'd'):>6} {fmt(row.samples, ',d'):>11} {fmt(row.built, ',d'):>11}"
                          + (f" {fmt(row.padding, '.2%'):>8} {fmt(row.documents_cut, ',d'):>9}" if packed else ""))

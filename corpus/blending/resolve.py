@@ -19,6 +19,7 @@ from corpus.blending.schema import BlendConfig
 from corpus.blending.sources import Source, SourceError, load_source
 from corpus.core.errors import UserError
 from corpus.indexed import sidecar
+from corpus.tokenizers.config import TokenizerConfig, config_from_kind, config_from_record
 from corpus.tokenizers.registry import family_of, fingerprinted_files
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,7 @@ def _fill_facts(resolved: ResolvedBlend) -> None:
         "sources": {split: [[s.digest, s.info.tokenizer_identity, c.weight]
                             for s, c in zip(resolved.sources.get(split, []), config.split_sources(split))]
                     for split in SPLIT_NAMES},
-        "split": config.split, "seq_length": config.seq_length, "seed": config.seed,
+        "split": config.effective_split, "seq_length": config.seq_length, "seed": config.seed,
         "samples": {**dataclasses.asdict(config.samples), "eod_id": resolved.eod_id},
     }
     del material["samples"]["pad_id"]  # NOTE: concat never pads; a blend's fingerprint stays what it was
@@ -175,3 +176,22 @@ def _pad_id(resolved: ResolvedBlend, infos: list) -> int:
         raise config.error(f"pad id {pad} (from {origin}) is outside the vocabulary of {resolved.vocab_size} ids; "
                            f"set samples.pad_id to an id below {resolved.vocab_size}", "samples.pad_id")
     return pad
+
+
+def tokenizer_config(resolved: ResolvedBlend) -> TokenizerConfig | None:
+    """The tokenizer the blend's data was made with: the one the sources' sidecars record, else the blend's
+    ``tokenizer: {kind, path}`` (data written by Megatron has no sidecar); None when neither names one. A named
+    tokenizer that cannot be rebuilt is a :class:`UserError` saying why."""
+    spec = resolved.config.tokenizer
+    if resolved.tokenizer is not None:
+        try:
+            return config_from_record(resolved.tokenizer)
+        except UserError:
+            if spec is None:
+                raise
+    if spec is None:
+        return None
+    try:
+        return config_from_kind(spec.kind, resolved.config.resolve_path(spec.path) if spec.path else None)
+    except UserError as error:
+        raise resolved.config.error(str(error), "tokenizer") from None

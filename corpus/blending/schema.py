@@ -15,7 +15,8 @@
       - {name: code, prefix: "data/code/*_text_document", weight: 0.3, max_epochs: 4}
 
 ``sources`` may instead map split names to their own lists (``{train: [...], valid: [...]}``,
-Megatron's per-split blends; no ``split`` then). Paths are relative to the YAML file's folder.
+Megatron's per-split blends; no ``split`` then). A source list without ``split`` is split as Megatron splits
+``--data-path`` by default (:data:`DEFAULT_SPLIT`). Paths are relative to the YAML file's folder.
 Weights are normalised; omitted everywhere = Megatron's rule (one epoch of each source).
 This module checks the *shape* of a blend; :mod:`corpus.blending.sources` checks the files it names.
 """
@@ -43,6 +44,9 @@ from corpus.tokenizers.registry import FAMILIES, family_of
 class BlendError(ConfigError):
     """A blend file (or a blend built in Python) is wrong; the message names file, line, key, fix."""
 
+
+#: Megatron's ``--split`` default, used for a source list that gives no ``split`` (and for ``--data-path``).
+DEFAULT_SPLIT = "969,30,1"
 
 _SPLIT_PATTERN = re.compile(r"^\s*\d*\.?\d+(\s*,\s*\d*\.?\d+){0,2}\s*$")
 
@@ -142,7 +146,8 @@ class BlendConfig:
     sources: Sources
     """A list of sources split by ``split``, or ``{train: [...], valid: [...], test: [...]}``."""
     split: str | None = None
-    """Train/valid/test shares of each source's sequences, e.g. ``"99,1,0"`` (list form only)."""
+    """Train/valid/test shares of each source's sequences, e.g. ``"99,1,0"`` (list form only; default
+    :data:`DEFAULT_SPLIT`, see :attr:`effective_split`)."""
     seed: int = 1234
     """Seed of every shuffle (Megatron's ``--seed``)."""
     tokenizer: TokenizerSpec | None = None
@@ -184,11 +189,17 @@ class BlendConfig:
         if isinstance(self.sources, dict):
             self._check_per_split()
         else:
-            if self.split is None:
-                raise BlendError('missing required key \'split\' (train/valid/test shares, e.g. split: "99,1,0")',
-                                 "split")
-            self._check_split_string()
+            if self.split is not None:
+                self._check_split_string()
             _check_source_list(self.sources, "sources")
+
+    @property
+    def effective_split(self) -> str | None:
+        """The shares in effect: ``split``, else :data:`DEFAULT_SPLIT` for a source list (None for per-split
+        lists, which are used whole)."""
+        if isinstance(self.sources, dict):
+            return None
+        return self.split if self.split is not None else DEFAULT_SPLIT
 
     def _check_split_string(self) -> None:
         if not _SPLIT_PATTERN.match(self.split) or not sum(float(x) for x in self.split.split(",")) > 0:
@@ -293,9 +304,10 @@ def apply_overrides(config: BlendConfig, **overrides: object) -> BlendConfig:
         raise BlendError(failure.problem, failure.key, config.origin) from None
 
 
-def blend_from_data_path(data_path: list[str], split: str, seq_length: int, seed: int = 1234,
+def blend_from_data_path(data_path: list[str], split: str | None, seq_length: int, seed: int = 1234,
                          cache_dir: str | None = None) -> BlendConfig:
-    """Megatron's ``--data-path [W1] P1 [W2] P2 …`` as a blend (the trainer's Megatron spelling)."""
+    """Megatron's ``--data-path [W1] P1 [W2] P2 …`` as a blend (the trainer's Megatron spelling); ``split`` None
+    is Megatron's default, :data:`DEFAULT_SPLIT`."""
     paired = len(data_path) % 2 == 0 and all(_is_number(w) for w in data_path[::2])
     pairs = [(float(w), p) for w, p in zip(data_path[::2], data_path[1::2])] if paired else [(None,
                                                                                               p) for p in data_path]
@@ -304,7 +316,7 @@ def blend_from_data_path(data_path: list[str], split: str, seq_length: int, seed
     for index, source in enumerate(sources):
         if names.count(source["name"]) > 1:
             source["name"] = f"{source['name']}#{index}"
-    data = {"seq_length": seq_length, "seed": seed, "split": split, "sources": sources,
+    data = {"seq_length": seq_length, "seed": seed, "sources": sources, **({"split": split} if split else {}),
             **({"cache_dir": cache_dir} if cache_dir else {})}
     return blend_from_dict(data, origin="--data-path", base_dir=os.getcwd())
 

@@ -9,12 +9,15 @@ may be remote (``s3://…``): a remote output is written in a local staging fold
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 from dataclasses import dataclass
 
 from corpus import storage
+from corpus.core.disk import OutputError, free_bytes
 from corpus.core.errors import UserError
-from corpus.indexed import IndexedWriter, idx_path, read_header, sidecar
+from corpus.indexed import IndexedWriter, bin_path, idx_path, read_header, sidecar
 from corpus.indexed.prefixes import expand_all
 from corpus.indexed.publish import output_stage, publish_pair
 
@@ -70,16 +73,23 @@ def merge(inputs: list[str] | tuple[str, ...], output_prefix: str, storage_optio
     if output_prefix in prefixes:
         raise MergeError(f"output prefix {output_prefix} is also an input; choose another --output-prefix")
     dtype, first_meta = _check_compatible(prefixes)
+    needed = sum(storage.info(bin_path(p)).size + storage.info(idx_path(p)).size for p in prefixes)
     stage = output_stage(output_prefix)
-    with IndexedWriter(stage, dtype) as writer:
-        for prefix in prefixes:
-            writer.add_index(prefix)
-        meta = {"merged_from": prefixes}
-        if first_meta:
-            for key in ("tokenizer", "encoder", "vocab_size", "eod_id", "bos_id", "json_key", "append_eod"):
-                if key in first_meta:
-                    meta[key] = first_meta[key]
-        writer.finalize(meta)
+    free = free_bytes(f"{stage}.bin")
+    if free is not None and free < needed:  # refused before a byte is written, not after minutes of copying
+        raise OutputError(f"{stage}.bin", OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), needed,
+                          "--output-prefix", "run the merge again")
+    meta = {"merged_from": prefixes}
+    if first_meta:
+        meta.update({key: first_meta[key] for key in ("tokenizer", "encoder", "vocab_size", "eod_id", "bos_id",
+                                                      "json_key", "append_eod") if key in first_meta})
+    try:
+        with IndexedWriter(stage, dtype) as writer:
+            for prefix in prefixes:
+                writer.add_index(prefix)
+            writer.finalize(meta)
+    except OutputError as error:  # the partial files are gone (the writer aborts): the whole size is needed again
+        raise error.for_command("--output-prefix", "run the merge again", needed) from None
     if stage != output_prefix:
         publish_pair(stage, output_prefix)
         storage.clear_staging(output_prefix)

@@ -104,16 +104,30 @@ class IndexedReader:
                     "(pointers must be the running sum of lengths x itemsize)",
                 )
             running = int(expected[-1]) + int(chunk[-1]) * itemsize
-        docs = self.document_indices
+        docs, single = self.document_indices, self._one_sequence_per_document()
         for start in range(0, len(docs) - 1, _CHUNK):
-            window = docs[start : start + _CHUNK + 1]
-            decreasing = np.diff(window) < 0
-            if decreasing.any():
-                bad = start + int(np.argmax(decreasing))
+            steps = np.diff(docs[start : start + _CHUNK + 1])
+            if (steps < 0).any():
+                bad = start + int(np.argmax(steps < 0))
                 raise IndexFormatError(
                     self.idx_file,
                     f"document index is not monotonic at document {bad}: {docs[bad]} then {docs[bad + 1]}",
                 )
+            if single and (steps > 1).any():
+                bad = start + int(np.argmax(steps > 1))
+                raise IndexFormatError(
+                    self.idx_file, f"document {bad} holds sequences {docs[bad]} to {docs[bad + 1] - 1}, but the "
+                    "sidecar says every document is one sequence: the document index was changed (corpus inspect "
+                    "--check lists every problem)")
+
+    def _one_sequence_per_document(self) -> bool:
+        """Whether the sidecar says so (what lets validation insist the document index is 0..N with repeats
+        for empty documents); a missing or unreadable sidecar says nothing."""
+        try:
+            meta = sidecar.parse(self.prefix)
+        except sidecar.SidecarError:
+            return False
+        return meta is not None and meta.get("one_sequence_per_document") is True
 
     # -- access -------------------------------------------------------------------------------
 

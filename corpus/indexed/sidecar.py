@@ -1,7 +1,9 @@
 """The ``<prefix>.meta.json`` sidecar: what wrote a token file and with which tokenizer.
 
 Megatron ignores the sidecar and nothing needs it to read the data; our readers use it to refuse
-mixing tokenizers (merge, blends) and to decode (inspect). Writes are atomic (temp name + rename).
+mixing tokenizers (merge, blends) and to decode (inspect). Writes are atomic (temp name + rename). A sidecar
+is read through its schema (:data:`SCHEMA`): a value of the wrong type, or a count missing from one this tool
+wrote, is a :class:`SidecarError` (``corpus inspect --check`` lists each one), never a ``TypeError`` later.
 """
 
 from __future__ import annotations
@@ -10,13 +12,74 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from corpus import storage
+from corpus.core.disk import discard, guard
+from corpus.core.errors import UserError
 from corpus.storage import ObjectPath
 
 TOOL_NAME = "blendforge"
 SIDE_SUFFIX = ".meta.json"
+
+
+class SidecarError(UserError, ValueError):
+    """A sidecar is not valid JSON, not an object, or holds values of the wrong type."""
+
+    def __init__(self, path: str | os.PathLike, problem: str) -> None:
+        self.path, self.problem = str(path), problem
+        super().__init__(f"{path}: {problem}; delete it or re-run corpus tokenize")
+
+
+def _count(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _positive(value: object) -> bool:
+    return type(value) is int and value > 0
+
+
+def _token_id(value: object) -> bool:
+    return value is None or _count(value)
+
+
+def _kind(*types: type) -> Callable[[object], bool]:
+    return lambda value: type(value) in types
+
+
+#: Each key a sidecar may hold: the test its value must pass and what that test wants (for messages). Keys not
+#: listed are kept and not checked (another version may add some).
+SCHEMA: dict[str, tuple[Callable[[object], bool], str]] = {
+    "tool": (_kind(str), "a string"),
+    "tool_version": (_kind(str), "a string"),
+    "tokenizer": (_kind(dict), "an object"),
+    "encoder": (_kind(str), "a string"),
+    "vocab_size": (_positive, "a positive integer"),
+    "eod_id": (_token_id, "a token id (an integer >= 0) or null"),
+    "bos_id": (_token_id, "a token id (an integer >= 0) or null"),
+    "json_key": (_kind(str), "a string"),
+    "append_eod": (_kind(bool), "true or false"),
+    "options_hash": (_kind(str), "a string"),
+    "inputs": (_kind(list), "a list"),
+    "merged_from": (_kind(list), "a list"),
+    "dtype": (_kind(str), "a dtype name such as \"uint16\""),
+    "num_sequences": (_count, "an integer >= 0"),
+    "num_documents": (_count, "an integer >= 0"),
+    "num_tokens": (_count, "an integer >= 0"),
+    "num_empty_documents": (_count, "an integer >= 0"),
+    "one_sequence_per_document": (_kind(bool), "true or false"),
+    "checksums": (lambda v: type(v) is dict and all(type(x) is str for x in v.values()), "an object of strings"),
+}
+#: The keys of the ``tokenizer`` record that readers use, checked the same way.
+TOKENIZER_SCHEMA: dict[str, tuple[Callable[[object], bool], str]] = {
+    "type": (_kind(str), "a string"),
+    "fingerprint": (_kind(str), "a string"),
+    "vocab_size": SCHEMA["vocab_size"],
+    "eod": SCHEMA["eod_id"],
+    "bos": SCHEMA["bos_id"],
+}
+#: What every sidecar this tool writes holds (the writer fills them in): one missing was renamed or deleted.
+REQUIRED = ("dtype", "num_sequences", "num_documents", "num_tokens")
 
 
 def path_for(prefix: str | os.PathLike) -> Path | ObjectPath:
@@ -35,28 +98,78 @@ def tool_version() -> str:
 
 
 def write(prefix: str | os.PathLike, meta: dict) -> None:
-    """Atomically write the sidecar of ``prefix``."""
+    """Atomically write the sidecar of ``prefix`` (an ``OutputError`` when the disk refuses)."""
     target = path_for(prefix)
     partial = target.with_name(target.name + ".partial")
     document = {"tool": TOOL_NAME, "tool_version": tool_version(), **meta}
-    partial.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
-    os.replace(partial, target)
+    try:
+        with guard(partial):
+            with open(partial, "w") as handle:
+                handle.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+            os.replace(partial, target)
+    except BaseException:
+        discard(partial)
+        raise
 
 
-def read(prefix: str | os.PathLike) -> dict | None:
-    """The sidecar of ``prefix`` as a dict, or None when there is none (files written by Megatron).
+def _shown(value: object) -> str:
+    return json.dumps(value)  # NaN too, as Python's json reads and writes it
 
-    A sidecar that exists but is not valid JSON raises ValueError naming the file.
-    """
+
+def parse(prefix: str | os.PathLike) -> dict | None:
+    """The sidecar of ``prefix`` as parsed JSON, its values unchecked (None when there is none); not valid
+    JSON, or JSON that is not an object, is a :class:`SidecarError`."""
     target = path_for(prefix)
     try:
         text = target.read_text()
     except FileNotFoundError:  # storage.ObjectNotFound for an object
         return None
     try:
-        return json.loads(text)
+        meta = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ValueError(f"{target}: not valid JSON ({error}); delete it or re-run corpus tokenize") from None
+        raise SidecarError(target, f"not valid JSON ({error})") from None
+    if not isinstance(meta, dict):
+        raise SidecarError(target, f"expected a JSON object, got {_shown(meta)}")
+    return meta
+
+
+def problems(meta: dict) -> list[tuple[str, str]]:
+    """Every way ``meta`` (a parsed sidecar) breaks :data:`SCHEMA`, as (key, problem); empty when sound."""
+    found = [(key, f"{key}: expected {wanted}, got {_shown(meta[key])}")
+             for key, (test, wanted) in SCHEMA.items() if key in meta and not test(meta[key])]
+    record = meta.get("tokenizer")
+    if isinstance(record, dict):
+        found += [(f"tokenizer.{key}", f"tokenizer.{key}: expected {wanted}, got {_shown(record[key])}")
+                  for key, (test, wanted) in TOKENIZER_SCHEMA.items()
+                  if record.get(key) is not None and not test(record[key])]
+    if meta.get("tool") == TOOL_NAME:
+        found += [(key, f"{key} is missing (every sidecar {TOOL_NAME} writes has it: renamed or deleted?)")
+                  for key in REQUIRED if key not in meta]
+    return found
+
+
+def usable(meta: dict, found: list[tuple[str, str]]) -> dict:
+    """``meta`` without the values :func:`problems` found wrong: what checks may still trust."""
+    bad = {key for key, _ in found}
+    clean = {key: value for key, value in meta.items() if key not in bad}
+    if isinstance(clean.get("tokenizer"), dict):
+        clean["tokenizer"] = {k: v for k, v in clean["tokenizer"].items() if f"tokenizer.{k}" not in bad}
+    return clean
+
+
+def read(prefix: str | os.PathLike) -> dict | None:
+    """The sidecar of ``prefix`` as a dict, or None when there is none (files written by Megatron).
+
+    A sidecar that exists but is not valid JSON, not an object, or breaks :data:`SCHEMA` raises
+    :class:`SidecarError` (a ``ValueError``) naming the file and every problem.
+    """
+    meta = parse(prefix)
+    if meta is None:
+        return None
+    found = problems(meta)
+    if found:
+        raise SidecarError(path_for(prefix), "; ".join(problem for _, problem in found))
+    return meta
 
 
 def fingerprint_files(paths: Iterable[str | os.PathLike]) -> str:

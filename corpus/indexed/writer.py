@@ -1,23 +1,49 @@
-"""The streaming, resumable, atomic writer of ``.bin/.idx`` pairs (byte-identical to Megatron's builder)."""
+"""The streaming, resumable, atomic writer of ``.bin/.idx`` pairs (byte-identical to Megatron's builder).
+
+Every file system error is raised as :class:`~corpus.core.disk.OutputError` naming the file (a full disk, a
+read-only folder), and the sidecar records what ``corpus inspect --check`` needs beyond the index itself: the
+sha256 of both files, the empty-document count and whether every document is one sequence.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from corpus import storage
+from corpus.core.disk import guard
 from corpus.indexed import sidecar
-from corpus.indexed.format import _CHUNK, CODE_BY_DTYPE, MAGIC, VERSION, IndexFormatError, bin_path, idx_path
+from corpus.indexed.format import (
+    _CHUNK,
+    CODE_BY_DTYPE,
+    HEADER_SIZE,
+    MAGIC,
+    VERSION,
+    IndexFormatError,
+    bin_path,
+    idx_path,
+)
 from corpus.indexed.reader import IndexedReader
 
 
 def _sync(handle) -> None:
     handle.flush()
     os.fsync(handle.fileno())
+
+
+def _hash_prefix(path: Path, size: int) -> "hashlib._Hash":
+    """sha256 of the first ``size`` bytes of ``path`` (a resumed writer continues the checksum from there)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while size and (block := handle.read(min(size, 64 << 20))):
+            digest.update(block)
+            size -= len(block)
+    return digest
 
 
 def _reopen_at(path: Path, size: int):
@@ -47,10 +73,11 @@ class _SpillBuffer:
         self.dtype = np.dtype(dtype)
         self._buffer = np.empty(_CHUNK, dtype=self.dtype)
         self._used = 0
-        if resume_count is None:
-            self.count, self._file = 0, open(path, "wb")
-        else:
-            self.count, self._file = resume_count, _reopen_at(path, resume_count * self.dtype.itemsize)
+        with guard(path):
+            if resume_count is None:
+                self.count, self._file = 0, open(path, "wb")
+            else:
+                self.count, self._file = resume_count, _reopen_at(path, resume_count * self.dtype.itemsize)
 
     def extend(self, values: np.ndarray) -> None:
         values = np.asarray(values, dtype=self.dtype)
@@ -64,13 +91,15 @@ class _SpillBuffer:
                 self.flush()
 
     def flush(self) -> None:
-        self._file.write(self._buffer[: self._used].tobytes())
+        with guard(self.path):
+            self._file.write(self._buffer[: self._used].tobytes())
         self._used = 0
 
     def sync(self) -> None:
         """Write the buffered values and make the file durable (a checkpoint)."""
         self.flush()
-        _sync(self._file)
+        with guard(self.path):
+            _sync(self._file)
 
     def chunks(self) -> Iterator[np.ndarray]:
         """Yield the stored values in order, chunk by chunk (after :meth:`close`)."""
@@ -80,7 +109,17 @@ class _SpillBuffer:
 
     def close(self) -> None:
         self.flush()
-        self._file.close()
+        with guard(self.path):
+            self._file.close()
+
+
+def _close_quietly(handle) -> None:
+    """Close a partial file, ignoring a failing flush (a full disk): ``--resume`` cuts every partial file back to
+    its checkpointed size, which was made durable before the checkpoint was recorded, so nothing is lost."""
+    try:
+        handle.close()
+    except OSError:
+        pass
 
 
 class IndexedWriter:
@@ -99,17 +138,21 @@ class IndexedWriter:
         self.dtype = np.dtype(dtype)
         if self.dtype not in CODE_BY_DTYPE:
             raise ValueError(f"dtype {self.dtype} has no Megatron code; use one of {sorted(map(str, CODE_BY_DTYPE))}")
-        Path(self.prefix).parent.mkdir(parents=True, exist_ok=True)
         self._partial_bin = Path(f"{self.prefix}.bin.partial")
         lengths, doc_ends = Path(f"{self.prefix}.lengths.partial"), Path(f"{self.prefix}.docs.partial")
+        with guard(self._partial_bin):
+            Path(self.prefix).parent.mkdir(parents=True, exist_ok=True)
+            if resume is None:
+                self._bin, self._digest = open(self._partial_bin, "wb"), hashlib.sha256()
+            else:
+                size = resume["num_tokens"] * self.dtype.itemsize
+                self._bin, self._digest = _reopen_at(self._partial_bin, size), _hash_prefix(self._partial_bin, size)
         if resume is None:
-            self._bin = open(self._partial_bin, "wb")
             self._lengths = _SpillBuffer(lengths, np.int32)
             self._doc_ends = _SpillBuffer(doc_ends, np.int64)
             self._doc_ends.extend(np.zeros(1, dtype=np.int64))
             self.num_tokens = 0
         else:
-            self._bin = _reopen_at(self._partial_bin, resume["num_tokens"] * self.dtype.itemsize)
             self._lengths = _SpillBuffer(lengths, np.int32, resume_count=resume["num_sequences"])
             self._doc_ends = _SpillBuffer(doc_ends, np.int64, resume_count=resume["num_documents"] + 1)
             self.num_tokens = resume["num_tokens"]
@@ -118,7 +161,8 @@ class IndexedWriter:
     def checkpoint(self) -> dict:
         """Make everything written so far durable; the returned counts let ``IndexedWriter(prefix, dtype,
         resume=...)`` continue from exactly here after a crash (even ``kill -9``)."""
-        _sync(self._bin)
+        with guard(self._partial_bin):
+            _sync(self._bin)
         self._lengths.sync()
         self._doc_ends.sync()
         return {"num_tokens": self.num_tokens, "num_sequences": self.num_sequences,
@@ -140,7 +184,10 @@ class IndexedWriter:
                     f"{self.prefix}: token id range [{low}, {high}] does not fit {self.dtype}; "
                     "the vocabulary needs int32 (token_dtype_for_vocab)"
                 )
-        self._bin.write(np.ascontiguousarray(tokens, dtype=self.dtype).tobytes())
+        data = np.ascontiguousarray(tokens, dtype=self.dtype).tobytes()
+        with guard(self._partial_bin):
+            self._bin.write(data)
+        self._digest.update(data)
         self.num_tokens += tokens.size
 
     def add_sequence(self, tokens: Sequence[int] | np.ndarray) -> None:
@@ -195,59 +242,76 @@ class IndexedWriter:
                 self._doc_ends.extend(offset + docs[start : start + _CHUNK])
             with storage.open_binary(source.bin_file) as handle:
                 while block := handle.read(64 << 20):
-                    self._bin.write(block)
+                    with guard(self._partial_bin):
+                        self._bin.write(block)
+                    self._digest.update(block)
             self.num_tokens += source.num_tokens
 
     def finalize(self, meta: dict | None = None) -> None:
         """Write the index and (when ``meta`` is given) the sidecar, then rename everything into place.
 
-        ``meta`` holds what only the caller knows (tokenizer, inputs, options); counts and the dtype
-        are filled in here. The old ``.idx`` is removed first and the new one renamed last, so a crash
-        at any point leaves either no pair or a complete one.
+        ``meta`` holds what only the caller knows (tokenizer, inputs, options); counts, the dtype, the document
+        facts and the checksums are filled in here. The old ``.idx`` is removed first and the new one renamed
+        last, so a crash at any point leaves either no pair or a complete one.
         """
-        self._bin.flush()
-        os.fsync(self._bin.fileno())
-        self._bin.close()
+        with guard(self._partial_bin):
+            _sync(self._bin)
+            self._bin.close()
         self._lengths.close()
         self._doc_ends.close()
         partial_idx = Path(f"{self.prefix}.idx.partial")
-        with open(partial_idx, "wb") as out:
-            out.write(MAGIC)
-            out.write(struct.pack("<QB", VERSION, CODE_BY_DTYPE[self.dtype]))
-            out.write(struct.pack("<QQ", self._lengths.count, self._doc_ends.count))
-            for chunk in self._lengths.chunks():
-                out.write(chunk.tobytes())
-            running = 0
-            for chunk in self._lengths.chunks():
-                sizes = chunk.astype(np.int64) * self.dtype.itemsize
-                pointers = running + np.concatenate(([0], np.cumsum(sizes[:-1])))
-                out.write(pointers.astype(np.int64).tobytes())
-                running = int(pointers[-1] + sizes[-1])
-            for chunk in self._doc_ends.chunks():
-                out.write(chunk.tobytes())
-            out.flush()
-            os.fsync(out.fileno())
-        idx_path(self.prefix).unlink(missing_ok=True)
+        index_bytes = HEADER_SIZE + 12 * self._lengths.count + 8 * self._doc_ends.count
+        with guard(partial_idx, needed=index_bytes):
+            with open(partial_idx, "wb") as out:
+                facts = self._write_index(out)
+                out.flush()
+                os.fsync(out.fileno())
+            idx_path(self.prefix).unlink(missing_ok=True)
         if meta is not None:
-            sidecar.write(self.prefix, self._completed_meta(meta))
-        os.replace(self._partial_bin, bin_path(self.prefix))
-        os.replace(partial_idx, idx_path(self.prefix))
-        self._lengths.path.unlink()
-        self._doc_ends.path.unlink()
+            sidecar.write(self.prefix, self._completed_meta(meta, facts))
+        with guard(bin_path(self.prefix)):
+            os.replace(self._partial_bin, bin_path(self.prefix))
+            os.replace(partial_idx, idx_path(self.prefix))
+            self._lengths.path.unlink()
+            self._doc_ends.path.unlink()
 
-    def _completed_meta(self, meta: dict) -> dict:
+    def _write_index(self, out) -> dict:
+        """Write the ``.idx`` bytes to ``out``; returns the facts the sidecar records about them."""
+        idx_digest = hashlib.sha256()
+
+        def emit(data: bytes) -> None:
+            out.write(data)
+            idx_digest.update(data)
+
+        emit(MAGIC)
+        emit(struct.pack("<QB", VERSION, CODE_BY_DTYPE[self.dtype]))
+        emit(struct.pack("<QQ", self._lengths.count, self._doc_ends.count))
+        for chunk in self._lengths.chunks():
+            emit(chunk.tobytes())
+        running = 0
+        for chunk in self._lengths.chunks():
+            sizes = chunk.astype(np.int64) * self.dtype.itemsize
+            pointers = running + np.concatenate(([0], np.cumsum(sizes[:-1])))
+            emit(pointers.astype(np.int64).tobytes())
+            running = int(pointers[-1] + sizes[-1])
+        empty, widest = _document_facts(self._doc_ends.chunks(), emit)
+        return {"num_empty_documents": empty, "one_sequence_per_document": widest <= 1,
+                "checksums": {"bin_sha256": self._digest.hexdigest(), "idx_sha256": idx_digest.hexdigest()}}
+
+    def _completed_meta(self, meta: dict, facts: dict) -> dict:
         return {
             **meta,
             "dtype": str(self.dtype),
             "num_sequences": self.num_sequences,
             "num_documents": self.num_documents,
             "num_tokens": self.num_tokens,
+            **facts,
         }
 
     def close(self) -> None:
         """Close the partial files, keeping them (an interrupted run that ``--resume`` will continue)."""
         for handle in (self._bin, self._lengths._file, self._doc_ends._file):
-            handle.close()
+            _close_quietly(handle)
 
     def abort(self) -> None:
         """Close and delete every partial file; nothing under the final names is touched."""
@@ -261,6 +325,20 @@ class IndexedWriter:
     def __exit__(self, exc_type: type | None, *rest: object) -> None:
         if exc_type is not None:
             self.abort()
+
+
+def _document_facts(chunks: Iterator[np.ndarray], emit: Callable[[bytes], None]) -> tuple[int, int]:
+    """Write the document index chunk by chunk with ``emit``; returns (documents with no sequence, the most
+    sequences in one document)."""
+    empty, widest, previous = 0, 0, None
+    for chunk in chunks:
+        emit(chunk.tobytes())
+        steps = np.diff(chunk) if previous is None else np.diff(chunk, prepend=previous)
+        if len(steps):
+            empty += int(np.count_nonzero(steps == 0))
+            widest = max(widest, int(steps.max()))
+        previous = chunk[-1]
+    return empty, widest
 
 
 def finish_interrupted_finalize(prefix: str | os.PathLike) -> bool:

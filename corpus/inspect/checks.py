@@ -65,6 +65,8 @@ class CheckOptions:
     vocab_size: int | None = None
     #: At most this many problems of each check are listed per file; the rest become one summary entry.
     max_problems: int = 10
+    #: Also hash both files and compare with the checksums the sidecar records (reads every byte).
+    deep: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,11 +81,12 @@ class _Pair:
     sequence_pointers: np.ndarray
     document_indices: np.ndarray
     tokens: np.ndarray | None  # None when the .bin is missing
-    meta: dict | None
-    meta_error: str | None
+    meta: dict | None  # only the values that passed the sidecar's schema
+    meta_problems: tuple[str, ...]
     vocab_size: int | None
     eod_id: int | None
     max_problems: int
+    deep: bool = False
     structure_ok: bool = False
 
     @property
@@ -97,6 +100,13 @@ class _Pair:
         lengths = self.sequence_lengths
         return sum(int(np.maximum(lengths[s : s + DOCUMENT_CHUNK], 0).sum(dtype=np.int64))
                    for s in range(0, len(lengths), DOCUMENT_CHUNK))
+
+    @functools.cached_property
+    def empty_documents(self) -> int:
+        """Documents that hold no sequence (equal consecutive document indices)."""
+        docs = self.document_indices
+        return sum(int(np.count_nonzero(np.diff(np.asarray(docs[s : s + DOCUMENT_CHUNK + 1])) == 0))
+                   for s in range(0, len(docs) - 1, DOCUMENT_CHUNK))
 
     def length_offset(self, sequence: int) -> int:
         return HEADER_SIZE + 4 * sequence
@@ -162,16 +172,23 @@ class _Findings:
 
 
 def _check_document_index(pair: _Pair) -> list[Problem]:
-    """Document indices start at 0, never decrease, and end at the sequence count."""
+    """Document indices start at 0, never decrease, and end at the sequence count; when the sidecar says every
+    document is one sequence (``corpus tokenize``'s files), no document holds more than one."""
     docs, count = pair.document_indices, len(pair.sequence_lengths)
     found = _Findings(pair, "document-index", pair.idx_file)
+    single = (pair.meta or {}).get("one_sequence_per_document") is True
     if docs[0] != 0:
         found.add_one(f"document index starts at sequence {docs[0]}, not 0", 0, pair.document_offset(0))
     for start in range(0, len(docs) - 1, DOCUMENT_CHUNK):
-        window = np.asarray(docs[start : start + DOCUMENT_CHUNK + 1])
-        found.add(np.flatnonzero(np.diff(window) < 0) + start, lambda d: (
+        steps = np.diff(np.asarray(docs[start : start + DOCUMENT_CHUNK + 1]))
+        found.add(np.flatnonzero(steps < 0) + start, lambda d: (
             f"not monotonic: document {d} starts at sequence {docs[d]}, document {d + 1} at {docs[d + 1]}",
             d, pair.document_offset(d + 1)))
+        if single:
+            found.add(np.flatnonzero(steps > 1) + start, lambda d: (
+                f"document {d} holds sequences {docs[d]} to {docs[d + 1] - 1}, but the sidecar says every "
+                "document is one sequence (one_sequence_per_document): the document index was changed",
+                d, pair.document_offset(d + 1)))
     if docs[-1] != count:
         found.add_one(f"document index ends at sequence {docs[-1]}, not at the sequence count {count}",
                       None, pair.document_offset(len(docs) - 1))
@@ -227,14 +244,15 @@ def _check_bin_size(pair: _Pair) -> list[Problem]:
 def _check_sidecar(pair: _Pair) -> list[Problem]:
     """The sidecar parses, agrees with the files it describes, and its special ids fit the vocabulary."""
     found = _Findings(pair, "sidecar", sidecar.path_for(pair.prefix))
-    if pair.meta_error:
-        found.add_one(pair.meta_error)
+    for problem in pair.meta_problems:
+        found.add_one(problem)
     meta = pair.meta or {}
-    actual = {"dtype": str(pair.dtype), "num_sequences": len(pair.sequence_lengths),
-              "num_documents": len(pair.document_indices) - 1, "num_tokens": pair.index_tokens}
+    actual = {"dtype": lambda: str(pair.dtype), "num_sequences": lambda: len(pair.sequence_lengths),
+              "num_documents": lambda: len(pair.document_indices) - 1, "num_tokens": lambda: pair.index_tokens,
+              "num_empty_documents": lambda: pair.empty_documents}
     for key, value in actual.items():
-        if key in meta and meta[key] != value:
-            found.add_one(f"records {key}={meta[key]!r} but the files hold {value!r}")
+        if key in meta and meta[key] != value():
+            found.add_one(f"records {key}={meta[key]!r} but the files hold {value()!r}")
     vocab = pair.vocab_size
     for key in ("eod_id", "bos_id"):
         if vocab is not None and meta.get(key) is not None and not 0 <= meta[key] < vocab:
@@ -287,6 +305,24 @@ def _check_eod(pair: _Pair) -> list[Problem]:
     return found.problems()
 
 
+def _check_checksums(pair: _Pair) -> list[Problem]:
+    """With ``deep``: the sha256 of each file is the one the sidecar recorded when the pair was written."""
+    recorded = (pair.meta or {}).get("checksums") or {}
+    if pair.deep and not recorded:
+        log.info("%s: checksums not compared: the sidecar records none (written by Megatron or an older version)",
+                 pair.prefix)
+    if not pair.deep or not recorded:
+        return []
+    problems = []
+    for key, path in (("bin_sha256", pair.bin_file), ("idx_sha256", pair.idx_file)):
+        found = _Findings(pair, "checksum", path)
+        if key in recorded and path.exists() and sidecar.fingerprint_files([path]) != recorded[key]:
+            found.add_one(f"sha256 differs from the one the sidecar records ({key}): the file changed after it was "
+                          "written; re-run corpus tokenize (or restore the file)")
+        problems += found.problems()
+    return problems
+
+
 #: Checks of the index arrays and file sizes, in order; later checks trust the structure only if these pass.
 STRUCTURE_CHECKS: dict[str, Callable[[_Pair], list[Problem]]] = {
     "document-index": _check_document_index,
@@ -299,6 +335,7 @@ CONTENT_CHECKS: dict[str, Callable[[_Pair], list[Problem]]] = {
     "sidecar": _check_sidecar,
     "token-ids": _check_token_ids,
     "eod": _check_eod,
+    "checksum": _check_checksums,
 }
 
 
@@ -310,11 +347,16 @@ def _map_tokens(path: Path | storage.ObjectPath, dtype: np.dtype) -> np.ndarray 
         return None
 
 
-def _read_meta(prefix: str) -> tuple[dict | None, str | None]:
+def _read_meta(prefix: str) -> tuple[dict | None, tuple[str, ...]]:
+    """The sidecar's sound values and every problem with it (each one reported, none raised)."""
     try:
-        return sidecar.read(prefix), None
-    except ValueError as error:
-        return None, str(error)
+        raw = sidecar.parse(prefix)
+    except sidecar.SidecarError as error:
+        return None, (error.problem,)
+    if raw is None:
+        return None, ()
+    found = sidecar.problems(raw)
+    return sidecar.usable(raw, found), tuple(problem for _, problem in found)
 
 
 def _recorded(meta: dict | None, key: str, tokenizer_key: str) -> int | None:
@@ -329,10 +371,11 @@ def _recorded(meta: dict | None, key: str, tokenizer_key: str) -> int | None:
 def check_prefix(prefix: str, options: CheckOptions = CheckOptions()) -> list[Problem]:
     """Run every check on the pair ``prefix`` and return all problems found (empty when clean).
 
-    Checks: header; document index monotonic from 0 to the sequence count; no negative length;
-    pointers consistent; ``.bin`` size = sum of lengths x itemsize; sidecar consistent; every id below
-    the vocabulary size (the sidecar's, or ``options.vocab_size``); EOD ending every document when the
-    sidecar says EOD was appended.
+    Checks: header; document index monotonic from 0 to the sequence count (one sequence per document when the
+    sidecar says so); no negative length; pointers consistent; ``.bin`` size = sum of lengths x itemsize;
+    sidecar well-formed and consistent; every id below the vocabulary size (the sidecar's, or
+    ``options.vocab_size``); EOD ending every document when the sidecar says EOD was appended; with
+    ``options.deep``, both files' sha256 against the sidecar's checksums.
     """
     prefix = strip_suffix(prefix)
     try:
@@ -341,11 +384,11 @@ def check_prefix(prefix: str, options: CheckOptions = CheckOptions()) -> list[Pr
         return [Problem(prefix, "header", error.path, error.problem)]
     lengths, pointers, documents = index_arrays(np.memmap(storage.local_file(idx_path(prefix)), dtype=np.uint8,
                                                           mode="r"), header)
-    meta, meta_error = _read_meta(prefix)
+    meta, meta_problems = _read_meta(prefix)
     vocab = options.vocab_size if options.vocab_size is not None else _recorded(meta, "vocab_size", "vocab_size")
     pair = _Pair(prefix, idx_path(prefix), bin_path(prefix), header.dtype, lengths, pointers, documents,
-                 _map_tokens(bin_path(prefix), header.dtype), meta, meta_error, vocab,
-                 _recorded(meta, "eod_id", "eod"), options.max_problems)
+                 _map_tokens(bin_path(prefix), header.dtype), meta, meta_problems, vocab,
+                 _recorded(meta, "eod_id", "eod"), options.max_problems, options.deep)
     problems = [problem for check in STRUCTURE_CHECKS.values() for problem in check(pair)]
     pair = dataclasses.replace(pair, structure_ok=not problems)
     problems += [problem for check in CONTENT_CHECKS.values() for problem in check(pair)]

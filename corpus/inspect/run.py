@@ -15,8 +15,9 @@ from corpus.indexed import IndexFormatError
 from corpus.indexed.prefixes import expand_all
 from corpus.inspect.checks import CheckOptions, Problem, check_prefix
 from corpus.inspect.plot import require_matplotlib, write_plot
-from corpus.inspect.show import DocumentRange, ShownDocument, cached_tokenizer, show_documents
+from corpus.inspect.show import DocumentRange, ShownDocument, show_documents
 from corpus.inspect.summary import InspectError, InspectReport, inspect_prefix
+from corpus.tokenizers.decode import cached_tokenizer
 
 if TYPE_CHECKING:
     from corpus.tokenizers import TokenizerConfig
@@ -30,6 +31,8 @@ class InspectConfig:
     datasets: tuple[str, ...]
     #: Run every check and report all problems found.
     check: bool = False
+    #: With ``check``: also hash both files against the checksums the sidecar records (reads every byte).
+    deep: bool = False
     #: At most this many problems of each kind are listed per file; the rest are counted.
     max_problems: int = 10
     #: Documents to print.
@@ -51,6 +54,8 @@ class InspectConfig:
             raise InspectError("name at least one dataset (a prefix, an .idx/.bin path, a glob or a directory)")
         if self.max_problems < 1:
             raise InspectError(f"max_problems must be at least 1, not {self.max_problems}")
+        if self.deep and not self.check:
+            raise InspectError("--deep deepens --check: add --check")
         if self.ids and self.show is None:
             raise InspectError("--ids prints the ids of shown documents: add --show A:B (or --show N)")
 
@@ -79,7 +84,8 @@ class Inspection:
 def _inspect_one(prefix: str, config: InspectConfig, vocab_size: int | None) -> Inspection:
     problems = None
     if config.check:
-        problems = check_prefix(prefix, CheckOptions(vocab_size=vocab_size, max_problems=config.max_problems))
+        problems = check_prefix(prefix, CheckOptions(vocab_size=vocab_size, max_problems=config.max_problems,
+                                                     deep=config.deep))
     try:
         report = inspect_prefix(prefix)
     except (IndexFormatError, InspectError):

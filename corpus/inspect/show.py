@@ -1,13 +1,9 @@
 """``corpus inspect --show``: print documents of a pair, decoded with the tokenizer recorded in its
-sidecar (or one given explicitly), and their raw ids on request.
-
-Tokenizers are built once per distinct configuration, so showing documents of a thousand shards
-made with one tokenizer loads it once.
+sidecar (or one given explicitly, see :mod:`corpus.tokenizers.decode`), and their raw ids on request.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -16,6 +12,7 @@ import numpy as np
 
 from corpus.core.errors import UserError
 from corpus.indexed import IndexedReader
+from corpus.tokenizers.decode import cached_tokenizer, decode_or_none, recorded_tokenizer
 
 if TYPE_CHECKING:
     from corpus.tokenizers import TextTokenizer, TokenizerConfig
@@ -69,26 +66,13 @@ class ShownDocument:
     text: str | None
 
 
-@functools.lru_cache(maxsize=8)
-def cached_tokenizer(config: "TokenizerConfig") -> "TextTokenizer":
-    """``build_tokenizer(config)``, built once per distinct config (loading one can take a second)."""
-    from corpus.tokenizers import build_tokenizer
-
-    return build_tokenizer(config)
-
-
 def resolve_tokenizer(prefix: str, config: "TokenizerConfig | None", meta: dict | None) -> "TextTokenizer | None":
     """The tokenizer to decode with: ``config`` when given, else the one the sidecar of ``prefix``
     records, else None. A record that cannot be rebuilt (file moved, other tool) is a :class:`ShowError`."""
     if config is not None:
         return cached_tokenizer(config)
-    record = (meta or {}).get("tokenizer")
-    if record is None:
-        return None
-    from corpus.tokenizers import config_from_record
-
     try:
-        return cached_tokenizer(config_from_record(record))
+        return recorded_tokenizer((meta or {}).get("tokenizer"))
     except UserError as error:
         raise ShowError(f"{prefix}: cannot rebuild the tokenizer its sidecar records ({error}); "
                         "give --tokenizer-type/--tokenizer-model to decode") from None
@@ -108,18 +92,8 @@ def show_documents(prefix: str, selection: DocumentRange, config: "TokenizerConf
         for index in selection.resolve(reader.num_documents, prefix):
             sequences = reader.document(index)
             flat = np.concatenate(sequences) if sequences else np.empty(0, dtype=reader.dtype)
-            text = _decode(tokenizer, flat, f"{prefix}: document {index}") if tokenizer is not None else None
+            text = (decode_or_none(tokenizer, flat.tolist(), f"{prefix}: document {index}") if tokenizer is not None
+                    else None)
             keep_ids = ids or (tokenizer is not None and text is None)
             shown.append(ShownDocument(index, len(flat), [s.tolist() for s in sequences] if keep_ids else None, text))
     return shown
-
-
-def _decode(tokenizer: "TextTokenizer", ids: np.ndarray, where: str) -> str | None:
-    """The text of ``ids``, or None (and a warning) when the tokenizer refuses them (e.g. an id beyond
-    its vocabulary in a corrupt file): showing the raw ids beats stopping."""
-    try:
-        return tokenizer.decode(ids.tolist())
-    except Exception as error:  # noqa: BLE001 - each library raises its own types
-        log.warning("%s cannot be decoded with %s (%s: %s); showing raw ids (run --check)",
-                    where, tokenizer.config.type, type(error).__name__, error)
-        return None

@@ -76,7 +76,9 @@ class RawBatch:
     ``numbers[i]`` locates record i (1-based line, or 0-based row). ``read_error`` is set when the
     file could not be read past this batch (truncated or corrupt stream): the failure is located at
     ``error_number``. ``resume`` is where to continue once this batch is written and ``progress`` the
-    input bytes of the shard done by then (for the progress bar and ETA).
+    input bytes of the shard done by then (for the progress bar and ETA), as the files store them (compressed
+    for .gz/.zst and Parquet); ``record_bytes`` are the batch's records decompressed: their JSONL lines (what
+    ``corpus autotune-workers`` measures), or for Parquet the UTF-8 bytes of the json keys' values.
     """
 
     slice_index: int
@@ -89,6 +91,7 @@ class RawBatch:
     read_error: str | None = None
     error_number: int = 0
     blank_lines: int = 0
+    record_bytes: int = 0
 
     def location(self, number: int) -> dict:
         """A JSON-ready location for messages and the skipped-records file."""

@@ -159,7 +159,8 @@ def read_lines(piece: Slice, slice_index: int, resume: ResumePoint, options: Rea
             done = piece.size if last else min(piece.size, max(0, pos - piece.start))
             after = ResumePoint(slice_index + 1) if last else ResumePoint(slice_index, next_offset, line_number)
             out = RawBatch(slice_index, path, "line", numbers, LinePayload(batch), after, progress_base + done,
-                           read_error=error, error_number=line_number + 1, blank_lines=blank)
+                           read_error=error, error_number=line_number + 1, blank_lines=blank,
+                           record_bytes=held + len(batch))  # each line and its newline
             batch, numbers, held, blank = [], [], 0, 0
             return out
 

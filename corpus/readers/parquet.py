@@ -65,6 +65,12 @@ def _values(batch, column: _Column) -> list | None:
     return array.to_pylist()
 
 
+def _text_bytes(values: list[list | None]) -> int:
+    """UTF-8 bytes of the string values of a batch (what the records amount to once decompressed)."""
+    return sum(len(value.encode("utf-8", "replace")) for column in values if column for value in column
+               if isinstance(value, str))
+
+
 def _row_range(piece: Slice, rows: int) -> tuple[int, int]:
     """Rows whose position ``r * size // rows`` lies in the slice (smallest r with r*size >= start*rows)."""
     size = max(piece.file.size, 1)
@@ -117,7 +123,8 @@ def read_rows(piece: Slice, slice_index: int, resume: ResumePoint, options: Read
                     yield RawBatch(slice_index, path, "row", list(range(row + start, after)),
                                    ColumnPayload(values, problems, stop - start),
                                    ResumePoint(slice_index, after, after),
-                                   progress_base + min(piece.size, max(0, after * size // max(rows, 1) - piece.start)))
+                                   progress_base + min(piece.size, max(0, after * size // max(rows, 1) - piece.start)),
+                                   record_bytes=_text_bytes(values))
                 row += batch.num_rows
                 if row >= last:
                     break

@@ -85,6 +85,12 @@ class TokenizeConfig:
         for name, (ok, message) in checks.items():
             if not ok:
                 raise TokenizeConfigError(f"{message} (got {getattr(self, name)!r})")
+        if self.output_prefix.endswith(("/", os.sep)):
+            folder = self.output_prefix.rstrip("/" + os.sep) or self.output_prefix
+            raise TokenizeConfigError(
+                f"--output-prefix {self.output_prefix} ends with a folder separator, so the outputs would be named "
+                f"{self.output_prefix}_{self.json_keys[0]}_document.*; end it with a file name, e.g. "
+                f"--output-prefix {os.path.join(folder, 'web')}")
         if not isinstance(self.tokenizer, TokenizerConfig):
             raise TokenizeConfigError(f"tokenizer must be a TokenizerConfig, not {type(self.tokenizer).__name__}")
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from corpus.core.disk import guard
 from corpus.indexed import IndexedWriter, finish_interrupted_finalize
 from corpus.indexed.publish import publish_file, publish_pair
 
@@ -29,37 +30,46 @@ class SkippedLog:
     def __init__(self, prefix: str, resume_bytes: int | None = None) -> None:
         self.path = Path(f"{prefix}.skipped.jsonl")
         self.partial = Path(f"{prefix}.skipped.jsonl.partial")
-        if resume_bytes is None:
-            self._file = open(self.partial, "wb")
-        else:
-            if not self.partial.exists() and self.path.exists():  # renamed just before a crash
-                os.replace(self.path, self.partial)
-            self._file = open(self.partial, "r+b" if self.partial.exists() else "wb")
-            self._file.truncate(resume_bytes)
-            self._file.seek(resume_bytes)
+        with guard(self.partial):
+            if resume_bytes is None:
+                self._file = open(self.partial, "wb")
+            else:
+                if not self.partial.exists() and self.path.exists():  # renamed just before a crash
+                    os.replace(self.path, self.partial)
+                self._file = open(self.partial, "r+b" if self.partial.exists() else "wb")
+                self._file.truncate(resume_bytes)
+                self._file.seek(resume_bytes)
         self.count_written = 0
 
     def add(self, location: dict, reason: str) -> None:
-        self._file.write(orjson.dumps({**location, "reason": reason}) + b"\n")
+        with guard(self.partial):
+            self._file.write(orjson.dumps({**location, "reason": reason}) + b"\n")
         self.count_written += 1
 
     def checkpoint(self) -> int:
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        with guard(self.partial):
+            self._file.flush()
+            os.fsync(self._file.fileno())
         return self._file.tell()
 
     def finalize(self, keep: bool) -> None:
         """Rename into place when ``keep`` (something was skipped); otherwise remove it and any stale
         list from an earlier run, which would otherwise be mistaken for this run's."""
-        self._file.close()
-        if keep:
-            os.replace(self.partial, self.path)
-        else:
-            self.partial.unlink(missing_ok=True)
-            self.path.unlink(missing_ok=True)
+        with guard(self.partial):
+            self._file.close()
+            if keep:
+                os.replace(self.partial, self.path)
+            else:
+                self.partial.unlink(missing_ok=True)
+                self.path.unlink(missing_ok=True)
 
     def close(self) -> None:
-        self._file.close()
+        """Close, keeping the partial list for ``--resume`` (a failing flush loses only records past the last
+        checkpoint, which a resumed run writes again)."""
+        try:
+            self._file.close()
+        except OSError:
+            pass
 
     def abort(self) -> None:
         self.close()

@@ -51,13 +51,13 @@ class Progress:
         now = time.monotonic()
         docs, megabytes, tokens = _rates(counters, self.start, now - self.began)
         if self.bar is not None:
-            rates = f"{docs:,.0f} docs/s {megabytes:.1f} MB/s {tokens:,.0f} tok/s"
+            rates = f"{docs:,.0f} docs/s {megabytes:.1f} file MB/s {tokens:,.0f} tok/s"
             self.bar.update(self.task, completed=counters.input_bytes, rates=rates)
         elif self.logging and now - self.last_log >= self.log_interval:
             self.last_log = now
             done = counters.input_bytes / max(self.total_bytes, 1)
             left = (self.total_bytes - counters.input_bytes) / 1e6 / megabytes if megabytes > 0 else 0
-            log.info("%s: %.1f%% of %.1f MB, %s records (%.0f docs/s), %.2f MB/s, %.0f tokens/s, ETA %s",
+            log.info("%s: %.1f%% of %.1f MB, %s records (%.0f docs/s), %.2f file MB/s, %.0f tokens/s, ETA %s",
                      self.label, 100 * done, self.total_bytes / 1e6, f"{counters.records_read:,}", docs, megabytes,
                      tokens, timedelta(seconds=round(left)))
 

@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+from corpus.core.disk import discard, guard
 from corpus.core.errors import UserError
 from corpus.readers import ResumePoint
 
@@ -28,14 +29,19 @@ def state_path(prefix: str) -> Path:
 
 
 def save(prefix: str, state: dict) -> None:
-    """Atomically replace the checkpoint."""
+    """Atomically replace the checkpoint (the previous one stays in place when the disk refuses the new one)."""
     target = state_path(prefix)
     partial = target.with_name(target.name + ".partial")
-    with open(partial, "w") as handle:
-        json.dump({"version": STATE_VERSION, **state}, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(partial, target)
+    try:
+        with guard(partial):
+            with open(partial, "w") as handle:
+                json.dump({"version": STATE_VERSION, **state}, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(partial, target)
+    except BaseException:
+        discard(partial)
+        raise
 
 
 def load(prefix: str) -> dict | None:

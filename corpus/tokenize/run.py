@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from corpus import storage
+from corpus.core.disk import OutputError
 from corpus.core.errors import UserError
 from corpus.indexed import exists, sidecar, token_dtype_for_vocab
 from corpus.indexed.publish import output_stage
@@ -44,6 +45,10 @@ BatchHook = Callable[[Counters, int], None]
 
 #: Bytes of input text the encoder check reads at most (on top of the record count limit).
 SAMPLE_BYTES = 512 << 10
+#: What ``--resume`` says after a full disk was freed (the partial files and the checkpoint are kept for it).
+RESUME_HINT = "rerun the same command with --resume to continue (the *.partial files hold the work so far)"
+#: Index and spill bytes per document and key while writing (lengths, pointers, document index).
+INDEX_BYTES_PER_DOCUMENT = 32
 
 
 class BadRecordError(UserError):
@@ -94,23 +99,57 @@ class Job:
             "inputs": [{"path": s.file.path, "size": s.file.size, "start": s.start, "end": s.end} for s in self.slices],
             "shard": {"index": self.shard.index, "count": self.shard.count},
             "records": {"read": counters.records_read, "written": counters.records_written,
-                        "skipped": counters.records_skipped, "blank_lines": counters.blank_lines},
+                        "skipped": counters.records_skipped, "blank_lines": counters.blank_lines,
+                        "bytes": counters.record_bytes},
         }
 
 
-def _sample_texts(slices: list[Slice], keys: list[str], limit: int) -> list[str]:
-    """Texts from the first records of the input: the encoder check runs on the user's own data."""
-    texts: list[str] = []
+@dataclass
+class _Sample:
+    """The first records of the input: their texts (the encoder check runs on the user's own data) and the first
+    bad one, as (location, reason), so a wrong ``--json-keys`` is refused before any work."""
+
+    texts: list[str]
+    bad: tuple[dict, str] | None = None
+
+
+def _sample(slices: list[Slice], keys: list[str], limit: int) -> _Sample:
+    """Read up to ``limit`` records (and :data:`SAMPLE_BYTES` of text) from the start of the input."""
+    sample, records = _Sample([]), 0
     batches = read_slices(slices, ReadOptions(keys, max(limit, 1), SAMPLE_BYTES))
     try:
         for batch in batches:
-            for column in extract(batch.payload, keys).texts:
-                texts.extend(text[:SAMPLE_BYTES] for text in column)  # a huge document is checked by its start
-            if len(texts) >= limit * len(keys) or sum(map(len, texts)) >= SAMPLE_BYTES:
+            extracted = extract(batch.payload, keys)
+            if sample.bad is None and (extracted.bad or batch.read_error):
+                sample.bad = next(((batch.location(batch.numbers[i]), why) for i, why in extracted.bad),
+                                  (batch.location(batch.error_number), batch.read_error))
+            for column in extracted.texts:
+                sample.texts.extend(text[:SAMPLE_BYTES] for text in column)  # a huge document is checked by its start
+            records += len(batch.payload)
+            if records >= limit or sum(map(len, sample.texts)) >= SAMPLE_BYTES:
                 break
     finally:
         batches.close()
-    return texts[: limit * len(keys)]
+    sample.texts = sample.texts[: limit * len(keys)]
+    return sample
+
+
+def bad_record_message(location: dict, reason: str, prefix: str) -> str:
+    """What a bad record under ``--on-error fail`` says: where, why, and how to go on."""
+    return (f"{describe_location(location)}: {reason} (--on-error skip skips bad records and lists them in "
+            f"{prefix}.skipped.jsonl)")
+
+
+def _refuse_bad_sample(config: TokenizeConfig, sample: _Sample, prefix: str) -> None:
+    """A bad record among the first ones stops the run now under ``--on-error fail``; under ``skip``, so does a
+    sample without one good record (a misspelt ``--json-keys`` would skip the whole input)."""
+    if sample.bad is None or (config.on_error == "skip" and sample.texts):
+        return
+    location, reason = sample.bad
+    if config.on_error == "fail":
+        raise BadRecordError(bad_record_message(location, reason, prefix))
+    raise BadRecordError(f"{describe_location(location)}: {reason}, and no record among the first "
+                         f"{config.sample_records} is usable: check --json-keys {' '.join(config.json_keys)}")
 
 
 def prepare(config: TokenizeConfig) -> Job:
@@ -119,10 +158,11 @@ def prepare(config: TokenizeConfig) -> Job:
     files = expand_inputs(config.inputs)
     shard = resolve_shard(config.shard_index, config.num_shards)
     slices = plan_slices(files, shard)
-    sample = _sample_texts(slices, config.json_keys, config.sample_records) if config.sample_records else []
-    tokenizer, reason = select_encoder(config.tokenizer, sample, config.threads)
-    eod = tokenizer.require_eod() if config.append_eod else None
     prefix = shard.prefix(config.output_prefix)
+    sample = _sample(slices, config.json_keys, config.sample_records) if config.sample_records else _Sample([])
+    _refuse_bad_sample(config, sample, prefix)
+    tokenizer, reason = select_encoder(config.tokenizer, sample.texts, config.threads)
+    eod = tokenizer.require_eod() if config.append_eod else None
     if shard.count > 1:
         log.info("shard %d of %d (from %s): %d slice(s) of %d input file(s)", shard.index, shard.count,
                  shard.source, len(slices), len(files))
@@ -189,9 +229,7 @@ class _Writing:
         """Write one encoded batch (or stop at its first bad record under ``--on-error fail``)."""
         bad = self._bad(batch, result)
         if bad and self.job.config.on_error == "fail":
-            location, reason = bad[0]
-            raise BadRecordError(f"{describe_location(location)}: {reason} (--on-error skip skips bad records "
-                                 f"and lists them in {self.job.prefix}.skipped.jsonl)")
+            raise BadRecordError(bad_record_message(*bad[0], self.job.prefix))
         for location, reason in bad:
             self.outputs.skipped.add(location, reason)
         self.outputs.add(result.tokens, result.lengths)
@@ -201,6 +239,7 @@ class _Writing:
         counters.records_written += len(batch.payload) - len(result.bad)
         counters.blank_lines += batch.blank_lines
         counters.input_bytes = batch.progress
+        counters.record_bytes += batch.record_bytes
         for key, flat in zip(self.job.keys, result.tokens):
             counters.tokens[key] += len(flat)
         self.worker_rss_kb = max(self.worker_rss_kb, result.peak_rss_kb)
@@ -251,12 +290,27 @@ def _write_all(job: Job, state: dict | None, on_batch: BatchHook | None) -> tupl
         writing.outputs.abort()
         checkpoints.remove(job.stage)
         raise
+    except OutputError as error:
+        writing.outputs.close()
+        raise error.for_command("--output-prefix", RESUME_HINT, _bytes_still_needed(job, writing.counters)) from None
     except BaseException:
         writing.outputs.close()
         raise
     finally:
         progress.close()
     return writing, start
+
+
+def _bytes_still_needed(job: Job, counters: Counters) -> int | None:
+    """About how many more bytes the outputs need: what was written per input byte, times the input left (None
+    before any input was done, or when none is left: then the writer's own figure stands)."""
+    total = sum(piece.size for piece in job.slices)
+    done = counters.input_bytes
+    if not done or done >= total:
+        return None
+    written = (counters.total_tokens * job.dtype.itemsize
+               + INDEX_BYTES_PER_DOCUMENT * counters.records_written * len(job.keys))
+    return int(written * (total - done) / done)
 
 
 def _stats(job: Job, counters: Counters, start: Counters, seconds: tuple[float, float], resumed: bool,
@@ -267,6 +321,7 @@ def _stats(job: Job, counters: Counters, start: Counters, seconds: tuple[float, 
         counters=counters, seconds=seconds[0], startup_seconds=seconds[1],
         rate_records=counters.records_read - start.records_read,
         rate_bytes=counters.input_bytes - start.input_bytes, rate_tokens=counters.total_tokens - start.total_tokens,
+        rate_record_bytes=counters.record_bytes - start.record_bytes,
         input_bytes_total=sum(piece.size for piece in job.slices), encoder=job.tokenizer.encoder_name,
         encoder_reason=job.encoder_reason, shard={"index": job.shard.index, "count": job.shard.count},
         outputs=[output_prefix_for(job.prefix, key) for key in job.keys], resumed=resumed,
@@ -284,8 +339,17 @@ def _already_done(job: Job) -> Counters | None:
     records = metas[0]["records"]
     return Counters(records_read=records["read"], records_written=records["written"],
                     records_skipped=records["skipped"], blank_lines=records.get("blank_lines", 0),
-                    input_bytes=sum(piece.size for piece in job.slices),
+                    input_bytes=sum(piece.size for piece in job.slices), record_bytes=records.get("bytes", 0),
                     tokens={key: meta["num_tokens"] for key, meta in zip(job.keys, metas)})
+
+
+def _write(job: Job, state: dict | None, on_batch: BatchHook | None) -> tuple[_Writing, Counters]:
+    """Write the outputs from ``state`` on (or only finish their renames, when the run died finalizing)."""
+    if state and state["phase"] == "finalizing":
+        writing = _Writing(job, state, unfinished_keys(job.stage, job.keys))
+        writing.finalize()
+        return writing, writing.counters
+    return _write_all(job, state, on_batch)
 
 
 def tokenize(config: TokenizeConfig, on_batch: BatchHook | None = None) -> RunStats:
@@ -306,12 +370,10 @@ def tokenize(config: TokenizeConfig, on_batch: BatchHook | None = None) -> RunSt
         log.info("--resume: %s is already complete for these inputs and options; nothing to do", job.prefix)
         counters, start, worker_rss_kb = done, done, 0
     else:
-        if state and state["phase"] == "finalizing":
-            writing = _Writing(job, state, unfinished_keys(job.stage, job.keys))
-            writing.finalize()
-            start = writing.counters
-        else:
-            writing, start = _write_all(job, state, on_batch)
+        try:
+            writing, start = _write(job, state, on_batch)
+        except OutputError as error:
+            raise error.for_command("--output-prefix", RESUME_HINT) from None
         counters, worker_rss_kb = writing.counters, writing.worker_rss_kb
     resumed = state is not None or done is not None
     if counters.records_written == 0:

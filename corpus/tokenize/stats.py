@@ -9,6 +9,8 @@ import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corpus.core.disk import OutputError, discard, guard
+
 
 @dataclass
 class Counters:
@@ -22,7 +24,10 @@ class Counters:
     """Bad records skipped (``--on-error skip``), each listed in ``P.skipped.jsonl``."""
     blank_lines: int = 0
     input_bytes: int = 0
-    """Input bytes done (compressed bytes for .gz/.zst), the basis of MB/s and the ETA."""
+    """Input file bytes done, as stored (compressed for .gz/.zst and Parquet): the basis of file MB/s and the ETA."""
+    record_bytes: int = 0
+    """The records read, decompressed (JSONL lines; Parquet: the keys' text): the basis of record MB/s, what
+    ``corpus autotune-workers`` measures."""
     tokens: dict[str, int] = field(default_factory=dict)
     """Tokens written per json key, EOD included."""
 
@@ -44,6 +49,7 @@ class RunStats:
     rate_records: int
     rate_bytes: int
     rate_tokens: int
+    rate_record_bytes: int
     input_bytes_total: int
     encoder: str
     encoder_reason: str
@@ -62,7 +68,13 @@ class RunStats:
 
     @property
     def megabytes_per_second(self) -> float:
+        """Input file MB/s (compressed bytes for .gz/.zst and Parquet)."""
         return self.rate_bytes / 1e6 / self.seconds if self.seconds else 0.0
+
+    @property
+    def record_megabytes_per_second(self) -> float:
+        """Decompressed record MB/s (the figure ``corpus autotune-workers`` reports)."""
+        return self.rate_record_bytes / 1e6 / self.seconds if self.seconds else 0.0
 
     @property
     def tokens_per_second(self) -> float:
@@ -71,6 +83,7 @@ class RunStats:
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
         data.update(documents_per_second=self.documents_per_second, megabytes_per_second=self.megabytes_per_second,
+                    record_megabytes_per_second=self.record_megabytes_per_second,
                     tokens_per_second=self.tokens_per_second)
         return data
 
@@ -82,7 +95,8 @@ class RunStats:
             + (f" (listed in {self.skipped_file})" if self.skipped_file else "")
             + (f", {c.blank_lines:,} blank lines ignored" if c.blank_lines else ""),
             "tokens: " + ", ".join(f"{key} {count:,}" for key, count in c.tokens.items()),
-            f"speed: {self.megabytes_per_second:.2f} MB/s, {self.documents_per_second:,.0f} docs/s, "
+            f"speed: {self.megabytes_per_second:.2f} MB/s of input files, {self.record_megabytes_per_second:.2f} MB/s "
+            f"of records decompressed, {self.documents_per_second:,.0f} docs/s, "
             f"{self.tokens_per_second:,.0f} tokens/s over {self.seconds:.1f} s ({self.startup_seconds:.1f} s start-up)"
             + (" (this resumed part)" if self.resumed else ""),
             f"encoder: {self.encoder_reason}",
@@ -115,7 +129,12 @@ def peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
 def write_stats_json(path: str, stats: RunStats) -> None:
     """Write ``--stats-json`` atomically."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
-    partial.write_text(json.dumps(stats.to_dict(), indent=2) + "\n")
-    os.replace(partial, target)
+    try:
+        with guard(partial):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps(stats.to_dict(), indent=2) + "\n")
+            os.replace(partial, target)
+    except OutputError as error:
+        discard(partial)
+        raise error.for_command("--stats-json") from None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from corpus.core.typed_config import build
 from corpus.tokenizers.errors import TokenizerConfigError
-from corpus.tokenizers.registry import OPTION_NAMES, TokenizerType, lookup
+from corpus.tokenizers.registry import OPTION_NAMES, TOKENIZER_TYPES, TokenizerType, family_of, lookup
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,21 @@ def config_from_record(record: dict) -> TokenizerConfig:
     if not isinstance(record, dict) or "config" not in record:
         raise TokenizerConfigError("tokenizer record has no 'config' (written by another tool or version?)")
     return config_from_dict({**record["config"], "encoder": "auto"}, where="sidecar tokenizer.config")
+
+
+def config_from_kind(kind: str, path: str | None) -> TokenizerConfig:
+    """The config a blend file's ``tokenizer: {kind, path}`` names: ``kind`` a ``--tokenizer-type`` or a family
+    (its first type taking one file), ``path`` that file. Kinds needing more than one file (GPT-2's vocab and
+    merges) or none (NullTokenizer's size) cannot be named so: a TokenizerConfigError says what to give instead."""
+    family = family_of(kind)
+    exact = next((spec for spec in TOKENIZER_TYPES.values() if spec.name.lower() == kind.lower()), None)
+    spec = exact or next((spec for spec in TOKENIZER_TYPES.values() if spec.family == family), None)
+    if spec is None:
+        raise TokenizerConfigError(f"unknown tokenizer kind {kind!r}; valid types: {', '.join(TOKENIZER_TYPES)}")
+    if spec.needs != ("model",):
+        raise TokenizerConfigError(f"tokenizer kind {kind!r} needs {spec.files}, not one path; give the trainer "
+                                   "--vocab-size, or --tokenizer-type with its files")
+    return TokenizerConfig(type=spec.name, model=path)
 
 
 def existing_file(path: str | None, option: str, type_name: str, *, allow_dir: bool = False) -> str:

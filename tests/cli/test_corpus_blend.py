@@ -126,3 +126,26 @@ def test_the_blend_command_never_imports_torch(project: Path) -> None:
     done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(REPO)},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_blend_without_split_says_it_takes_megatrons_default(project: Path) -> None:
+    shipped = (project / "blends" / "web_code.yaml").read_text()
+    assert 'split: "98,2,0"\n' in shipped
+    unsplit = project / "blends" / "unsplit.yaml"
+    unsplit.write_text(shipped.replace('split: "98,2,0"\n', ""))
+    report = run_cli("corpus", "blend", str(unsplit)).stdout
+    assert report.splitlines()[0] == "split 969,30,1 (Megatron's default: the blend sets no 'split')"
+    assert "Megatron's default" not in run_cli("corpus", "blend", _blend(project)).stdout
+
+
+def test_show_samples_decode_with_the_sources_tokenizer_like_inspect_show(project: Path) -> None:
+    from corpus.tokenizers import TokenizerConfig, build_tokenizer
+
+    tokenizer = build_tokenizer(TokenizerConfig(type="HuggingFaceTokenizer", model=str(EXAMPLES / "tokenizer.json")))
+    command = ["corpus", "blend", _blend(project), "--num-samples", "50", "--show-samples", "0:3"]
+    printed = [json.loads(line) for line in run_cli(*command, "--json").stdout.splitlines()]
+    assert [p["text"] for p in printed] == [tokenizer.decode(p["tokens"]) for p in printed]
+    human = run_cli(*command).stdout.splitlines()
+    assert len(human) == 3 and human[0].endswith(json.dumps(printed[0]["text"], ensure_ascii=False))
+    raw = run_cli(*command, "--ids").stdout.splitlines()
+    assert raw[0].endswith(" ".join(map(str, printed[0]["tokens"][-4:]))) and "text" not in raw[0]

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import orjson
 import pytest
 
-from corpus.indexed import IndexedWriter
+from corpus.indexed import IndexedReader, IndexedWriter, IndexFormatError
 from corpus.tokenizers import TokenizerConfig, build_tokenizer
 from tests.conftest import REPO, run_cli
 
@@ -198,3 +199,66 @@ def test_plot_without_matplotlib_says_how_to_install(real, tmp_path: Path) -> No
 def test_bad_inputs_are_clear_errors(real, args: list[str], message: str) -> None:
     result = inspect_cli(*[a.format(prefix=real[0]) for a in args], check=False)
     assert result.returncode != 0 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def copy_pair(source: Path, target: Path, sidecar_text: str | None = None) -> Path:
+    """``source``'s .bin/.idx under ``target``, with its sidecar, or with ``sidecar_text`` instead."""
+    for suffix in (".bin", ".idx", ".meta.json"):
+        shutil.copy(f"{source}{suffix}", f"{target}{suffix}")
+    if sidecar_text is not None:
+        Path(f"{target}.meta.json").write_text(sidecar_text)
+    return target
+
+
+def test_check_reports_each_malformed_sidecar_without_traceback(real, tmp_path: Path) -> None:
+    prefix, _ = real
+    meta = json.loads(Path(f"{prefix}.meta.json").read_text())
+    renamed = {("num_token" if key == "num_tokens" else key): value for key, value in meta.items()}
+    positive, token_id = "expected a positive integer, got", "expected a token id (an integer >= 0) or null, got"
+    cases = {
+        "text_vocab": (json.dumps({**meta, "vocab_size": "8192"}), f'vocab_size: {positive} "8192"'),
+        "list_eod": (json.dumps({**meta, "eod_id": [0]}), f"eod_id: {token_id} [0]"),
+        "nan_vocab": (json.dumps({**meta, "vocab_size": float("nan")}), f"vocab_size: {positive} NaN"),
+        "a_list": ("[]", "expected a JSON object, got []"),
+        "null": ("null", "expected a JSON object, got null"),
+        "renamed": (json.dumps(renamed), "num_tokens is missing (every sidecar blendforge writes has it"),
+    }
+    prefixes = [copy_pair(prefix, tmp_path / name, text) for name, (text, _) in cases.items()]
+    result = inspect_cli(*prefixes, "--check", check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    for name, (_, message) in cases.items():
+        assert f"{tmp_path / name}: sidecar: {message}" in result.stdout
+    assert f"in {len(cases)} of {len(cases)} file(s)" in result.stderr
+    summary = inspect_cli(tmp_path / "list_eod", check=False)
+    assert summary.returncode == 1 and "Traceback" not in summary.stderr and "eod_id: expected" in summary.stderr
+
+
+def test_a_document_index_change_that_stays_monotonic_is_caught(real, tmp_path: Path) -> None:
+    """doc_index[5]: 5 -> 4 keeps the index monotonic; the sidecar's one-sequence-per-document record catches it."""
+    prefix = copy_pair(real[0], tmp_path / "p")
+    assert json.loads(Path(f"{prefix}.meta.json").read_text())["one_sequence_per_document"] is True
+    with open(f"{prefix}.idx", "r+b") as handle:
+        handle.seek(34 + 12 * DOCUMENTS + 8 * 5)
+        handle.write((4).to_bytes(8, "little"))
+    result = inspect_cli(prefix, "--check", check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert (f"{prefix}: document-index: document 5 holds sequences 4 to 5, but the sidecar says every document is "
+            "one sequence" in result.stdout)
+    assert "records num_empty_documents=0 but the files hold 1" in result.stdout
+    with pytest.raises(IndexFormatError, match="document 5 holds sequences 4 to 5"):
+        IndexedReader(prefix)
+
+
+def test_deep_check_compares_the_recorded_checksums(real, tmp_path: Path) -> None:
+    """Two tokens swapped inside a document: every structural check passes, --deep does not."""
+    prefix = copy_pair(real[0], tmp_path / "p")
+    tokens = np.memmap(f"{prefix}.bin", dtype=np.uint16, mode="r+")
+    tokens[[1, 2]] = tokens[[2, 1]]
+    tokens.flush()
+    assert tokens[1] != tokens[2]
+    assert "check: no problems" in inspect_cli(prefix, "--check").stdout
+    result = inspect_cli(prefix, "--check", "--deep", check=False)
+    assert result.returncode == 1
+    assert f"{prefix}: checksum: sha256 differs from the one the sidecar records (bin_sha256)" in result.stdout
+    assert "(idx_sha256)" not in result.stdout
+    assert "check: no problems" in inspect_cli(real[0], "--check", "--deep").stdout

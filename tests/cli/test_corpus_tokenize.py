@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import numpy as np
+from click.testing import CliRunner
 
+from cli.corpus import main
 from corpus.indexed import IndexedReader
 from corpus.tokenizers import TokenizerConfig, build_tokenizer
 from tests.conftest import REPO, run_cli
+from tests.corpus.tokenize.support import FullDisk
 
 EXAMPLES = REPO / "examples"
 MEGATRON_STYLE = ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(EXAMPLES / "tokenizer.json"),
@@ -84,3 +88,70 @@ def test_inputs_without_records_write_empty_datasets_and_say_so(tmp_path):
                      *MEGATRON_STYLE, "--quiet")
     assert "no document was written (0 records read, 0 skipped)" in result.stderr and "--json-keys" in result.stderr
     assert len(IndexedReader(f"{tmp_path / 'out'}_text_document")) == 0
+
+
+def test_an_unwritable_output_folder_is_one_line(tmp_path):
+    """A file where the output folder should be (what a read-only mount is to root: nothing can be created)."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a folder")
+    result = run_cli("corpus", "tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--output-prefix",
+                     str(blocker / "data" / "web"), *MEGATRON_STYLE, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{blocker} is a file, not a folder; choose another --output-prefix" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker"]
+
+
+def test_a_full_disk_ends_in_one_line_and_resume_finishes(tmp_path, monkeypatch):
+    command = ["tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--output-prefix", str(tmp_path / "web"),
+               *MEGATRON_STYLE, "--batch-size", "8", "--checkpoint-interval", "0", "--quiet"]
+    with monkeypatch.context() as patch:
+        FullDisk(".bin.partial", 30_000).install(patch)
+        full = CliRunner().invoke(main, command)
+    assert full.exit_code == 1 and "Error: cannot write" in full.output and "No space left on device" in full.output
+    assert "--resume" in full.output and "Traceback" not in full.output
+    resumed = CliRunner().invoke(main, [*command, "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert IndexedReader(f"{tmp_path / 'web'}_text_document").num_documents == 67
+
+
+def test_an_output_prefix_ending_in_a_folder_separator_is_refused(tmp_path):
+    result = CliRunner().invoke(main, ["tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--output-prefix",
+                                       f"{tmp_path}/some/dir/", *MEGATRON_STYLE])
+    assert result.exit_code == 1 and "ends with a folder separator" in result.output
+    assert f"--output-prefix {tmp_path}/some/dir/web" in result.output and not (tmp_path / "some").exists()
+
+
+def test_a_json_key_no_record_has_is_refused_before_any_work(tmp_path):
+    base = ["corpus", "tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--output-prefix", str(tmp_path / "o"),
+            *MEGATRON_STYLE, "--json-keys", "txt"]
+    for policy in ("fail", "skip"):
+        result = run_cli(*base, "--on-error", policy, check=False)
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert f"{EXAMPLES / 'web.jsonl'}:1: missing key 'txt'" in result.stderr
+        assert "sample texts" not in result.stderr and "encoder:" not in result.stderr  # before the encoder check
+    assert "check --json-keys txt" in result.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_megatron_options_that_do_not_apply_say_what_to_do_instead(tmp_path):
+    base = ["tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--output-prefix", str(tmp_path / "o"),
+            *MEGATRON_STYLE]
+    for extra, advice in ((["--partitions", "4"], "--shard-index/--num-shards"), (["--dataset-impl", "mmap"], "mmap"),
+                          (["--keep-sequential-samples"], "input order"), (["--lang", "english"], "--split-sentences")):
+        result = CliRunner().invoke(main, [*base, *extra])
+        assert result.exit_code == 1 and f"{extra[0]} is not supported" in result.output and advice in result.output
+    for program in ("corpus", "trainer"):
+        assert run_cli(program, "--version").stdout.startswith(f"{program} (blendforge), version ")
+
+
+def test_speed_names_file_and_decompressed_record_bytes(tmp_path):
+    """A .gz input: file MB/s counts what is stored, record MB/s what corpus autotune-workers counts."""
+    raw = (EXAMPLES / "web.jsonl").read_bytes()
+    packed = tmp_path / "web.jsonl.gz"
+    packed.write_bytes(gzip.compress(raw))
+    result = run_cli("corpus", "tokenize", "--input", str(packed), "--output-prefix", str(tmp_path / "web"),
+                     *MEGATRON_STYLE, "--stats-json", str(tmp_path / "stats.json"))
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["counters"]["input_bytes"] == packed.stat().st_size
+    assert stats["counters"]["record_bytes"] == len(raw)  # every line and its newline, decompressed
+    assert stats["record_megabytes_per_second"] > 2 * stats["megabytes_per_second"]
+    assert "MB/s of input files, " in result.stdout and "MB/s of records decompressed" in result.stdout

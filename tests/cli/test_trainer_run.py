@@ -56,6 +56,10 @@ def test_megatron_spellings_and_greedy_data_path(captured, tmp_path):
     (["--mock-data", "--seq-length", "8", "--train-iters", "2", "--preset", "huge"], "--preset 'huge': unknown"),
     (["--train-iters", "2"], "give exactly one data source"),
     (["--mock-data", "--seq-length", "8", "--train-iters", "2", "--config", "missing.yaml"], "no such file"),
+    (["--mock-data", "--seq-length", "8", "--train-iters", "2", "--lr-decay-style", "cosinus"],
+     "'cosinus' is not one of 'constant', 'linear', 'cosine'"),
+    (["--mock-data", "--seq-length", "8", "--train-iters", "2", "--load", str(REPO / "pyproject.toml")],
+     "pyproject.toml is a file, not a checkpoint folder"),
 ])
 def test_errors_are_one_line_without_traceback(captured, args, message):
     result = CliRunner().invoke(main, ["run", *args])
@@ -68,8 +72,13 @@ def test_run_end_to_end_in_a_fresh_process(tmp_path):
                      str(metrics), "--save", str(tmp_path / "ckpt"))
     assert "stopped at step 4 (completed)" in result.stdout
     assert "attention backend: math" in result.stderr and "6N + 12*L*d*S" in result.stderr
-    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [2, 4]
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [record["step"] for record in records] == [2, 4]
     assert checkpoint.complete_iterations(tmp_path / "ckpt") == [4]
+    # one loss: the summary's is the last log line's (the mean over its interval), and CPU figures are per process
+    assert f"loss {records[-1]['loss']:.4f} (mean of steps 3-4, as logged)" in result.stdout
+    assert f"loss {records[-1]['loss']:.4f} |" in result.stderr
+    assert " tok/s/process | " in result.stderr and "TFLOP/s/process" in result.stderr and "/GPU" not in result.stderr
 
 
 def test_sigterm_saves_and_exits_cleanly(tmp_path):

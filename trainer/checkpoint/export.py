@@ -5,15 +5,19 @@ data's tokenizer comes along when it is a HF ``tokenizer.json`` (``AutoTokenizer
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 
+from corpus.core.disk import OutputError, guard
 from corpus.core.errors import ConfigError
 from corpus.indexed.sidecar import fingerprint_files
 from trainer.checkpoint import store as checkpoint
@@ -94,6 +98,24 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(partial, path)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _save_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """``save_file`` with its I/O errors as an :class:`OutputError`, and the umask's mode like every other file
+    (safetensors writes a private temporary file, mode 0600, and renames it)."""
+    try:
+        save_file(tensors, str(path), metadata={"format": "pt"})
+    except SafetensorError as error:  # it carries the OS error only in its text: "... (os error 28) ..."
+        code = re.search(r"os error (\d+)", str(error))
+        number = int(code.group(1)) if code else errno.EIO
+        raise OutputError(path, OSError(number, os.strerror(number))) from None
+    os.chmod(path, 0o666 & ~_umask())
+
+
 def _write_shards(tensors: dict[str, torch.Tensor], directory: Path) -> list[str]:
     """safetensors files of at most :data:`SHARD_BYTES` (one file when it fits), each written atomically."""
     shards, current, size = [], {}, 0
@@ -108,7 +130,7 @@ def _write_shards(tensors: dict[str, torch.Tensor], directory: Path) -> list[str
              [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
     for name, shard in zip(names, shards):
         partial = directory / f".{name}.partial-{os.getpid()}"
-        save_file(shard, str(partial), metadata={"format": "pt"})
+        _save_safetensors(shard, partial)
         os.replace(partial, directory / name)
     if len(shards) > 1:
         weight_map = {tensor: name for name, shard in zip(names, shards) for tensor in shard}
@@ -145,9 +167,14 @@ def export_hf(load: str | os.PathLike, out_dir: str | os.PathLike, dtype: str = 
         raise ConfigError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
     model, info = load_for_export(load)
     directory = Path(out_dir)
-    directory.mkdir(parents=True, exist_ok=True)
     tensors = {name: tensor.detach().to(DTYPES[dtype]).contiguous() for name, tensor in llama_state_dict(model).items()}
-    files = _write_shards(tensors, directory)
-    _write_json(directory / "config.json", llama_config(model, info, dtype))
-    tokenizer = info.get("tokenizer", {})
-    return files + ["config.json"] + _copy_tokenizer(tokenizer.get("record"), tokenizer.get("eod_id"), directory)
+    try:
+        with guard(directory):
+            directory.mkdir(parents=True, exist_ok=True)
+            files = _write_shards(tensors, directory)
+            _write_json(directory / "config.json", llama_config(model, info, dtype))
+            tokenizer = info.get("tokenizer", {})
+            return files + ["config.json"] + _copy_tokenizer(tokenizer.get("record"), tokenizer.get("eod_id"),
+                                                             directory)
+    except OutputError as error:
+        raise error.for_command("--hf", "export again", sum(t.nbytes for t in tensors.values())) from None

@@ -26,7 +26,9 @@ from pathlib import Path
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 
+from corpus.core.disk import OutputError
 from trainer.errors import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -100,13 +102,38 @@ def save(root: str | os.PathLike, iteration: int, tensors: dict, info: dict, ret
     rank 0's) into ``run.json``."""
     root = Path(root)
     final = iteration_dir(root, iteration)
-    partial = _partial_dir(root, final)
-    _dcp_call(dcp.save, tensors, partial)
-    if _is_writer():
-        _commit(root, partial, final, iteration, info, retain)
+    partial = root
+    try:
+        partial = _partial_dir(root, final)
+        _dcp_call(dcp.save, tensors, partial)
+        if _is_writer():
+            _commit(root, partial, final, iteration, info, retain)
+    except (OSError, CheckpointException) as error:
+        cause = _os_error(error)
+        if cause is None:
+            raise
+        if _is_writer() and partial != root:
+            shutil.rmtree(partial, ignore_errors=True)  # never a half-written checkpoint left behind
+        raise _save_failed(root, partial, cause) from None
     if dist.is_initialized():
         dist.barrier()
     return final
+
+
+def _os_error(error: BaseException) -> OSError | None:
+    """The file system error behind a failed save (DCP wraps each rank's in a CheckpointException)."""
+    if isinstance(error, OSError):
+        return error
+    failures = error.failures.values() if isinstance(error, CheckpointException) else ()
+    return next((failure for failure, _ in failures if isinstance(failure, OSError)), None)
+
+
+def _save_failed(root: Path, partial: Path, error: OSError) -> OutputError:
+    """The one-line error of a save the disk refused, naming the checkpoint still there to resume from."""
+    previous = complete_iterations(root)
+    resume = (f"resume with --load {root} (iteration {previous[-1]} is intact)" if previous
+              else "run again (no checkpoint was completed)")
+    return OutputError(error.filename or partial, error).for_command("--save", resume)
 
 
 def _commit(root: Path, partial: Path, final: Path, iteration: int, info: dict, retain: int | None) -> None:
@@ -137,6 +164,9 @@ def find(path: str | os.PathLike) -> Path | None:
     else the tracker's iteration, or the newest complete checkpoint when the tracker is missing or
     points at nothing complete; None when PATH holds no checkpoint (a first run with --load = --save)."""
     path = Path(path)
+    if path.is_file():
+        raise CheckpointError(f"--load {path} is a file, not a checkpoint folder; give the --save folder of the run "
+                              "(or one iter_* folder in it)")
     if _is_complete(path):
         return path
     iterations = complete_iterations(path)

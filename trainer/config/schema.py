@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
 from corpus.core.errors import ConfigError
 from trainer.config.presets import PRESETS, preset_table
+
+#: The learning-rate decay styles; each one's curve is in ``trainer.optim.schedule.DECAY_STYLES`` (a test holds the
+#: two together), named here so a misspelt style is refused when the config is read, before any work.
+DecayStyle = Literal["constant", "linear", "cosine"]
 
 
 def knob(default: Any, help: str, flag: str | None = None, switches: Mapping[str, Any] | None = None,
@@ -106,7 +112,7 @@ class DataConfig:
     data_path: list[str] = knob([], "Megatron-style data path: prefixes, optionally weighted "
                                 "('0.7 web_text_document 0.3 code_text_document'); turned into a blend.", "--data-path")
     split: str | None = knob(None, "Train/valid/test shares of sequences, e.g. '969,30,1' "
-                             "(default: the blend's; 969,30,1 with --data-path).", "--split")
+                             "(default: the blend's, else Megatron's 969,30,1).", "--split")
     data_cache_path: str | None = knob(None, "Where index maps are cached (default: the blend's cache_dir).",
                                        "--data-cache-path")
     mock_data: bool = knob(False, "Train on synthetic documents (benchmarks, smoke tests); no blend needed.",
@@ -119,6 +125,12 @@ class DataConfig:
                                "--eod-mask-loss")
     override_blend_check: bool = knob(False, "Resume even if the checkpoint was trained on a different blend.",
                                       "--override-blend-check")
+    tokenizer_type: str | None = knob(None, "The data's tokenizer (a corpus tokenize --tokenizer-type): the vocabulary "
+                                      "of data without .meta.json sidecars; checked against them.", "--tokenizer-type")
+    tokenizer_model: str | None = knob(None, "With --tokenizer-type: its tokenizer.json, SentencePiece .model or "
+                                       "tiktoken file.", "--tokenizer-model")
+    vocab_file: str | None = knob(None, "With --tokenizer-type GPT2BPETokenizer: vocab.json.", "--vocab-file")
+    merge_file: str | None = knob(None, "With --tokenizer-type GPT2BPETokenizer: merges.txt.", "--merge-file")
 
     def __post_init__(self) -> None:
         given = [name for name, on in (("--blend", self.blend), ("--data-path", self.data_path),
@@ -127,6 +139,10 @@ class DataConfig:
                  + (f" (got {' and '.join(given)})" if given else ""))
         _require(self.seq_length is None or self.seq_length > 0,
                  f"--seq-length must be positive, got {self.seq_length}")
+        given = (("--tokenizer-model", self.tokenizer_model), ("--vocab-file", self.vocab_file),
+                 ("--merge-file", self.merge_file))
+        files = [flag for flag, value in given if value]
+        _require(self.tokenizer_type is not None or not files, f"{' and '.join(files)} need --tokenizer-type")
         if (self.mock_data or self.data_path) and self.seq_length is None:
             raise ConfigError("--seq-length is required with --mock-data and --data-path (a blend file carries its "
                               "own)")
@@ -140,8 +156,8 @@ class OptimConfig:
     min_lr: float = knob(0.0, "Learning rate at the end of the decay.", "--min-lr")
     lr_warmup_iters: int = knob(0, "Linear warmup steps from --lr-warmup-init to --lr.", "--lr-warmup-iters")
     lr_warmup_init: float = knob(0.0, "Learning rate warmup starts from.", "--lr-warmup-init")
-    lr_decay_style: str = knob("linear", "Decay after warmup: a name from trainer.optim.schedule.DECAY_STYLES.",
-                               "--lr-decay-style")
+    lr_decay_style: DecayStyle = knob("linear", "Decay after warmup (trainer.optim.schedule.DECAY_STYLES holds "
+                                      "each curve).", "--lr-decay-style")
     lr_decay_iters: int | None = knob(None, "Steps over which the lr decays (default: --train-iters).",
                                       "--lr-decay-iters")
     weight_decay: float = knob(0.01, "Decoupled weight decay (not applied to norm weights).", "--weight-decay")
@@ -164,6 +180,8 @@ class OptimConfig:
         _require(self.lr_warmup_iters >= 0, "--lr-warmup-iters must be >= 0")
         _require(self.clip_grad >= 0 and self.weight_decay >= 0, "--clip-grad and --weight-decay must be >= 0")
         _require(self.lr_decay_iters is None or self.lr_decay_iters > 0, "--lr-decay-iters must be positive")
+        _require(self.lr_decay_style in typing.get_args(DecayStyle),
+                 f"--lr-decay-style {self.lr_decay_style!r}: choose one of {', '.join(typing.get_args(DecayStyle))}")
 
 
 @dataclass
@@ -220,6 +238,8 @@ class TrainingConfig:
     manual_gc: bool = knob(False, "Turn Python's automatic garbage collector off and collect at chosen points instead "
                            "(every --manual-gc-interval steps, before evaluations and checkpoints): a collection "
                            "then never stalls a step, and every rank collects at the same step.", "--manual-gc")
+    check_memory: bool = knob(True, "Estimate each process's memory (weights, gradients, optimizer state, "
+                              "activations) before building the model; refuse a run that cannot fit.", "--check-memory")
     manual_gc_interval: int = knob(0, "Steps between collections under --manual-gc (0: only before evaluations and "
                                    "checkpoints, as Megatron does).", "--manual-gc-interval")
 
@@ -250,6 +270,9 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         _require(self.save_interval is None or self.save_interval > 0, "--save-interval must be positive")
         _require(self.save_retain is None or self.save_retain > 0, "--save-retain must be positive")
+        for flag, path in (("--load", self.load), ("--save", self.save)):
+            _require(path is None or not os.path.isfile(path), f"{flag} {path} is a file, not a checkpoint folder; "
+                     "give the folder the run saves into (--load also takes one iter_* folder in it)")
 
 
 @dataclass
@@ -263,7 +286,8 @@ class LoggingConfig:
     metrics_jsonl: str | None = knob(None, "Write one JSON object per logged step (and per evaluation) here; a resumed "
                                      "run continues the file, a fresh one moves an existing file to FILE.1 (.2, …).",
                                      "--metrics-jsonl")
-    log_throughput: bool = knob(True, "Show tokens/s per GPU, model TFLOP/s and MFU on console lines.",
+    log_throughput: bool = knob(True, "Show tokens/s per GPU (per process on CPU), model TFLOP/s and MFU on "
+                                "console lines.",
                                 "--log-throughput")
     peak_tflops: float | None = knob(None, "Dense bf16 peak TFLOP/s per device for MFU (default: looked up "
                                      "from the GPU name; needed for unknown GPUs).", "--peak-tflops")

@@ -145,11 +145,16 @@ def _refuses_mask(backend: AttentionBackend, device: torch.device, shape: Attent
     return None
 
 
+def check_backend_name(name: str) -> None:
+    """Refuse an ``--attention-backend`` that is neither ``auto`` nor in :data:`BACKENDS` (before any work)."""
+    if name != "auto" and name not in BACKENDS:
+        raise ConfigError(f"--attention-backend {name!r}: unknown; choose auto or one of {', '.join(BACKENDS)}")
+
+
 def select_backend(name: str, device: torch.device, shape: AttentionShape) -> AttentionBackend:
     """The backend to train with: ``name`` itself, or for ``auto`` the fastest that works (logged)."""
+    check_backend_name(name)
     if name != "auto":
-        if name not in BACKENDS:
-            raise ConfigError(f"--attention-backend {name!r}: unknown; choose auto or one of {', '.join(BACKENDS)}")
         reason = _unusable(BACKENDS[name], device) or _refuses_mask(BACKENDS[name], device, shape)
         if reason:
             raise ConfigError(f"--attention-backend {name}: {reason}; use --attention-backend auto")

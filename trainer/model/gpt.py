@@ -153,9 +153,7 @@ class GPT(nn.Module):
         self.output = (ColumnParallelLinear(config.hidden_size, vocab_size, parallel, config.init_method_std,
                                             local_gemm("plain")) if self.stage.last else None)
         self.recompute = config.recompute_granularity == "full"
-        fusion = config.cross_entropy_loss_fusion
-        # NOTE: the fused loss assumes the whole vocabulary on this rank; under TP the vocab-parallel loss runs.
-        self.fused_loss = (parallel.device.type == "cuda" if fusion is None else fusion) and parallel.tp_size == 1
+        self.fused_loss = uses_fused_loss(config, parallel)
         self.chunk_loss: ChunkLoss = chunk_loss_and_grad  # compiled with the blocks (trainer.parallelize.compile)
 
     def global_name(self, name: str) -> str:
@@ -253,6 +251,13 @@ def build_model(config: ModelConfig, vocab_size: int, seq_length: int, parallel:
     model.to_empty(device=parallel.device)
     model.init_weights(seed)
     return model
+
+
+def uses_fused_loss(config: ModelConfig, parallel: ParallelState) -> bool:
+    """Whether the model computes its loss chunk by chunk (``--cross-entropy-loss-fusion``; default: on CUDA)."""
+    fusion = config.cross_entropy_loss_fusion
+    # NOTE: the fused loss assumes the whole vocabulary on this rank; under TP the vocab-parallel loss runs.
+    return (parallel.device.type == "cuda" if fusion is None else fusion) and parallel.tp_size == 1
 
 
 def parameter_counts(model: GPT) -> dict[str, int]:

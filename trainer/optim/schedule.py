@@ -10,10 +10,10 @@ import math
 from typing import Callable
 
 from corpus.core.errors import ConfigError
-from trainer.config.schema import OptimConfig
+from trainer.config.schema import DecayStyle, OptimConfig
 
-#: progress in [0, 1] → fraction of the way from --lr down to --min-lr.
-DECAY_STYLES: dict[str, Callable[[float], float]] = {
+#: progress in [0, 1] → fraction of the way from --lr down to --min-lr; one entry per name of ``DecayStyle``.
+DECAY_STYLES: dict[DecayStyle, Callable[[float], float]] = {
     "constant": lambda progress: 0.0,
     "linear": lambda progress: progress,
     "cosine": lambda progress: 0.5 * (1.0 - math.cos(math.pi * progress)),
@@ -24,8 +24,6 @@ class LRSchedule:
     """``lr(step)`` for 1-based optimizer steps: step 1 is the first update."""
 
     def __init__(self, config: OptimConfig, train_iters: int) -> None:
-        if config.lr_decay_style not in DECAY_STYLES:
-            raise ConfigError(f"--lr-decay-style {config.lr_decay_style!r}: choose one of {', '.join(DECAY_STYLES)}")
         self.peak, self.floor, self.init = config.lr, config.min_lr, config.lr_warmup_init
         self.warmup = config.lr_warmup_iters
         self.decay_iters = config.lr_decay_iters or train_iters

@@ -10,7 +10,8 @@ from dataclasses import replace
 from corpus.core.errors import ConfigError
 from trainer.config.schema import ModelConfig, TrainConfig, padded_vocab_size
 from trainer.fp8 import select_fp8
-from trainer.model.attention import AttentionShape, select_backend
+from trainer.model.attention import AttentionShape, check_backend_name, select_backend
+from trainer.model.gpt import uses_fused_loss
 from trainer.optim.optimizer import build_optimizer
 from trainer.optim.schedule import LRSchedule
 from trainer.parallel.state import ParallelState, init_parallel
@@ -18,6 +19,7 @@ from trainer.parallelize.apply import parallelize
 from trainer.parallelize.compile import cache_file, load_compiled
 from trainer.parallelize.layout import describe, validate_layout, virtual_stages, whole_model_counts
 from trainer.run.data import build_data
+from trainer.run.memory import check_memory, estimate_memory
 from trainer.run.metrics import FLOP_CONVENTION, MetricsSink, flops_per_token, peak_tflops
 from trainer.run.resume import resume
 from trainer.run.state import Run
@@ -32,7 +34,8 @@ def model_vocab_size(model: ModelConfig, tokenizer_vocab: int | None, tensor_par
     """The padded vocabulary of the model: ``--vocab-size`` or the tokenizer's, padded as Megatron pads it."""
     if model.vocab_size is None and tokenizer_vocab is None:
         raise ConfigError("the data records no tokenizer vocabulary (files without a .meta.json sidecar, e.g. "
-                          "written by Megatron); give the model's vocabulary with --vocab-size")
+                          "written by Megatron); give the model's vocabulary with --vocab-size, or the data's "
+                          "tokenizer with --tokenizer-type and --tokenizer-model (or tokenizer: in the blend)")
     if model.vocab_size is not None and tokenizer_vocab is not None and tokenizer_vocab > model.vocab_size:
         raise ConfigError(f"the data's tokenizer has {tokenizer_vocab} ids but --vocab-size is {model.vocab_size}: "
                           f"the model could not embed them; raise --vocab-size to at least {tokenizer_vocab} or drop "
@@ -68,29 +71,33 @@ def build_run(config: TrainConfig) -> Run:
         raise ConfigError(f"--main-params-dtype bf16 keeps the weights in bf16, but this run computes in "
                           f"{precision.name} (--precision auto is fp32 on CPU): add --bf16, or drop "
                           "--main-params-dtype")
+    # Every choice that can be refused is made before the data is indexed and the model built.
+    schedule = LRSchedule(config.optim, config.training.train_iters)
+    model_config = config.model
+    # NOTE: the FP8 backend first: Transformer Engine fails to import ("undefined symbol" in libcudnn_cnn)
+    # once the attention probe has loaded torch's own cuDNN.
+    fp8 = select_fp8(config.fp8, device, model_config.gemm_backend)
+    check_backend_name(model_config.attention_backend)
     seed_everything(config.training.seed)
     accumulation = _check_batch_sizes(config, parallel)
     global_batch = accumulation * config.training.micro_batch_size * parallel.dp_size
     data = build_data(config, parallel, global_batch)
-    model_config = config.model
     validate_layout(model_config, parallel, data.seq_length, accumulation)
     vocab = model_vocab_size(model_config, data.vocab_size, parallel.tp_size)
     shape = AttentionShape(config.training.micro_batch_size, data.seq_length,
                            model_config.num_attention_heads // parallel.tp_size,
                            model_config.num_query_groups // parallel.tp_size, model_config.head_dim, precision.dtype,
                            data.document_masked)
-    # NOTE: the FP8 backend first: Transformer Engine fails to import ("undefined symbol" in libcudnn_cnn)
-    # once the attention probe has loaded torch's own cuDNN.
-    fp8 = select_fp8(config.fp8, device, model_config.gemm_backend)
     attention = select_backend(model_config.attention_backend, device, shape)
+    counts = whole_model_counts(model_config, vocab, data.seq_length, attention)
+    check_memory(config, estimate_memory(config, parallel, counts, vocab, data.seq_length, precision.dtype.itemsize,
+                                         attention.name, uses_fused_loss(model_config, parallel)), parallel)
     num_sources = len(data.source_names) if config.logging.log_per_source != "off" else 0
     engine, compiled = parallelize(config, parallel, precision, fp8, attention, vocab, data.seq_length, accumulation,
                                    num_sources)
-    counts = whole_model_counts(model_config, vocab, data.seq_length, attention)
     peak, peak_note = peak_tflops(device, config.logging.peak_tflops)
     run = Run(config, parallel, precision, data, engine,
-              build_optimizer(engine.reducer.optimizer_parameters(), config.optim, device),
-              LRSchedule(config.optim, config.training.train_iters),
+              build_optimizer(engine.reducer.optimizer_parameters(), config.optim, device), schedule,
               flops_per_token(model_config, counts["matmul"], data.seq_length), peak,
               telemetry=SourceTelemetry(data.source_names, data.source_weights) if num_sources else None)
     fp8.parts.attach_optimizer(run.optimizer)
@@ -135,4 +142,5 @@ def metrics_sink(run: Run) -> MetricsSink:
     config = run.config.logging
     if not run.parallel.is_logging_rank:
         config = replace(config, tensorboard_dir=None, metrics_jsonl=None)
-    return MetricsSink(config, run.iteration, run.config.training.train_iters)
+    device = "GPU" if run.parallel.device.type == "cuda" else "process"
+    return MetricsSink(config, run.iteration, run.config.training.train_iters, device)

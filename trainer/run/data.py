@@ -28,6 +28,7 @@ from corpus.blending.datasets import (
 )
 from corpus.blending.index_maps import normalize
 from corpus.blending.loader import BlendLoader, build_datasets
+from corpus.blending.resolve import ResolvedBlend, resolve_blend, tokenizer_config
 from corpus.blending.samples import make_batch
 from corpus.blending.schema import (
     BlendConfig,
@@ -38,14 +39,17 @@ from corpus.blending.schema import (
     dump_blend,
     load_blend,
 )
+from corpus.core.errors import ConfigError
 from corpus.indexed.sidecar import options_hash
+from corpus.tokenizers import TextTokenizer, TokenizerConfig
+from corpus.tokenizers.decode import cached_tokenizer
+from corpus.tokenizers.registry import family_of
 from trainer.config.schema import DataConfig, TrainConfig
 from trainer.parallel.state import ParallelState
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "valid", "test")
-DEFAULT_SPLIT = "969,30,1"  # Megatron's --split default, for --data-path
 MOCK_VOCAB_SIZE = 32768  # DESIGN §7's vocabulary, for --mock-data without --vocab-size
 
 
@@ -150,7 +154,7 @@ def load_blend_config(config: TrainConfig) -> BlendConfig:
     overrides = {"seq_length": data.seq_length, "cache_dir": data.data_cache_path, **_sample_options(data)}
     if data.blend:
         return load_blend(data.blend, split=data.split, **overrides)
-    blend = blend_from_data_path(data.data_path, data.split or DEFAULT_SPLIT, data.seq_length,
+    blend = blend_from_data_path(data.data_path, data.split, data.seq_length,
                                  seed=config.training.seed, cache_dir=data.data_cache_path)
     return apply_overrides(blend, **_sample_options(data))
 
@@ -169,24 +173,65 @@ def _reproduce(config: TrainConfig, blend: BlendConfig, counts: SampleCounts, gl
     return {split: show_samples_command(blend, split, counts.of(split), 0, global_batch) for split in splits}
 
 
+def _flag_tokenizer(data: DataConfig) -> TextTokenizer | None:
+    """The tokenizer ``--tokenizer-type``/``--tokenizer-model``/``--vocab-file``/``--merge-file`` name, built
+    (so a wrong flag is refused before any work), or None without ``--tokenizer-type``."""
+    if data.tokenizer_type is None:
+        return None
+    return cached_tokenizer(TokenizerConfig(type=data.tokenizer_type, model=data.tokenizer_model,
+                                            vocab_file=data.vocab_file, merge_file=data.merge_file))
+
+
+def _check_flag_tokenizer(tokenizer: TextTokenizer, resolved: ResolvedBlend) -> None:
+    """The flags' tokenizer must be the one the sidecars record (family and file contents), when they record one."""
+    record = resolved.tokenizer
+    if record is None:
+        return
+    described = tokenizer.describe()
+    if family_of(record.get("type")) != family_of(described["type"]):
+        raise ConfigError(f"--tokenizer-type {described['type']}: the data was tokenized with {record.get('type')} "
+                          "(its .meta.json says so); drop the tokenizer flags or give the data's tokenizer")
+    if record.get("fingerprint") and described["fingerprint"] != record["fingerprint"]:
+        raise ConfigError(f"--tokenizer-model/--vocab-file: not the tokenizer the data was made with (its .meta.json "
+                          f"records {record.get('model') or record.get('vocab_file')}, sha256 "
+                          f"{record['fingerprint'][:12]}…, these files {described['fingerprint'][:12]}…); drop the "
+                          "tokenizer flags or give the data's files")
+
+
+def tokenizer_facts(data: DataConfig, resolved: ResolvedBlend) -> tuple[int | None, dict | None]:
+    """The vocabulary size and tokenizer record the model takes: the sidecars', checked against the tokenizer
+    flags; else the flags' tokenizer; else the blend's ``tokenizer:`` (data written by Megatron has no sidecar)."""
+    flagged = _flag_tokenizer(data)
+    if flagged is not None:
+        _check_flag_tokenizer(flagged, resolved)
+    if resolved.vocab_size is not None:
+        return resolved.vocab_size, resolved.tokenizer
+    if flagged is None:
+        named = tokenizer_config(resolved)
+        flagged = cached_tokenizer(named) if named is not None else None
+    return (flagged.vocab_size, flagged.describe()) if flagged is not None else (None, None)
+
+
 def build_data(config: TrainConfig, parallel: ParallelState, global_batch_size: int) -> TrainData:
-    """Loaders for every split the run reads, from the configured source."""
+    """Loaders for every split the run reads, from the configured source; the tokenizer is settled (and
+    checked) before any index map is built."""
     counts = sample_counts(config, global_batch_size)
     if config.data.mock_data:
         return _mock_data(config, parallel, counts)
     blend = load_blend_config(config)
-    train, valid, test, built = build_datasets(blend, counts)
+    resolved = resolve_blend(blend)
+    vocab_size, tokenizer = tokenizer_facts(config.data, resolved)
+    train, valid, test, built = build_datasets(resolved, counts)
     loaders = {split: BlendLoader(dataset, config.training.micro_batch_size, parallel.dp_rank, parallel.dp_size, 0,
                                   built.fingerprint) if dataset is not None else None
                for split, dataset in zip(SPLITS, (train, valid, test))}
-    resolved = built.resolved
     packed = blend.packing == "best_fit"
-    description = (f"blend {blend.origin} ({len(resolved.all_sources())} sources, vocab {resolved.vocab_size}, "
+    description = (f"blend {blend.origin} ({len(resolved.all_sources())} sources, vocab {vocab_size}, "
                    f"EOD {resolved.eod_id}, {'best-fit packed, pad ' + str(resolved.pad_id) if packed else 'concat'}, "
                    f"fingerprint {built.fingerprint[:12]})")
     wanted = -(-config.logging.eval_samples_per_source // global_batch_size) * global_batch_size
     source_valid = (source_valid_loaders(config, blend, parallel, wanted) if loaders["valid"] is not None else {})
-    return TrainData(loaders, blend.seq_length, resolved.vocab_size, resolved.eod_id, resolved.tokenizer,
+    return TrainData(loaders, blend.seq_length, vocab_size, resolved.eod_id, tokenizer,
                      description, _reproduce(config, blend, counts, global_batch_size,
                                              [split for split, loader in loaders.items() if loader is not None]),
                      document_masked=packed or blend.samples.reset_attention_mask, source_names=blend.source_names(),

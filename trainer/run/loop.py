@@ -38,6 +38,13 @@ log = logging.getLogger(__name__)
 OOM_HINT = ("lower --micro-batch-size (--global-batch-size stays reached by gradient accumulation), shorten "
             "--seq-length, or pick a smaller --preset; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces "
             "fragmentation")
+#: What torch's CPU allocator says when it cannot allocate (a plain RuntimeError, unlike CUDA's OutOfMemoryError).
+CPU_OOM = "DefaultCPUAllocator: can't allocate memory"
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is an allocation that failed, on a GPU or on the CPU."""
+    return isinstance(error, torch.OutOfMemoryError) or (isinstance(error, RuntimeError) and CPU_OOM in str(error))
 
 
 @dataclass
@@ -55,7 +62,7 @@ class TrainResult:
     """How a run ended."""
 
     iteration: int
-    loss: float | None
+    loss: WindowLoss | None
     stopped_by: str
     checkpoint: Path | None
 
@@ -156,21 +163,38 @@ def _from_the_start(run: Run, loader, what: str) -> Callable[[], list[dict[str, 
     return lambda: _checked(run, [next(batches) for _ in range(run.accumulation)], what)
 
 
+@dataclass(frozen=True)
+class WindowLoss:
+    """The training loss a run reports: the mean over the steps ``first`` to ``last`` since the previous log line
+    (Megatron's definition; a console line, a ``--metrics-jsonl`` record and the run's summary all use it)."""
+
+    loss: float
+    first: int
+    last: int
+
+
 class _Window:
     """Steps since the last log line: averaged loss and throughput over them."""
 
     def __init__(self) -> None:
         self.losses: list[float] = []
         self.seconds = 0.0
+        self.logged: WindowLoss | None = None  # the loss of the last log line
 
     def add(self, result: StepResult) -> None:
         self.losses.append(result.loss)
         self.seconds += result.seconds
 
+    def loss(self, step: int) -> WindowLoss | None:
+        """The loss over the steps up to ``step`` not logged yet, else the last log line's."""
+        if not self.losses:
+            return self.logged
+        return WindowLoss(sum(self.losses) / len(self.losses), step - len(self.losses) + 1, step)
+
     def record(self, run: Run, last: StepResult) -> dict:
         tokens = len(self.losses) * run.global_batch_size * run.data.seq_length
-        record = {"step": run.iteration, "loss": sum(self.losses) / len(self.losses), "lr": last.lr,
-                  "grad_norm": last.grad_norm,
+        logged = self.loss(run.iteration)
+        record = {"step": run.iteration, "loss": logged.loss, "lr": last.lr, "grad_norm": last.grad_norm,
                   **throughput(tokens, self.seconds, run.flops_per_token, run.parallel.world_size, run.peak_tflops),
                   "consumed_samples": run.iteration * run.global_batch_size}
         if run.telemetry is not None:
@@ -179,6 +203,7 @@ class _Window:
             record["peak_memory_gib"] = torch.cuda.max_memory_allocated(run.parallel.device) / 2**30
             torch.cuda.reset_peak_memory_stats(run.parallel.device)
         self.__init__()
+        self.logged = logged
         return record
 
 
@@ -192,14 +217,16 @@ def _evaluate_and_log(run: Run, sink: MetricsSink, split: str = "valid") -> None
 
 
 def _loop(run: Run, sink: MetricsSink, profiler: StepProfiler, stop,
-          collection: GarbageCollection) -> tuple[str, float | None]:
-    """Steps until ``--train-iters`` or a stop request; returns (why it stopped, last loss)."""
+          collection: GarbageCollection) -> tuple[str, WindowLoss | None]:
+    """Steps until ``--train-iters`` or a stop request; returns (why it stopped, the loss as logged)."""
     config, window, last, steps = run.config, _Window(), None, 0
     while run.iteration < config.training.train_iters:
         profiler.before_step(run.iteration + 1)
         try:
             last = train_step(run)
-        except torch.OutOfMemoryError:
+        except RuntimeError as error:
+            if not out_of_memory(error):
+                raise
             raise OutOfMemory(f"out of memory at step {run.iteration + 1}: {OOM_HINT}") from None
         steps += 1
         if steps == 1 + run.fp8.parts.eager_steps and run.compile_cache:
@@ -220,12 +247,23 @@ def _loop(run: Run, sink: MetricsSink, profiler: StepProfiler, stop,
             collection.before_pause()
             save(run)
         if reason:
-            return reason, last.loss
-    return "completed", last.loss if last else None
+            return reason, window.loss(run.iteration)
+    return "completed", window.loss(run.iteration)
 
 
 def train(config: TrainConfig) -> TrainResult:
-    """Run training as ``config`` says: build, resume, loop, evaluate, checkpoint. Returns how it ended."""
+    """Run training as ``config`` says: build, resume, loop, evaluate, checkpoint. Returns how it ended.
+
+    Running out of memory anywhere (building, a step, an evaluation) is an :class:`OutOfMemory` naming the knobs."""
+    try:
+        return _train(config)
+    except RuntimeError as error:
+        if not out_of_memory(error):
+            raise
+        raise OutOfMemory(f"out of memory: {OOM_HINT}") from None
+
+
+def _train(config: TrainConfig) -> TrainResult:
     run = build_run(config)
     for split, command in run.data.reproduce.items():
         log.info("%s samples of this run: %s", split, command)

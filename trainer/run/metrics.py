@@ -102,8 +102,9 @@ def set_aside(path: Path) -> Path | None:
 class MetricsSink:
     """Writes each record to the console, TensorBoard (``--tensorboard-dir``) and JSONL (``--metrics-jsonl``)."""
 
-    def __init__(self, config: LoggingConfig, resumed_step: int, train_iters: int) -> None:
-        self.config, self.train_iters = config, train_iters
+    def __init__(self, config: LoggingConfig, resumed_step: int, train_iters: int, device: str = "GPU") -> None:
+        """``device`` names what the per-device figures are per on console lines: ``GPU``, or ``process`` on CPU."""
+        self.config, self.train_iters, self.device = config, train_iters, device
         self.jsonl = None
         if config.metrics_jsonl:
             path = Path(config.metrics_jsonl)
@@ -167,7 +168,8 @@ class MetricsSink:
         parts = [head, f"loss {record['loss']:.4f}", f"lr {record['lr']:.3e}", f"grad norm {record['grad_norm']:.3f}",
                  f"{record['tokens_per_s']:,.0f} tok/s"]
         if self.config.log_throughput:
-            parts += [f"{record['tokens_per_s_per_gpu']:,.0f} tok/s/GPU", f"{record['tflops_per_gpu']:.3g} TFLOP/s/GPU"]
+            parts += [f"{record['tokens_per_s_per_gpu']:,.0f} tok/s/{self.device}",
+                      f"{record['tflops_per_gpu']:.3g} TFLOP/s/{self.device}"]
             if "mfu" in record:
                 parts.append(f"MFU {100 * record['mfu']:.1f}%")
         if "peak_memory_gib" in record:

@@ -33,10 +33,11 @@ def test_a_planned_dry_run_matches_the_built_datasets(tmp_path: Path) -> None:
         assert {row.name: row.samples for row in report.rows} == taken
         for row, member in zip(report.rows, dataset.plan.members):
             assert row.epochs == member.epochs.num_epochs and row.built == member.length
-            assert row.documents == member.end - member.begin and row.tokens == member.tokens
+            assert row.sequences == member.end - member.begin and row.tokens == member.tokens
     assert abs(reports[0].rows[0].share - 0.75) < 0.01 and reports[0].rows[0].weight == 0.75
     text = format_report(reports)
     assert "weighted blend: 2,000 samples asked, dataset length 2,000" in text
+    assert text.splitlines()[0].split()[:3] == ["split", "source", "sequences"]  # what megatron-core splits by
     assert report_to_json(reports)[1]["split"] == "valid"
 
 

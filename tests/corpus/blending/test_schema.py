@@ -49,6 +49,17 @@ def _blend(folder: Path, text: str) -> Path:
     return path
 
 
+def test_a_blend_without_split_is_split_as_megatron_splits_by_default(folder: Path) -> None:
+    """Omitting split means Megatron's 969,30,1, exactly as if it were written (same samples, same fingerprint)."""
+    implicit = resolve_blend(load_blend(_blend(folder, GOOD.replace('split: "90,10,0"\n', ""))))
+    assert implicit.config.split is None and implicit.config.effective_split == "969,30,1"
+    explicit = resolve_blend(load_blend(_blend(folder, GOOD.replace('"90,10,0"', '"969,30,1"'))))
+    assert implicit.fingerprint == explicit.fingerprint
+    counts = SampleCounts(100, 10)
+    assert (build_split_datasets(implicit, counts).valid.tokens_of(3).tolist()
+            == build_split_datasets(explicit, counts).valid.tokens_of(3).tolist())
+
+
 def test_the_good_blend_loads_with_typed_fields(folder: Path) -> None:
     config = load_blend(_blend(folder, GOOD))
     assert isinstance(config, BlendConfig) and config.seq_length == 16 and config.sources[1].weight == 0.3
@@ -71,7 +82,6 @@ SCHEMA_ERRORS = [
     ("weight: 0.3", "weight: -2", 7, "sources[1].weight", "give a weight > 0"),
     (", weight: 0.3}", "}", 7, "sources[1].weight", "give every source a weight, or none"),
     ("name: code", "name: web", 7, "sources[1].name", "must be unique"),
-    ('split: "90,10,0"\n', "", 1, "split", 'e.g. split: "99,1,0"'),
     ('split: "90,10,0"', 'split: "ninety,ten"', 3, "split", "up to three shares"),
     ('split: "90,10,0"', 'split: "0,0,0"', 3, "split", "at least one > 0"),
     ('split: "90,10,0"', 'split: "1,1,1,1"', 3, "split", "up to three shares"),

@@ -7,6 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import corpus.core.disk
+import corpus.indexed.merge
+from corpus.core.disk import OutputError
 from corpus.indexed import IndexedReader, IndexedWriter, sidecar
 from corpus.indexed.merge import MergeError, merge
 from corpus.indexed.prefixes import PrefixNotFound
@@ -99,3 +102,18 @@ def test_cli_merge(tmp_path: Path) -> None:
                      check=False)
     assert failed.returncode == 1
     assert "missing.idx: no such file" in failed.stderr and "Traceback" not in failed.stderr
+
+
+def test_a_merge_the_disk_cannot_hold_is_refused_before_writing(tmp_path: Path, monkeypatch) -> None:
+    make_shards(tmp_path, 3)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    with pytest.raises(OutputError, match=f"{blocker} is a file, not a folder; choose another --output-prefix"):
+        merge([str(tmp_path / "part-*_text_document")], str(blocker / "merged"))
+    for module in (corpus.indexed.merge, corpus.core.disk):  # the check, and the message's figure
+        monkeypatch.setattr(module, "free_bytes", lambda path: 100)
+    with pytest.raises(OutputError) as raised:
+        merge([str(tmp_path / "part-*_text_document")], str(tmp_path / "merged"))
+    assert "No space left on device (100 bytes free, about" in str(raised.value)
+    assert "free space and run the merge again" in str(raised.value)
+    assert not list(tmp_path.glob("merged*"))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import importlib
 import json
+import os
 from pathlib import Path
 
 from corpus.tokenize.config import TokenizeConfig
@@ -42,3 +45,51 @@ def sample_records(limit: int | None = None) -> list[dict]:
 def write_jsonl(path: Path, records: list) -> Path:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     return path
+
+
+class _FullDiskFile:
+    """A file whose writes fail with ENOSPC once the disk's budget is spent (delegates everything else)."""
+
+    def __init__(self, handle, disk: "FullDisk") -> None:
+        self._handle, self._disk = handle, disk
+
+    def write(self, data) -> int:
+        self._disk.spend(self._handle.name, len(data))
+        return self._handle.write(data)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.close()
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
+
+
+class FullDisk:
+    """``open`` for the writers' modules that fills up: once ``budget`` bytes were written to files whose name
+    ends with ``suffix``, the next write to such a file raises ``OSError(ENOSPC)``, as a full disk does. The
+    same for root (CI) as for anyone: no mount, no chmod."""
+
+    MODULES = ("corpus.indexed.writer", "corpus.indexed.sidecar", "corpus.tokenize.outputs",
+               "corpus.tokenize.resume_state")
+
+    def __init__(self, suffix: str, budget: int) -> None:
+        self.suffix, self.budget, self.failures = suffix, budget, 0
+
+    def spend(self, name: str, size: int) -> None:
+        if str(name).endswith(self.suffix):
+            if size > self.budget:
+                self.failures += 1
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.budget -= size
+
+    def open(self, file, mode="r", *args, **kwargs):
+        handle = open(file, mode, *args, **kwargs)
+        return _FullDiskFile(handle, self) if any(flag in mode for flag in "wa+") else handle
+
+    def install(self, monkeypatch) -> "FullDisk":
+        for name in self.MODULES:
+            monkeypatch.setattr(importlib.import_module(name), "open", self.open, raising=False)
+        return self

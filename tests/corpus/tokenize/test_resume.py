@@ -15,10 +15,11 @@ import pytest
 
 import corpus.indexed.writer
 import corpus.tokenize.run
+from corpus.core.disk import OutputError
 from corpus.tokenize.resume_state import ResumeError, state_path
 from corpus.tokenize.run import tokenize
 from tests.conftest import REPO
-from tests.corpus.tokenize.support import CODE, TOKENIZER, WEB, config, output_bytes
+from tests.corpus.tokenize.support import CODE, TOKENIZER, WEB, FullDisk, config, output_bytes
 
 KEYS = ["text", "title"]
 INPUTS = [WEB, CODE]
@@ -87,6 +88,31 @@ def test_a_crash_while_renaming_outputs_into_place_resumes(tmp_path, monkeypatch
     tokenize(run.replace(resume=True))
     assert output_bytes(tmp_path / "out", ["text"]) == uninterrupted[0]
     assert not state_path(str(tmp_path / "out")).exists()
+
+
+@pytest.mark.parametrize("suffix, share", [(".bin.partial", 0.5), (".lengths.partial", 0.5), (".idx.partial", 0),
+                                           (".meta.json.partial", 0)])
+def test_a_full_disk_is_one_line_naming_the_file_and_resume_completes(tmp_path, monkeypatch, uninterrupted, suffix,
+                                                                      share):
+    """The disk fills up while writing tokens, a spill buffer, the index or the sidecar: one line naming the file,
+    the space and the fix; once space is freed, --resume ends with the bytes of an uninterrupted run."""
+    run = config(tmp_path, INPUTS, json_keys=["text"], on_error="skip", batch_size=3, checkpoint_interval=0)
+    sizes = {".bin.partial": len(uninterrupted[0]["text.bin"]),
+             ".lengths.partial": 4 * uninterrupted[1].records_written}
+    with monkeypatch.context() as patch:
+        disk = FullDisk(suffix, int(share * sizes.get(suffix, 0))).install(patch)
+        with pytest.raises(OutputError) as raised:
+            tokenize(run)
+    message = str(raised.value)
+    assert disk.failures == 1 and "\n" not in message
+    assert message.startswith(f"cannot write {tmp_path / 'out'}_text_document{suffix}: No space left on device (")
+    assert "free space and rerun the same command with --resume" in message and "--output-prefix" in message
+    if suffix == ".bin.partial":
+        assert "needed" in message  # estimated from the input still to read
+    tokenize(run.replace(resume=True))
+    assert output_bytes(tmp_path / "out", ["text"]) == uninterrupted[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out_text_document.bin", "out_text_document.idx",
+                                                         "out_text_document.meta.json"]
 
 
 def test_resume_refuses_changed_options_and_inputs(tmp_path, monkeypatch):
@@ -161,7 +187,7 @@ def kill_and_resume(tmp_path: Path, records: int, workers: str) -> dict[str, byt
     return output_bytes(prefix, KEYS)
 
 
-@pytest.mark.parametrize("records, workers", [(10, "1"), (150, "2")])
+@pytest.mark.parametrize("records, workers", [(10, "0"), (10, "1"), (150, "2")])
 def test_kill_9_then_resume_is_byte_identical(tmp_path, cli_uninterrupted, records, workers):
     assert kill_and_resume(tmp_path, records, workers) == cli_uninterrupted
 

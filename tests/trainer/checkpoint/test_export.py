@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
 import transformers  # a test dependency (pyproject's "test" extra): the reference loader of the export
 
+from corpus.core.disk import OutputError
 from tests.conftest import run_cli
 from tests.trainer.conftest import tiny_config
 from trainer.checkpoint import export
@@ -59,3 +61,30 @@ def test_export_without_checkpoint_is_a_clear_error(tmp_path):
         export.export_hf(tmp_path, tmp_path / "hf")
     result = run_cli("trainer", "export", "--hf", str(tmp_path / "hf"), "--load", str(tmp_path), check=False)
     assert result.returncode == 1 and "no checkpoint there" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_every_exported_file_follows_the_umask(trained, tmp_path):
+    files = export.export_hf(trained, tmp_path / "hf", dtype="float32")
+    modes = {name: os.stat(tmp_path / "hf" / name).st_mode & 0o777 for name in files}
+    assert set(modes.values()) == {0o666 & ~_umask()}, modes
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_an_unwritable_export_folder_is_one_line(trained, tmp_path, monkeypatch):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    with pytest.raises(OutputError, match=f"{blocker} is a file, not a folder; choose another --hf"):
+        export.export_hf(trained, blocker / "hf")
+
+    def full(*args, **kwargs):
+        raise export.SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(export, "save_file", full)
+    with pytest.raises(OutputError) as raised:
+        export.export_hf(trained, tmp_path / "hf")
+    assert "No space left on device" in str(raised.value) and "free space and export again" in str(raised.value)

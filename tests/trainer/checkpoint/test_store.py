@@ -12,6 +12,7 @@ import textwrap
 import pytest
 import torch
 
+from corpus.core.disk import OutputError
 from tests.conftest import REPO
 from tests.trainer.conftest import read_metrics, tiny_config, tiny_overrides
 from trainer.checkpoint import store as checkpoint
@@ -135,3 +136,39 @@ def test_kill_during_save_leaves_a_loadable_checkpoint_and_resume_matches(tmp_pa
 def load_config_with_load(tmp_path, save):
     return tiny_config(tmp_path, training={"train_iters": 6}, checkpoint={"save": save, "load": save,
                                                                           "save_interval": 2})
+
+
+def test_a_save_the_disk_refuses_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    with pytest.raises(OutputError, match=f"{blocker} is a file, not a folder; choose another --save"):
+        save_dummy(blocker / "ckpt", 1)
+    save_dummy(tmp_path, 1)
+    real_open = open
+
+    def full_disk(file, mode="r", *args, **kwargs):  # DCP's shard files and run.json both go through open
+        if "w" in mode:
+            raise OSError(28, os.strerror(28))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr("pathlib.Path.open", lambda self, mode="r", *a, **k: full_disk(self, mode, *a, **k))
+    with pytest.raises(OutputError) as raised:
+        save_dummy(tmp_path, 2)
+    message = str(raised.value)
+    assert "No space left on device" in message and f"resume with --load {tmp_path} (iteration 1 is intact)" in message
+    monkeypatch.undo()
+    assert checkpoint.complete_iterations(tmp_path) == [1] and checkpoint.find(tmp_path) == tmp_path / "iter_0000001"
+    assert not [p for p in tmp_path.iterdir() if "partial" in p.name]
+
+
+def test_load_and_save_must_be_folders(tmp_path):
+    from corpus.core.errors import ConfigError
+    from trainer.config.loading import load_config
+
+    a_file = tmp_path / "model.pt"
+    a_file.write_text("")
+    with pytest.raises(CheckpointError, match="is a file, not a checkpoint folder"):
+        checkpoint.find(a_file)
+    for section in ({"load": str(a_file)}, {"save": str(a_file)}):
+        with pytest.raises(ConfigError, match="is a file, not a checkpoint folder"):
+            load_config(None, tiny_overrides(tmp_path, checkpoint=section))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import typing
 
 import pytest
 
 from corpus.core.errors import ConfigError
-from trainer.config.schema import OptimConfig
-from trainer.optim.schedule import LRSchedule
+from trainer.config.schema import DecayStyle, OptimConfig
+from trainer.optim.schedule import DECAY_STYLES, LRSchedule
 
 
 def schedule(style: str, **values) -> LRSchedule:
@@ -39,3 +40,7 @@ def test_decay_iters_override_and_errors():
         schedule("wsd")
     with pytest.raises(ConfigError, match="--lr-warmup-iters 10 exceeds"):
         schedule("linear", lr_decay_iters=5)
+
+
+def test_every_decay_style_the_config_accepts_has_a_curve():
+    assert list(DECAY_STYLES) == list(typing.get_args(DecayStyle))

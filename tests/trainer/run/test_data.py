@@ -52,8 +52,9 @@ def test_resume_against_another_blend_is_refused_unless_overridden(sample_blend,
                                             checkpoint={"save": save})))
     changed = blend_overrides(tmp_path, sample_blend, data={"seq_length": 32}, training={"train_iters": 3},
                               checkpoint={"load": save})
-    with pytest.raises(UserError, match="another blend"):
+    with pytest.raises(UserError, match="another blend") as refused:
         train(load_config(None, changed))
+    assert "--override-blend-check" in str(refused.value)
     changed["data"]["override_blend_check"] = True
     assert train(load_config(None, changed)).iteration == 3
 
@@ -140,3 +141,37 @@ def test_export_carries_the_data_tokenizer(sample_blend, tmp_path):
     assert tokenizer.eos_token_id == 0
     model = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "hf")
     assert model.config.eos_token_id == 0 and model.config.vocab_size == 8192
+
+
+def megatron_copy(sample_blend, folder) -> str:
+    """The sample's web file without its .meta.json, as Megatron writes it."""
+    data = sample_blend.parent / "data"
+    for suffix in (".bin", ".idx"):
+        shutil.copy(data / f"web_text_document{suffix}", folder / f"web{suffix}")
+    return str(folder / "web")
+
+
+def test_the_vocabulary_of_megatron_files_comes_from_the_blend_or_the_tokenizer_flags(sample_blend, tmp_path):
+    web, tokenizer = megatron_copy(sample_blend, tmp_path), sample_blend.parent.parent / "examples" / "tokenizer.json"
+    blend = tmp_path / "megatron.yaml"
+    blend.write_text(f"seq_length: 64\nsplit: '90,10,0'\ntokenizer: {{kind: huggingface, path: {tokenizer}}}\n"
+                     f"sources: [{{name: web, prefix: {web}}}]\n")
+    cpu = ParallelState(torch.device("cpu"))
+    from_blend = build_data(load_config(None, blend_overrides(tmp_path, blend)), cpu, 4)
+    flags = {"blend": None, "data_path": [web], "split": "90,10,0", "tokenizer_type": "HuggingFaceTokenizer",
+             "tokenizer_model": str(tokenizer)}
+    from_flags = build_data(load_config(None, blend_overrides(tmp_path, sample_blend, data=flags)), cpu, 4)
+    assert from_blend.vocab_size == from_flags.vocab_size == 8192
+    assert from_flags.tokenizer["type"] == "HuggingFaceTokenizer"
+
+
+def test_tokenizer_flags_that_contradict_the_sidecars_are_refused_before_any_index_map(sample_blend, tmp_path):
+    other = tmp_path / "other.json"
+    other.write_text((sample_blend.parent.parent / "examples" / "tokenizer.json").read_text()
+                     .replace("<|endoftext|>", "<|end|>"))
+    flags = ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(other)]
+    result = run_cli("trainer", "run", "--blend", str(sample_blend), "--train-iters", "2", *flags,
+                     "--data-cache-path", str(tmp_path / "maps"), check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "--tokenizer-model/--vocab-file: not the tokenizer the data was made with" in result.stderr
+    assert not list((tmp_path / "maps").glob("gpt-*"))
