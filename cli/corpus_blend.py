@@ -89,7 +89,8 @@ def blend(file: str, split: str, num_samples: int | None, train_iters: int | Non
 
 
 def _sample_line(sample: dict) -> str:
-    """One line per sample: its text (newlines escaped, so each sample stays one line) or its ids."""
+    """One line per sample: where its documents start, then its text (newlines escaped, so each sample stays
+    one line) or its ids."""
     tokens = sample["tokens"]
     if "text" in sample:
         shown = json.dumps(sample["text"], ensure_ascii=False)
@@ -97,5 +98,5 @@ def _sample_line(sample: dict) -> str:
         shown = " ".join(map(str, tokens[:12])) + (" … " + " ".join(map(str, tokens[-4:])) if len(tokens) > 16 else "")
     starts = ",".join(f"{at}" + (f"(+{offset})" if offset else "") for at, _, offset, _ in sample["documents"])
     padding = f", padding {sample['padding']}" if sample["padding"] else ""
-    return (f"{sample['index']:>8} {sample['source']:<16} {len(tokens)} tokens: {shown}  "
-            f"[documents at {starts}{padding}]")
+    return (f"{sample['index']:>8} {sample['source']:<16} [documents at {starts}{padding}] {len(tokens)} tokens: "
+            f"{shown}")

@@ -187,7 +187,7 @@ def test_exhaustive_blend_takes_one_packed_epoch_of_each(folder) -> None:
 def test_dry_run_reports_padding_and_cuts(folder) -> None:
     reports = dry_run(blend_from_dict(_blend(folder), base_dir=folder), SampleCounts(500, 20))
     row = reports[0].rows[0]  # train: the first sequences
-    lengths = IndexedReader(folder / "web").sequence_lengths[: row.documents]
+    lengths = IndexedReader(folder / "web").sequence_lengths[: row.sequences]
     assert row.documents_cut == int(np.count_nonzero(lengths > CAPACITY)) > 0 and row.short_documents_cut == 0
     assert 0 < row.padding < 0.2 and row.per_epoch > 0
 
