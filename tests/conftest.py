@@ -26,6 +26,23 @@ def megatron_indexed():
     return indexed_dataset
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the selected tests' Triton-interpreter checks in one background process as soon as they are known:
+    the tests of this session run one at a time and leave the second core mostly idle
+    (``tests/trainer/kernels/triton_support.py``)."""
+    support = sys.modules.get("tests.trainer.kernels.triton_support")
+    if support is not None and not session.config.option.collectonly:
+        support.start_interpreter_checks({item.module.__name__ for item in session.items
+                                          if getattr(item, "module", None) is not None})
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """End the interpreter checks no test waited for (a session stopped early)."""
+    support = sys.modules.get("tests.trainer.kernels.triton_support")
+    if support is not None:
+        support.stop_interpreter_checks()
+
+
 def run_cli(program: str, *args: str, cwd: Path | None = None, check: bool = True, env: dict | None = None,
             timeout: float = 600) -> subprocess.CompletedProcess:
     """Run ``corpus``/``trainer`` exactly as a user would, in a fresh process."""
