@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
+import traceback
 import warnings
 from pathlib import Path
 
@@ -54,6 +56,21 @@ def run_cli(program: str, *args: str, cwd: Path | None = None, check: bool = Tru
     if check and result.returncode != 0:
         raise AssertionError(f"{program} {' '.join(args)} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def invoke_cli(program: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``corpus``/``trainer`` in this process with click's ``CliRunner``, through the command group (its
+    handler in ``cli/app.py`` turns user errors into one line), for cases that need no interpreter of their own:
+    errors in what was typed, help texts. An exception escaping the group is written to stderr with its
+    traceback, as the real command's interpreter would write it."""
+    from click.testing import CliRunner
+
+    group = importlib.import_module(f"cli.{program}").main
+    result = CliRunner().invoke(group, list(args), env=env, prog_name=program)
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(result.exception))
+    return subprocess.CompletedProcess([program, *args], result.exit_code, result.stdout, stderr)
 
 
 @pytest.fixture(scope="session")

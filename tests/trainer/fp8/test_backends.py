@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from corpus.core.errors import ConfigError
-from tests.conftest import run_cli
+from tests.conftest import invoke_cli
 from tests.trainer.conftest import read_metrics, tiny_config
 from trainer.config.schema import FP8Config
 from trainer.fp8 import backends
@@ -32,9 +32,9 @@ def test_without_fp8_format_the_plain_gemm_is_kept():
 def test_fp8_on_cpu_is_refused_with_the_fix(tmp_path):
     with pytest.raises(ConfigError, match="compute capability 8.9.*Drop --fp8-format"):
         select_fp8(FP8Config(fp8_format="hybrid"), torch.device("cpu"), "plain")
-    done = run_cli("trainer", "run", "--mock-data", "--seq-length", "16", "--train-iters", "1", "--fp8-format",
-                   "hybrid", "--fp8-recipe", "delayed", "--fp8-amax-history-len", "1024", "--fp8-amax-compute-algo",
-                   "max", check=False)
+    done = invoke_cli("trainer", "run", "--mock-data", "--seq-length", "16", "--train-iters", "1", "--fp8-format",
+                      "hybrid", "--fp8-recipe", "delayed", "--fp8-amax-history-len", "1024", "--fp8-amax-compute-algo",
+                      "max")
     assert done.returncode == 1 and "--fp8-format needs a CUDA GPU" in done.stderr and "Traceback" not in done.stderr
 
 
