@@ -37,11 +37,12 @@ def _in_one_thread(overrides: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def resharded(tmp_path_factory) -> Path:
-    """The reference (one process, 20 steps), TP2×PP2×DP2 saving at step 10, and the three resumes."""
+def resharded(tmp_path_factory, one_process_layout_run) -> Path:
+    """The reference (one process, 20 steps: the session's), TP2×PP2×DP2 saving at step 10, and the three
+    resumes."""
     root = tmp_path_factory.mktemp("reshard")
     save = str(root / "checkpoints")
-    _in_one_thread(layout_overrides(root / "one_process"))
+    (root / "one_process").symlink_to(one_process_layout_run)
     _in_one_thread(merge(layout_overrides(root / "one_process_clipped", steps=4), ALWAYS_CLIPPED))
     saved_at_10 = str(Path(save) / "iter_0000010")
     run_ranks(8, [merge(layout_overrides(root / "tp2_pp2_dp2", **TP2_PP2_DP2),
