@@ -82,11 +82,13 @@ def megatron_rank_generator():
     return RankGenerator
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def megatron_datasets(tmp_path_factory):
     """megatron-core's dataset builder (``BlendedMegatronDatasetBuilder``, ``GPTDataset``,
-    ``GPTDatasetConfig``, ``BlendedDataset``), imported once, with the one-process gloo group its
-    ``BlendedDataset`` needs (it asks torch.distributed for the rank even in one process)."""
+    ``GPTDatasetConfig``, ``BlendedDataset``), imported once (Python keeps the modules), with the one-process
+    gloo group its ``BlendedDataset`` needs (it asks torch.distributed for the rank even in one process), for
+    each test module that uses it: a group left running would be inherited, without the threads serving it, by
+    the processes the trainer tests fork."""
     import logging
     import types
 

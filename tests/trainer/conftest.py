@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from tests.conftest import REPO, run_cli
 from trainer.config.loading import load_config, merge
@@ -41,6 +42,13 @@ def tiny_config(tmp_path: Path, **sections: dict) -> TrainConfig:
 def read_metrics(path: Path) -> list[dict]:
     """The records of a --metrics-jsonl file."""
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def fork_or_spawn() -> str:
+    """How to start a process that runs the trainer: ``fork`` (torch and the trainer are imported already, ~6 s
+    of CPU a fresh interpreter spends again), or ``spawn`` while this process runs a torch.distributed process
+    group, which a forked child would inherit without the threads that serve it."""
+    return "spawn" if dist.is_initialized() else "fork"
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ import signal
 import pytest
 import torch
 
-from tests.trainer.conftest import read_metrics, single_thread, tiny_config, tiny_overrides
+from tests.trainer.conftest import fork_or_spawn, read_metrics, single_thread, tiny_config, tiny_overrides
 from trainer.checkpoint import store as checkpoint
 from trainer.config.loading import load_config
 from trainer.errors import CheckpointError
@@ -96,9 +96,10 @@ def _train_until_killed(target: str, nth: int, overrides: dict) -> None:
 
 
 def killed_during_save(target: str, nth: int, overrides: dict) -> int | None:
-    """The exit code of a process that trains until :func:`_train_until_killed` kills it: forked from this one, a
-    process of its own for kill -9 without importing torch and the trainer again."""
-    child = multiprocessing.get_context("fork").Process(target=_train_until_killed, args=(target, nth, overrides))
+    """The exit code of a process that trains until :func:`_train_until_killed` kills it: a process of its own for
+    kill -9, forked from this one where :func:`~tests.trainer.conftest.fork_or_spawn` allows."""
+    context = multiprocessing.get_context(fork_or_spawn())
+    child = context.Process(target=_train_until_killed, args=(target, nth, overrides))
     child.start()
     child.join(timeout=300)
     if child.is_alive():
