@@ -283,6 +283,7 @@ def test_the_weight_amaxes_come_from_the_optimizer_that_wrote_the_weights():
             optimizer.step()  # moves the weights: the next update must see the new amaxes
 
 
+@pytest.mark.slow  # compiled blocks and two FP8 runs on torch's slow CPU _scaled_mm
 def test_a_run_with_delayed_scaling_trains_and_updates_its_scales(fp8_capable, tmp_path, monkeypatch):
     """The tiny model trains through train() with delayed scaling and bf16 weights (the configuration of the
     H200 speed runs), its blocks compiled: the first step calibrates (the same loss as current scaling, and

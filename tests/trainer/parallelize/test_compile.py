@@ -41,6 +41,7 @@ def test_compiled_blocks_train_like_eager_and_checkpoints_load_into_eager_runs(t
     assert resumed.iteration == 6
 
 
+@pytest.mark.slow  # three fresh processes, the first two compiling the blocks on an empty Inductor cache
 def test_a_compile_cache_file_serves_a_fresh_process_every_graph(tmp_path):
     cache = tmp_path / "blocks.compiled"
     flags = ["run", "--mock-data", "--vocab-size", "256", "--seq-length", "64", "--preset", "tiny",
