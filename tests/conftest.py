@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
+import traceback
 import warnings
 from pathlib import Path
 
@@ -27,6 +29,23 @@ def megatron_indexed():
     return indexed_dataset
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the selected tests' Triton-interpreter checks in one background process as soon as they are known:
+    the tests of this session run one at a time and leave the second core mostly idle
+    (``tests/trainer/kernels/triton_support.py``)."""
+    support = sys.modules.get("tests.trainer.kernels.triton_support")
+    if support is not None and not session.config.option.collectonly:
+        support.start_interpreter_checks({item.module.__name__ for item in session.items
+                                          if getattr(item, "module", None) is not None})
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """End the interpreter checks no test waited for (a session stopped early)."""
+    support = sys.modules.get("tests.trainer.kernels.triton_support")
+    if support is not None:
+        support.stop_interpreter_checks()
+
+
 def run_cli(program: str, *args: str, cwd: Path | None = None, check: bool = True, env: dict | None = None,
             timeout: float = 600) -> subprocess.CompletedProcess:
     """Run ``corpus``/``trainer`` exactly as a user would, in a fresh process."""
@@ -40,6 +59,21 @@ def run_cli(program: str, *args: str, cwd: Path | None = None, check: bool = Tru
     return result
 
 
+def invoke_cli(program: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``corpus``/``trainer`` in this process with click's ``CliRunner``, through the command group (its
+    handler in ``cli/app.py`` turns user errors into one line), for cases that need no interpreter of their own:
+    errors in what was typed, help texts. An exception escaping the group is written to stderr with its
+    traceback, as the real command's interpreter would write it."""
+    from click.testing import CliRunner
+
+    group = importlib.import_module(f"cli.{program}").main
+    result = CliRunner().invoke(group, list(args), env=env, prog_name=program)
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(result.exception))
+    return subprocess.CompletedProcess([program, *args], result.exit_code, result.stdout, stderr)
+
+
 @pytest.fixture(scope="session")
 def megatron_rank_generator():
     """megatron.core.parallel_state.RankGenerator (Megatron's rank layout), imported once."""
@@ -49,11 +83,13 @@ def megatron_rank_generator():
     return RankGenerator
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def megatron_datasets(tmp_path_factory):
     """megatron-core's dataset builder (``BlendedMegatronDatasetBuilder``, ``GPTDataset``,
-    ``GPTDatasetConfig``, ``BlendedDataset``), imported once, with the one-process gloo group its
-    ``BlendedDataset`` needs (it asks torch.distributed for the rank even in one process)."""
+    ``GPTDatasetConfig``, ``BlendedDataset``), imported once (Python keeps the modules), with the one-process
+    gloo group its ``BlendedDataset`` needs (it asks torch.distributed for the rank even in one process), for
+    each test module that uses it: a group left running would be inherited, without the threads serving it, by
+    the processes the trainer tests fork."""
     import logging
     import types
 

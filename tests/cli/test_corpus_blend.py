@@ -15,7 +15,7 @@ import pytest
 
 from corpus.blending.datasets import build_split_datasets, megatron_sample_counts, show_samples_command
 from corpus.blending.schema import load_blend
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, invoke_cli, run_cli
 from tests.corpus.blending.blend_data import EXAMPLES, example_texts, write_example
 
 
@@ -99,7 +99,7 @@ def test_human_output_and_errors_without_traceback(project: Path) -> None:
     assert len(shown.splitlines()) == 2 and f"{load_blend(_blend(project)).seq_length + 1} tokens:" in shown
     bad = project / "blends" / "bad.yaml"
     bad.write_text((project / "blends" / "web_code.yaml").read_text().replace("weight: 0.3", "weight: -1"))
-    result = run_cli("corpus", "blend", str(bad), check=False)
+    result = invoke_cli("corpus", "blend", str(bad))
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "bad.yaml:" in result.stderr and "sources[1].weight" in result.stderr
     assert "give a weight > 0" in result.stderr
@@ -107,14 +107,13 @@ def test_human_output_and_errors_without_traceback(project: Path) -> None:
     other = project / "examples" / "other.json"
     other.write_text((EXAMPLES / "tokenizer.json").read_text().replace("<|endoftext|>", "<|end|>"))
     wrong.write_text((project / "blends" / "web_code.yaml").read_text().replace("tokenizer.json", "other.json"))
-    result = run_cli("corpus", "blend", str(wrong), check=False)
+    result = invoke_cli("corpus", "blend", str(wrong))
     assert result.returncode == 1 and "tokenizer.path" in result.stderr and "not the tokenizer" in result.stderr
-    out_of_range = run_cli("corpus", "blend", _blend(project), "--num-samples", "10", "--show-samples", "5:50",
-                           check=False)
+    out_of_range = invoke_cli("corpus", "blend", _blend(project), "--num-samples", "10", "--show-samples", "5:50")
     assert out_of_range.returncode == 1 and "pick a range inside 0:" in out_of_range.stderr
-    usage = run_cli("corpus", "blend", _blend(project), "--build", check=False)
+    usage = invoke_cli("corpus", "blend", _blend(project), "--build")
     assert usage.returncode == 2 and "--build needs --num-samples" in usage.stderr
-    usage = run_cli("corpus", "blend", _blend(project), "--build", "--show-samples", "0:1", check=False)
+    usage = invoke_cli("corpus", "blend", _blend(project), "--build", "--show-samples", "0:1")
     assert usage.returncode == 2 and "choose one of" in usage.stderr
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from corpus.indexed import IndexedReader, IndexedWriter, IndexFormatError
 from corpus.tokenizers import TokenizerConfig, build_tokenizer
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, invoke_cli, run_cli
 
 EXAMPLES = REPO / "examples"
 DOCUMENTS = 12
@@ -53,6 +53,12 @@ def real(tmp_path_factory) -> tuple[Path, list[list[int]]]:
 
 def inspect_cli(*args: str, check: bool = True, env: dict | None = None):
     return run_cli("corpus", "inspect", *map(str, args), check=check, env=env)
+
+
+def inspect_failing(*args: str):
+    """``corpus inspect`` in this process (:func:`~tests.conftest.invoke_cli`): a case that fails on what was typed
+    or found needs no interpreter of its own."""
+    return invoke_cli("corpus", "inspect", *map(str, args))
 
 
 def test_report_of_real_file(real) -> None:
@@ -94,7 +100,7 @@ def test_show_with_an_explicit_tiktoken_file(tmp_path: Path, tokenizer_files) ->
     tokens = np.memmap(f"{tmp_path / 't'}.bin", dtype=np.int32, mode="r+")
     tokens[5] = 2_000_000
     tokens.flush()
-    result = inspect_cli(tmp_path / "t", "--check", *flags, check=False)
+    result = inspect_failing(tmp_path / "t", "--check", *flags)
     assert result.returncode == 1
     assert ("token-ids: id 2000000 outside the vocabulary [0, 101256) at token 5 of the document (document 0,"
             in result.stdout)
@@ -124,12 +130,12 @@ def test_planted_defect_fails_check_naming_prefix_document_offset(tmp_path: Path
     tokens = np.memmap(f"{prefix}.bin", dtype=np.uint16, mode="r+")
     tokens[end] = 42
     tokens.flush()
-    result = inspect_cli(prefix, "--check", check=False)
+    result = inspect_failing(prefix, "--check")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert (f"{prefix}: eod: document 1 ends with id 42, not EOD (0) (document 1, {prefix}.bin byte {2 * end})"
             in result.stdout)
     assert "check failed: 1 problem(s) in 1 of 1 file(s)" in result.stderr
-    payload = json.loads(inspect_cli(prefix, "--check", "--json", check=False).stdout)
+    payload = json.loads(inspect_failing(prefix, "--check", "--json").stdout)
     assert payload["problems"] == [{"check": "eod", "count": 1, "document": 1, "file": f"{prefix}.bin",
                                     "message": "document 1 ends with id 42, not EOD (0)", "offset": 2 * end,
                                     "prefix": str(prefix)}]
@@ -141,9 +147,9 @@ def test_structurally_broken_file(tmp_path: Path) -> None:
     write_tokenized(prefix, hf_config(), real_texts()[:4])
     with open(f"{prefix}.bin", "r+b") as handle:
         handle.truncate(100)
-    plain = inspect_cli(prefix, check=False)
+    plain = inspect_failing(prefix)
     assert plain.returncode == 1 and "Traceback" not in plain.stderr and "disagrees with the index" in plain.stderr
-    result = inspect_cli(prefix, "--check", "--json", check=False)
+    result = inspect_failing(prefix, "--check", "--json")
     payload = json.loads(result.stdout)
     assert result.returncode == 1 and "num_tokens" not in payload
     assert [p["check"] for p in payload["problems"]] == ["bin-size"] and payload["problems"][0]["document"] == 0
@@ -197,7 +203,7 @@ def test_plot_without_matplotlib_says_how_to_install(real, tmp_path: Path) -> No
      "missing.json: no such file"),
 ])
 def test_bad_inputs_are_clear_errors(real, args: list[str], message: str) -> None:
-    result = inspect_cli(*[a.format(prefix=real[0]) for a in args], check=False)
+    result = inspect_failing(*[a.format(prefix=real[0]) for a in args])
     assert result.returncode != 0 and message in result.stderr and "Traceback" not in result.stderr
 
 

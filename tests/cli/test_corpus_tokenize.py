@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from cli.corpus import main
 from corpus.indexed import IndexedReader
 from corpus.tokenizers import TokenizerConfig, build_tokenizer
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, invoke_cli, run_cli
 from tests.corpus.tokenize.support import FullDisk
 
 EXAMPLES = REPO / "examples"
@@ -53,8 +53,8 @@ def test_several_inputs_in_order_and_quiet(tmp_path):
 def test_a_bad_record_is_a_one_line_error_naming_file_and_line(tmp_path):
     source = tmp_path / "in.jsonl"
     source.write_text('{"text": "fine"}\n{"text": "fine"}\n{"txt": "typo"}\n')
-    result = run_cli("corpus", "tokenize", "--input", str(source), "--output-prefix", str(tmp_path / "out"),
-                     *MEGATRON_STYLE, check=False)
+    result = invoke_cli("corpus", "tokenize", "--input", str(source), "--output-prefix", str(tmp_path / "out"),
+                        *MEGATRON_STYLE)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"{source}:3: missing key 'text'" in result.stderr and "--on-error skip" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
@@ -62,13 +62,13 @@ def test_a_bad_record_is_a_one_line_error_naming_file_and_line(tmp_path):
 
 def test_unsupported_and_wrong_options_are_clear(tmp_path):
     base = ["corpus", "tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--output-prefix", str(tmp_path / "o")]
-    split = run_cli(*base, *MEGATRON_STYLE, "--split-sentences", check=False)
+    split = invoke_cli(*base, *MEGATRON_STYLE, "--split-sentences")
     assert split.returncode == 1 and "--split-sentences" in split.stderr and "not supported" in split.stderr
-    missing = run_cli(*base, "--tokenizer-type", "HuggingFaceTokenizer", check=False)
+    missing = invoke_cli(*base, "--tokenizer-type", "HuggingFaceTokenizer")
     assert missing.returncode == 1 and "--tokenizer-model" in missing.stderr and "Traceback" not in missing.stderr
-    shard = run_cli(*base, *MEGATRON_STYLE, "--shard-index", "5", "--num-shards", "2", check=False)
+    shard = invoke_cli(*base, *MEGATRON_STYLE, "--shard-index", "5", "--num-shards", "2")
     assert shard.returncode == 1 and "shard index 5 of 2" in shard.stderr
-    help_text = run_cli("corpus", "tokenize", "--help").stdout
+    help_text = invoke_cli("corpus", "tokenize", "--help").stdout
     assert "SentencePieceTokenizer" in help_text and "--resume" in help_text
 
 

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from tests.conftest import REPO, run_cli
 from trainer.config.loading import load_config, merge
 from trainer.config.schema import TrainConfig
+from trainer.run.loop import train
 
 TINY_MODEL = {"num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "num_query_groups": 2,
               "ffn_hidden_size": 64, "vocab_size": 96}
@@ -40,13 +44,43 @@ def read_metrics(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
+def fork_or_spawn() -> str:
+    """How to start a process that runs the trainer: ``fork`` (torch and the trainer are imported already, ~6 s
+    of CPU a fresh interpreter spends again), or ``spawn`` while this process runs a torch.distributed process
+    group, which a forked child would inherit without the threads that serve it."""
+    return "spawn" if dist.is_initialized() else "fork"
+
+
+@contextlib.contextmanager
+def single_thread() -> Iterator[None]:
+    """torch on one intra-op thread inside the block: tiny models run fastest so, and results that tests compare
+    bit for bit are computed with the same reduction order."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     """Tiny models run fastest on one thread, and 2 cores are shared by every test process."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+    with single_thread():
+        yield
+
+
+@pytest.fixture(scope="session")
+def one_process_layout_run(tmp_path_factory) -> Path:
+    """The one-process run the parallel layouts are compared with (``layout_overrides`` of
+    ``tests/trainer/parallelize/support.py``: 20 steps of the 4-layer model), trained once per session on one
+    thread; the folder holding its ``metrics.jsonl``."""
+    from tests.trainer.parallelize.support import layout_overrides  # NOTE: support imports this module
+
+    folder = tmp_path_factory.mktemp("one_process")
+    with single_thread():
+        train(load_config(None, layout_overrides(folder)))
+    return folder
 
 
 @pytest.fixture(scope="session")

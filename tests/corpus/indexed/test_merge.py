@@ -13,7 +13,7 @@ from corpus.core.disk import OutputError
 from corpus.indexed import IndexedReader, IndexedWriter, sidecar
 from corpus.indexed.merge import MergeError, merge
 from corpus.indexed.prefixes import PrefixNotFound
-from tests.conftest import run_cli
+from tests.conftest import invoke_cli, run_cli
 
 TOKENIZER = {"type": "HuggingFaceTokenizer", "fingerprint": "abc", "options": {}}
 
@@ -98,8 +98,7 @@ def test_cli_merge(tmp_path: Path) -> None:
                      str(tmp_path / "all"))
     assert "merged 4 inputs" in result.stdout
     assert IndexedReader(tmp_path / "all").num_documents > 0
-    failed = run_cli("corpus", "merge", "--input", str(tmp_path / "missing"), "--output-prefix", str(tmp_path / "x"),
-                     check=False)
+    failed = invoke_cli("corpus", "merge", "--input", str(tmp_path / "missing"), "--output-prefix", str(tmp_path / "x"))
     assert failed.returncode == 1
     assert "missing.idx: no such file" in failed.stderr and "Traceback" not in failed.stderr
 

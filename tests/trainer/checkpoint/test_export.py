@@ -10,7 +10,7 @@ import torch
 import transformers  # a test dependency (pyproject's "test" extra): the reference loader of the export
 
 from corpus.core.disk import OutputError
-from tests.conftest import run_cli
+from tests.conftest import invoke_cli, run_cli
 from tests.trainer.conftest import tiny_config
 from trainer.checkpoint import export
 from trainer.errors import CheckpointError
@@ -59,7 +59,7 @@ def test_sharded_bf16_export(trained, tmp_path, monkeypatch):
 def test_export_without_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match="no checkpoint there"):
         export.export_hf(tmp_path, tmp_path / "hf")
-    result = run_cli("trainer", "export", "--hf", str(tmp_path / "hf"), "--load", str(tmp_path), check=False)
+    result = invoke_cli("trainer", "export", "--hf", str(tmp_path / "hf"), "--load", str(tmp_path))
     assert result.returncode == 1 and "no checkpoint there" in result.stderr and "Traceback" not in result.stderr
 
 

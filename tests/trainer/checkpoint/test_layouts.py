@@ -38,11 +38,12 @@ def _in_one_thread(overrides: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def resharded(tmp_path_factory) -> Path:
-    """The reference (one process, 20 steps), TP2×PP2×DP2 saving at step 10, and the three resumes."""
+def resharded(tmp_path_factory, one_process_layout_run) -> Path:
+    """The reference (one process, 20 steps: the session's), TP2×PP2×DP2 saving at step 10, and the three
+    resumes."""
     root = tmp_path_factory.mktemp("reshard")
     save = str(root / "checkpoints")
-    _in_one_thread(layout_overrides(root / "one_process"))
+    (root / "one_process").symlink_to(one_process_layout_run)
     _in_one_thread(merge(layout_overrides(root / "one_process_clipped", steps=4), ALWAYS_CLIPPED))
     saved_at_10 = str(Path(save) / "iter_0000010")
     run_ranks(8, [merge(layout_overrides(root / "tp2_pp2_dp2", **TP2_PP2_DP2),
@@ -57,6 +58,7 @@ def resharded(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow  # eight ranks on 2 cores (the resharded fixture)
 def test_tp2_pp2_dp2_matches_one_process(resharded):
     assert_same_curve(curve(resharded / "tp2_pp2_dp2" / "metrics.jsonl"),
                       curve(resharded / "one_process" / "metrics.jsonl"))
@@ -64,6 +66,7 @@ def test_tp2_pp2_dp2_matches_one_process(resharded):
     assert files == [f"__{rank}_0.distcp" for rank in range(8)]
 
 
+@pytest.mark.slow  # eight ranks on 2 cores (the resharded fixture)
 @pytest.mark.parametrize("layout", ["tp1_pp2_dp4", "tp1_pp1_dp8", "tp1_pp1_dp1"])
 def test_resume_at_another_layout_continues_the_curve(resharded, layout):
     resumed = curve(resharded / layout / "metrics.jsonl")
@@ -103,6 +106,7 @@ def test_vocabulary_padded_for_another_tp_size_loads_its_real_rows(tmp_path, cap
     assert train(load_config(None, padded_32)).iteration == 5
 
 
+@pytest.mark.slow  # eight ranks on 2 cores (the resharded fixture)
 def test_dp8_zero1_clips_on_ranks_that_own_no_bucket(resharded):
     """Eight DP ranks share one bucket: clipping must skip the ranks with nothing to scale."""
     clipped = curve(resharded / "dp8_clipped" / "metrics.jsonl")

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import json
+import multiprocessing
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
 
 from corpus.core.disk import OutputError
-from tests.conftest import REPO
-from tests.trainer.conftest import read_metrics, tiny_config, tiny_overrides
+from tests.trainer.conftest import fork_or_spawn, read_metrics, single_thread, tiny_config, tiny_overrides
 from trainer.checkpoint import store as checkpoint
+from trainer.config.loading import load_config
 from trainer.errors import CheckpointError
 from trainer.run.loop import train
 
@@ -79,20 +76,13 @@ def test_wrong_model_shape_is_refused(tmp_path):
         train(other)
 
 
-KILLER = textwrap.dedent("""
-    import json, os, signal, sys
-    import torch
+def _train_until_killed(target: str, nth: int, overrides: dict) -> None:
+    """Train ``overrides``, sending this process SIGKILL at the ``nth`` call of ``target`` (see KILL_POINTS)."""
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
     torch.set_num_threads(1)
-    from trainer.checkpoint import store as checkpoint
-    from trainer.run import loop
-    from trainer.config.loading import load_config
-    target, nth, overrides = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
-    owner, name = {
-        "dcp_write": (__import__("torch.distributed.checkpoint.filesystem", fromlist=["x"]).FileSystemWriter,
-                      "write_data"),
-        "json": (checkpoint, "_write_atomically"),
-        "prune": (checkpoint.shutil, "rmtree"),
-    }[target]
+    owner, name = {"dcp_write": (FileSystemWriter, "write_data"), "json": (checkpoint, "_write_atomically"),
+                   "prune": (checkpoint.shutil, "rmtree")}[target]
     original, calls = getattr(owner, name), []
 
     def wrapped(*args, **kwargs):
@@ -103,8 +93,20 @@ KILLER = textwrap.dedent("""
         return result if target == "dcp_write" else original(*args, **kwargs)
 
     setattr(owner, name, wrapped)
-    loop.train(load_config(None, overrides))
-""")
+    train(load_config(None, overrides))
+
+
+def killed_during_save(target: str, nth: int, overrides: dict) -> int | None:
+    """The exit code of a process that trains until :func:`_train_until_killed` kills it: a process of its own for
+    kill -9, forked from this one where :func:`~tests.trainer.conftest.fork_or_spawn` allows."""
+    context = multiprocessing.get_context(fork_or_spawn())
+    child = context.Process(target=_train_until_killed, args=(target, nth, overrides))
+    child.start()
+    child.join(timeout=300)
+    if child.is_alive():
+        child.kill()
+        child.join()
+    return child.exitcode
 
 
 # (what is patched, which call is killed): the second save (step 4) dies while writing its data, before
@@ -112,24 +114,27 @@ KILLER = textwrap.dedent("""
 KILL_POINTS = [("dcp_write", 2), ("json", 3), ("json", 4), ("prune", 1)]
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict[int, float]:
+    """The loss of each step of the 6-step run every kill point's resume must give, trained once."""
+    reference = tmp_path_factory.mktemp("reference")
+    with single_thread():  # as the resumes in the tests run
+        train(tiny_config(reference, training={"train_iters": 6}))
+    return {r["step"]: r["loss"] for r in read_metrics(reference / "metrics.jsonl") if "loss" in r}
+
+
 @pytest.mark.parametrize("target, nth", KILL_POINTS)
-def test_kill_during_save_leaves_a_loadable_checkpoint_and_resume_matches(tmp_path, target, nth):
+def test_kill_during_save_leaves_a_loadable_checkpoint_and_resume_matches(tmp_path, uninterrupted, target, nth):
     save = str(tmp_path / "ckpt")
-    reference = tmp_path / "reference"
-    reference.mkdir()
-    train(tiny_config(reference, training={"train_iters": 6}))
     overrides = tiny_overrides(tmp_path, training={"train_iters": 6},
                                checkpoint={"save": save, "save_interval": 2,
                                            "save_retain": 1 if target == "prune" else None})
-    killed = subprocess.run([sys.executable, "-c", KILLER, target, str(nth), json.dumps(overrides)], cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert killed_during_save(target, nth, overrides) == -signal.SIGKILL  # its stderr is in the captured output
     found = checkpoint.find(save)
     expected = 4 if target == "prune" else 2  # the tracker is updated last; until then it names step 2
     assert found is not None and checkpoint.read_info(found)["iteration"] == expected
     train(load_config_with_load(tmp_path, save))
     resumed = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "metrics.jsonl") if "loss" in r}
-    uninterrupted = {r["step"]: r["loss"] for r in read_metrics(reference / "metrics.jsonl") if "loss" in r}
     assert resumed == uninterrupted
 
 

@@ -283,6 +283,7 @@ def test_the_weight_amaxes_come_from_the_optimizer_that_wrote_the_weights():
             optimizer.step()  # moves the weights: the next update must see the new amaxes
 
 
+@pytest.mark.slow  # compiled blocks and two FP8 runs on torch's slow CPU _scaled_mm
 def test_a_run_with_delayed_scaling_trains_and_updates_its_scales(fp8_capable, tmp_path, monkeypatch):
     """The tiny model trains through train() with delayed scaling and bf16 weights (the configuration of the
     H200 speed runs), its blocks compiled: the first step calibrates (the same loss as current scaling, and
@@ -323,8 +324,10 @@ def test_a_run_takes_the_weight_amaxes_from_its_optimizer_and_trains_as_with_a_p
     attached = []
     monkeypatch.setattr(DelayedScalingUpdate, "take_weight_amaxes_from",
                         lambda self, optimizer: (attached.append(optimizer), setattr(self, "_optimizer", optimizer)))
+    # NOTE: sequences of 16 (2 × 16 FP8 rows a micro-batch): torch's CPU _scaled_mm takes time in proportion to
+    # the tokens, and bit-equal losses need no more of them
     sections = {"model": {"hidden_size": 64, "ffn_hidden_size": 128, "num_attention_heads": 4},
-                "data": {"mock_data": True, "seq_length": 32}, "training": {"precision": "bf16"},
+                "data": {"mock_data": True, "seq_length": 16}, "training": {"precision": "bf16"},
                 "optim": {"main_params_dtype": "bf16", "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"},
                 "fp8": {"fp8_format": "hybrid", "fp8_recipe": "delayed", "fp8_min_dim": 16}}
     assert train(tiny_config(tmp_path / "recorded", **sections)).iteration == 8
@@ -343,8 +346,10 @@ def test_a_resumed_run_calibrates_again_and_continues_the_same_curve(fp8_capable
     original = DelayedScaledGemm._calibrating
     monkeypatch.setattr(DelayedScaledGemm, "_calibrating",
                         lambda self, *args: (calibrating.append(1), original(self, *args))[1])
+    # NOTE: sequences of 16 (2 × 16 FP8 rows a micro-batch): torch's CPU _scaled_mm takes time in proportion to
+    # the tokens, and counting calibrations and comparing curves needs no more of them
     sections = {"model": {"hidden_size": 64, "ffn_hidden_size": 128, "num_attention_heads": 4},
-                "data": {"mock_data": True, "seq_length": 32},
+                "data": {"mock_data": True, "seq_length": 16},
                 "fp8": {"fp8_format": "hybrid", "fp8_recipe": "delayed", "fp8_min_dim": 16}}
     save = str(tmp_path / "checkpoints")
     train(tiny_config(tmp_path / "resumed", training={"train_iters": 8, "exit_interval": 4}, checkpoint={"save": save},

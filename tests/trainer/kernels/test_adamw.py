@@ -7,9 +7,9 @@ import textwrap
 
 import pytest
 
-from tests.trainer.kernels.triton_support import INTERPRETER_AND_CUDA, run_kernel_check
+from tests.trainer.kernels.triton_support import INTERPRETER_AND_CUDA, interpreter_check, run_kernel_check
 
-KERNEL_CHECK = textwrap.dedent("""
+KERNEL_CHECK = interpreter_check(textwrap.dedent("""
     import itertools
     import torch
     from trainer.kernels.adamw import Work, hyperparameters, update_slice
@@ -63,7 +63,7 @@ KERNEL_CHECK = textwrap.dedent("""
     assert all(torch.equal(a, b) for ts, before in zip(skipped, tensors) for a, b in zip(ts, before))
     assert not amaxes.any()
     print("ok")
-""")
+"""))
 
 
 @pytest.mark.parametrize("interpret", INTERPRETER_AND_CUDA)

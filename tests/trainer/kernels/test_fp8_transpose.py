@@ -10,12 +10,12 @@ import pytest
 import torch
 from torch._dynamo.backends.common import aot_autograd
 
-from tests.trainer.kernels.triton_support import INTERPRETER_AND_CUDA, run_kernel_check
+from tests.trainer.kernels.triton_support import INTERPRETER_AND_CUDA, interpreter_check, run_kernel_check
 from trainer.fp8.delayed import Calibration
 from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe, make_scaled_mm_gemm
 from trainer.fp8.scaling import E4M3, E5M2, Eligibility
 
-KERNEL_CHECK = textwrap.dedent("""
+KERNEL_CHECK = interpreter_check(textwrap.dedent("""
     import torch
     from trainer.kernels.triton_kernels.fp8_transpose import launch
     torch.manual_seed(0)
@@ -37,7 +37,7 @@ KERNEL_CHECK = textwrap.dedent("""
         else:
             raise AssertionError(f"accepted {bad.dtype} {tuple(bad.shape)}")
     print("ok")
-""")
+"""))
 
 
 @pytest.mark.parametrize("interpret", INTERPRETER_AND_CUDA)

@@ -7,9 +7,9 @@ import textwrap
 
 import pytest
 
-from tests.trainer.kernels.triton_support import INTERPRETER_AND_CUDA, run_kernel_check
+from tests.trainer.kernels.triton_support import INTERPRETER_AND_CUDA, interpreter_check, run_kernel_check
 
-KERNEL_CHECK = textwrap.dedent("""
+KERNEL_CHECK = interpreter_check(textwrap.dedent("""
     import torch
     from trainer.kernels.triton_kernels.grad_norm import sum_of_squares
     torch.manual_seed(0)
@@ -27,7 +27,7 @@ KERNEL_CHECK = textwrap.dedent("""
         torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=0)
         assert torch.equal(sum_of_squares(tensors, **shape), got)  # no atomics: the same sum every time
     print("ok")
-""")
+"""))
 
 
 @pytest.mark.parametrize("interpret", INTERPRETER_AND_CUDA)

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import torch
 
-from tests.trainer.kernels.triton_support import INTERPRETER_AND_CUDA, ON_CUDA, run_kernel_check
+from tests.trainer.kernels.triton_support import INTERPRETER_AND_CUDA, ON_CUDA, interpreter_check, run_kernel_check
 from trainer.kernels.rotary import qkv_gradient
 from trainer.model.layers import RotaryEmbedding
 from trainer.model.rotary import rotary_heads, rotary_heads_values
@@ -74,7 +74,7 @@ def test_rotary_heads_trains_as_its_formula_eager_and_compiled(device, dtype):
             torch.testing.assert_close(tensor, want, **tolerance)
 
 
-KERNEL_CHECK = textwrap.dedent("""
+KERNEL_CHECK = interpreter_check(textwrap.dedent("""
     import torch
     from tests.trainer.kernels.test_rotary import kernel_cases
     from trainer.kernels.rotary import qkv_gradient
@@ -96,7 +96,7 @@ KERNEL_CHECK = textwrap.dedent("""
             torch.testing.assert_close(got.float(), want.float(), rtol=step, atol=1e-30)
             assert torch.equal(got[:, -head_dim:], want[:, -head_dim:])  # v: copied, never rotated
     print("ok")
-""")
+"""))
 
 
 @pytest.mark.parametrize("interpret", INTERPRETER_AND_CUDA)

@@ -13,7 +13,7 @@ import torch
 
 from tests.trainer.fp8.test_delayed import GEMM, assert_close_but_for_fp8_steps, scales
 from tests.trainer.kernels.test_rotary import tables
-from tests.trainer.kernels.triton_support import INTERPRETER_AND_CUDA, ON_CUDA, run_kernel_check
+from tests.trainer.kernels.triton_support import INTERPRETER_AND_CUDA, ON_CUDA, interpreter_check, run_kernel_check
 from trainer.kernels.fp8_cast import amax_of, cast_with_scale
 from trainer.kernels.rotary import qkv_gradient, rotary_backward_cast
 from trainer.model.layers import ColumnParallelLinear
@@ -34,7 +34,7 @@ def test_the_op_is_delayed_scalings_cast_of_the_rounded_gradient(dtype):
     assert torch.equal(amax, amax_of(rounded)) and got.float().abs().max() == torch.finfo(dtype).max
 
 
-KERNEL_CHECK = textwrap.dedent("""
+KERNEL_CHECK = interpreter_check(textwrap.dedent("""
     import itertools
     import torch
     from tests.trainer.kernels.test_rotary import kernel_cases
@@ -65,7 +65,7 @@ KERNEL_CHECK = textwrap.dedent("""
             assert transposed.shape == got.shape[::-1] and transposed.is_contiguous()
             assert torch.equal(transposed.float(), got.float().t())  # NOTE: FP8 to fp32 is exact
     print("ok")
-""")
+"""))
 
 
 @pytest.mark.parametrize("interpret", INTERPRETER_AND_CUDA)

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.trainer.kernels.triton_support import INTERPRETER_AND_CUDA, run_kernel_check
+from tests.trainer.kernels.triton_support import INTERPRETER_AND_CUDA, interpreter_check, run_kernel_check
 from trainer.model.swiglu import swiglu
 
 
@@ -39,7 +39,7 @@ def test_compiled_matches_eager_in_bf16():
                                rtol=2e-2, atol=2e-2)
 
 
-KERNEL_CHECK = textwrap.dedent("""
+KERNEL_CHECK = interpreter_check(textwrap.dedent("""
     import torch
     from trainer.kernels.swiglu import reference_backward
     from trainer.kernels.triton_kernels.swiglu import launch
@@ -54,7 +54,7 @@ KERNEL_CHECK = textwrap.dedent("""
     strided = torch.randn(6, 2 * 64 + 8)[:, :128]
     torch.testing.assert_close(launch(strided, torch.ones(6, 64)), reference_backward(strided, torch.ones(6, 64)))
     print("ok")
-""")
+"""))
 
 
 def test_triton_kernel_matches_the_formula_in_the_interpreter():
@@ -74,7 +74,7 @@ def test_cuda_op_runs_the_kernel_and_matches_the_formula():
                                rtol=2 ** -7, atol=1e-6)
 
 
-CAST_CHECK = textwrap.dedent("""
+CAST_CHECK = interpreter_check(textwrap.dedent("""
     import itertools
     import torch
     from tests.trainer.kernels.triton_support import assert_cast_matches
@@ -108,7 +108,7 @@ CAST_CHECK = textwrap.dedent("""
             assert transposed.shape == (2 * width, rows) and transposed.is_contiguous()
             assert torch.equal(transposed.float(), got.float().t())  # NOTE: FP8 to fp32 is exact
     print("ok")
-""")
+"""))
 
 
 @pytest.mark.parametrize("interpret", INTERPRETER_AND_CUDA)

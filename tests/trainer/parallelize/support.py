@@ -1,8 +1,10 @@
 """Running the trainer on several CPU processes (gloo) inside a test, and comparing metrics files.
 
-Ranks are started with ``torch.multiprocessing`` (spawn) on a free port of 127.0.0.1, one intra-op
-thread each (the machine has 2 cores for every rank of every test). A group of ranks runs several
-training runs in a row over one process group, which saves the start-up of 2–8 Python processes per run.
+Ranks are started with ``torch.multiprocessing`` on a free port of 127.0.0.1, one intra-op thread each (the
+machine has 2 cores for every rank of every test). They are forked from the test process where they can be
+(:func:`~tests.trainer.conftest.fork_or_spawn`): a fresh interpreter would import torch and the trainer again
+(~6 s of CPU a rank, most of it the Dynamo that registering the Triton ops pulls in). A group of ranks runs
+several training runs in a row over one process group, which saves the start-up of 2–8 processes per run.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from tests.trainer.conftest import read_metrics, tiny_overrides
+from tests.trainer.conftest import fork_or_spawn, read_metrics, tiny_overrides
 
 #: Stated tolerance of TP/PP/DP runs against one process (fp32 on CPU): only the order of floating-point
 #: reductions differs (sums split over ranks, other bucket sizes), so per-step losses and gradient norms
@@ -59,10 +61,13 @@ def _worker(rank: int, world: int, port: int, jobs: list) -> None:
         dist.destroy_process_group()
 
 
-def run_ranks(world: int, jobs: list) -> None:
-    """Run each job in turn on ``world`` spawned CPU ranks: a dict of flag-style overrides is trained
-    with ``trainer.run.loop.train``; a ``(function, kwargs)`` pair (an importable function) is called."""
-    mp.start_processes(_worker, args=(world, free_port(), jobs), nprocs=world, start_method="spawn")
+def run_ranks(world: int, jobs: list, start_method: str | None = None) -> None:
+    """Run each job in turn on ``world`` CPU ranks: a dict of flag-style overrides is trained with
+    ``trainer.run.loop.train``; a ``(function, kwargs)`` pair (an importable function) is called. Ranks are
+    forked where :func:`~tests.trainer.conftest.fork_or_spawn` allows; jobs that compile need
+    ``start_method="spawn"``: Inductor's compile workers and caches belong to the process that started them."""
+    mp.start_processes(_worker, args=(world, free_port(), jobs), nprocs=world,
+                       start_method=start_method or fork_or_spawn())
 
 
 def layout_overrides(folder: Path, steps: int = 20, **parallel) -> dict:

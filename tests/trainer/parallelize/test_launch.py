@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 from tests.trainer.parallelize.support import assert_same_curve, curve, free_port
 
@@ -25,6 +27,7 @@ def torchrun(*args: str) -> subprocess.CompletedProcess:
     return result
 
 
+@pytest.mark.slow  # six fresh interpreters (torchrun and two ranks, twice), each importing torch and the trainer
 def test_torchrun_dp_zero1_then_resume_at_tp2_with_sequence_parallel(tmp_path):
     save = tmp_path / "checkpoints"
     first = torchrun("--use-distributed-optimizer", "--overlap-grad-reduce", "--save", str(save),

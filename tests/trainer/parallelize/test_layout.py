@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from corpus.core.errors import ConfigError
-from tests.conftest import run_cli
+from tests.conftest import invoke_cli
 from trainer.config.schema import ModelConfig, ParallelConfig, padded_vocab_size
 from trainer.parallel.state import ParallelState
 from trainer.parallelize.data_parallel import _owners, _split
@@ -92,8 +92,8 @@ def test_buckets_and_zero1_owners_are_balanced():
 
 
 def test_a_layout_bigger_than_the_world_is_a_cli_error(tmp_path):
-    result = run_cli("trainer", "run", "--mock-data", "--seq-length", "16", "--train-iters", "1", "--preset", "tiny",
-                     "--vocab-size", "64", "--tp", "2", check=False, env={"WORLD_SIZE": "1"})
+    result = invoke_cli("trainer", "run", "--mock-data", "--seq-length", "16", "--train-iters", "1", "--preset",
+                        "tiny", "--vocab-size", "64", "--tp", "2", env={"WORLD_SIZE": "1"})
     assert result.returncode == 1
     assert "world size 1" in result.stderr and "--tensor-model-parallel-size 2" in result.stderr
     assert "Traceback" not in result.stderr

@@ -95,14 +95,15 @@ def stop_probe(overrides: dict, out: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def two_rank_runs(tmp_path_factory, sample_blend) -> Path:
+def two_rank_runs(tmp_path_factory, sample_blend, one_process_layout_run) -> Path:
     """Every layout of :data:`LAYOUTS` (and cl100k at TP 2, :data:`BLEND_LAYOUTS`, and the ZeRO-1 probe) on 2
-    ranks, plus the one-process references."""
+    ranks, plus the one-process references (``one_process``: the session's, shared with the checkpoint layout
+    tests)."""
     root = tmp_path_factory.mktemp("layouts")
+    (root / "one_process").symlink_to(one_process_layout_run)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        train(load_config(None, layout_overrides(root / "one_process")))
         train(load_config(None, merge(layout_overrides(root / "one_process_cl100k", steps=3), CL100K)))
         train(load_config(None, merge(layout_overrides(root / "one_process_bf16_weights"), BF16_WEIGHTS)))
         train(load_config(None, merge(layout_overrides(root / "one_process_fp32_grads"), FP32_GRADS)))
@@ -224,7 +225,7 @@ def test_compiled_fp8_blocks_under_sequence_parallelism_match_one_process(tmp_pa
     fp8 = merge(FP8_COMPILED, {"fp8": {"fp8_recipe": recipe}})
     runs = {name: merge(layout_overrides(tmp_path / name, steps=6, **layout), fp8)
             for name, layout in (("one", {}), ("tp2_sp", LAYOUTS["tp2_sequence_parallel"]))}
-    run_ranks(1, [(train_fp8_on_cpu, {"overrides": runs["one"]})])
-    run_ranks(2, [(train_fp8_on_cpu, {"overrides": runs["tp2_sp"]})])
+    run_ranks(1, [(train_fp8_on_cpu, {"overrides": runs["one"]})], start_method="spawn")
+    run_ranks(2, [(train_fp8_on_cpu, {"overrides": runs["tp2_sp"]})], start_method="spawn")
     assert_same_curve(curve(tmp_path / "tp2_sp" / "metrics.jsonl"), curve(tmp_path / "one" / "metrics.jsonl"),
                       rel=FP8_TOLERANCE)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from corpus.core.errors import ConfigError, UserError
-from tests.conftest import run_cli
+from tests.conftest import invoke_cli, run_cli
 from tests.trainer.conftest import blend_overrides, read_metrics
 from trainer.config.loading import load_config
 from trainer.parallel.state import ParallelState
@@ -96,7 +96,7 @@ def test_tokenizer_bigger_than_model_and_invalid_blend(sample_blend, tmp_path):
         train(load_config(None, blend_overrides(tmp_path, sample_blend, model={"vocab_size": 4000})))
     broken = sample_blend.parent / "broken.yaml"
     broken.write_text(sample_blend.read_text().replace("seed: 1234", "seed: 1234\nsed: 1"))
-    result = run_cli("trainer", "run", "--blend", str(broken), "--train-iters", "2", check=False)
+    result = invoke_cli("trainer", "run", "--blend", str(broken), "--train-iters", "2")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "broken.yaml" in result.stderr and "sed" in result.stderr
 

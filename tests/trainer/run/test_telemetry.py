@@ -48,12 +48,19 @@ def per_source(records: list[dict], name: str, key: str = "loss") -> list:
     return [r["sources"][name][key] for r in records if "loss" in r]
 
 
-def test_the_repeated_source_learns_far_faster_everywhere_a_user_looks(two_sources, tmp_path):
-    tensorboard = tmp_path / "tb"
-    train(load_config(None, blend_overrides(tmp_path, two_sources, training={"train_iters": 40},
+@pytest.fixture(scope="module")
+def forty_steps(two_sources, tmp_path_factory) -> Path:
+    """The folder of a 40-step run of the two sources, evaluated at steps 20 and 40, with TensorBoard events."""
+    folder = tmp_path_factory.mktemp("forty_steps")
+    train(load_config(None, blend_overrides(folder, two_sources, training={"train_iters": 40},
                                             optim={"lr": 1e-2, "lr_warmup_iters": 4},
                                             logging={"eval_interval": 20, "eval_iters": 2,
-                                                     "tensorboard_dir": str(tensorboard)})))
+                                                     "tensorboard_dir": str(folder / "tb")})))
+    return folder
+
+
+def test_the_repeated_source_learns_far_faster_everywhere_a_user_looks(forty_steps):
+    tmp_path, tensorboard = forty_steps, forty_steps / "tb"
     records = read_metrics(tmp_path / "metrics.jsonl")
     repeated, varied = per_source(records, "repeated")[-5:], per_source(records, "varied")[-5:]
     assert statistics.fmean(repeated) < 0.3 * statistics.fmean(varied)
@@ -72,12 +79,17 @@ def test_the_repeated_source_learns_far_faster_everywhere_a_user_looks(two_sourc
     assert last["valid_loss/repeated"] < 0.3 * last["valid_loss/varied"]
     assert last["share/varied"] == pytest.approx(0.5, abs=0.05) and last["tokens/varied"] > 0
 
-    shown = json.loads(run_cli("trainer", "plot", str(tmp_path), "--json", "--out", str(tmp_path / "c.png")).stdout)
+    shown = json.loads(run_cli("trainer", "plot", str(tmp_path), "--json").stdout)
     summary = shown["sources"]
     assert summary["repeated"]["loss"] < 0.3 * summary["varied"]["loss"]
     assert summary["repeated"]["valid_loss"] < 0.3 * summary["varied"]["valid_loss"]
     assert summary["varied"]["weight"] == 0.5 and summary["varied"]["tokens"] == per_source(records, "varied",
                                                                                              "tokens_total")[-1]
+
+
+def test_trainer_plot_draws_the_run(forty_steps, tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib (the plot extra) is not installed")
+    run_cli("trainer", "plot", str(forty_steps), "--out", str(tmp_path / "c.png"))
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
 
 
