@@ -59,7 +59,8 @@ class TokenizeConfig:
     stats_json: str | None = None
     """``--stats-json FILE``: write the run's statistics as JSON."""
     sample_records: int = 64
-    """Records read from the start of the input to prove the fast encoder gives the reference's ids."""
+    """Records from the start of the input that the reference library encodes again, while the run proceeds, to
+    prove the fast encoder gave its ids (0: none; the tokenizer's own check still runs)."""
 
     def __post_init__(self) -> None:
         self.inputs = [str(path) for path in self.inputs]

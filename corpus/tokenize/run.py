@@ -22,23 +22,25 @@ import numpy as np
 from corpus.core.errors import UserError
 from corpus.indexed import exists, sidecar, token_dtype_for_vocab
 from corpus.indexed.sidecar import options_hash
-from corpus.readers import RawBatch, ReadOptions, Slice, describe_location, expand_inputs, extract, read_slices
+from corpus.readers import RawBatch, ReadOptions, Slice, describe_location, expand_inputs, read_slices
 from corpus.tokenize import resume_state as checkpoints
 from corpus.tokenize.config import TokenizeConfig
 from corpus.tokenize.executor import encode_in_pool, encode_inline
+from corpus.tokenize.input_check import EncoderMismatch, InputCheck
 from corpus.tokenize.outputs import Outputs, output_prefix_for, unfinished_keys
 from corpus.tokenize.progress import Progress
 from corpus.tokenize.shards import Shard, plan_slices, resolve_shard
 from corpus.tokenize.stats import Counters, RunStats, peak_rss_mb, write_stats_json
 from corpus.tokenize.worker import BatchEncoder, EncodedBatch, WorkerSpec
 from corpus.tokenizers import TextTokenizer, select_encoder
+from corpus.tokenizers.select import may_take_fast_path, record_difference
 
 log = logging.getLogger(__name__)
 
 #: ``on_batch(counters, largest worker peak RSS in KB so far)``, called after each written batch.
 BatchHook = Callable[[Counters, int], None]
 
-#: Bytes of input text the encoder check reads at most (on top of the record count limit).
+#: Bytes of input the reference library encodes again to check the fast encoder (besides the record limit).
 SAMPLE_BYTES = 512 << 10
 
 
@@ -58,6 +60,8 @@ class Job:
     encoder_reason: str
     dtype: np.dtype
     eod: int | None
+    input_check: InputCheck | None = None
+    """The reference library's check of the first records, when the fast encoder was chosen."""
 
     @property
     def keys(self) -> list[str]:
@@ -84,35 +88,38 @@ class Job:
         }
 
 
-def _sample_texts(slices: list[Slice], keys: list[str], limit: int) -> list[str]:
-    """Texts from the first records of the input: the encoder check runs on the user's own data."""
-    texts: list[str] = []
-    batches = read_slices(slices, ReadOptions(keys, max(limit, 1), SAMPLE_BYTES))
-    try:
-        for batch in batches:
-            for column in extract(batch.payload, keys).texts:
-                texts.extend(text[:SAMPLE_BYTES] for text in column)  # a huge document is checked by its start
-            if len(texts) >= limit * len(keys) or sum(map(len, texts)) >= SAMPLE_BYTES:
-                break
-    finally:
-        batches.close()
-    return texts[: limit * len(keys)]
+def _fast_encoder(tokenizer: TextTokenizer) -> bool:
+    from corpus.tokenizers.gigatoken import GigatokenTextTokenizer
+
+    return isinstance(tokenizer, GigatokenTextTokenizer)
 
 
 def prepare(config: TokenizeConfig) -> Job:
-    """Resolve inputs, shard and tokenizer (with the fast-encoder check on a sample of the input)."""
+    """Resolve inputs, shard and tokenizer; start the check of the input when the fast encoder may be chosen."""
     files = expand_inputs(config.inputs)
     shard = resolve_shard(config.shard_index, config.num_shards)
     slices = plan_slices(files, shard)
-    sample = _sample_texts(slices, config.json_keys, config.sample_records) if config.sample_records else []
-    tokenizer, reason = select_encoder(config.tokenizer, sample, config.threads)
-    eod = tokenizer.require_eod() if config.append_eod else None
+    check = (InputCheck(config.tokenizer, config.json_keys, config.sample_records, SAMPLE_BYTES)
+             if config.sample_records and may_take_fast_path(config.tokenizer) else None)
+    try:
+        tokenizer, reason = select_encoder(config.tokenizer, (), config.threads)
+        eod = tokenizer.require_eod() if config.append_eod else None
+    except BaseException:
+        if check:
+            check.close()
+        raise
+    if check and not _fast_encoder(tokenizer):
+        check.close()
+        check = None
+    dtype = token_dtype_for_vocab(tokenizer.vocab_size)
+    if check:
+        check.expect(tokenizer.encoder_name, eod, dtype)
     prefix = shard.prefix(config.output_prefix)
     if shard.count > 1:
         log.info("shard %d of %d (from %s): %d slice(s) of %d input file(s)", shard.index, shard.count,
                  shard.source, len(slices), len(files))
     log.info("encoder: %s", reason)
-    return Job(config, shard, prefix, slices, tokenizer, reason, token_dtype_for_vocab(tokenizer.vocab_size), eod)
+    return Job(config, shard, prefix, slices, tokenizer, reason, dtype, eod, check)
 
 
 def _previous_state(job: Job) -> dict | None:
@@ -135,9 +142,7 @@ def _previous_state(job: Job) -> dict | None:
 
 def _chosen_encoder(tokenizer: TextTokenizer) -> str:
     """The ``encoder`` setting that makes workers build what the start-up check chose (no new check)."""
-    from corpus.tokenizers.gigatoken import GigatokenTextTokenizer
-
-    return "gigatoken" if isinstance(tokenizer, GigatokenTextTokenizer) else "reference"
+    return "gigatoken" if _fast_encoder(tokenizer) else "reference"
 
 
 def _encoded(job: Job, state: dict | None) -> Iterator[tuple[RawBatch, EncodedBatch]]:
@@ -178,6 +183,8 @@ class _Writing:
         for location, reason in bad:
             self.outputs.skipped.add(location, reason)
         self.outputs.add(result.tokens, result.lengths)
+        if self.job.input_check:
+            self.job.input_check.offer(batch, result)
         counters = self.counters
         counters.records_read += len(batch.payload) + bool(batch.read_error)
         counters.records_skipped += len(bad)
@@ -204,7 +211,10 @@ class _Writing:
         checkpoints.remove(self.job.prefix)
 
     def finish(self) -> None:
-        """Checkpoint as "finalizing" (a crash from here on only needs the renames redone), then finalize."""
+        """Wait for the input check, checkpoint as "finalizing" (a crash from here on only needs the renames
+        redone), then finalize."""
+        if self.job.input_check:
+            self.job.encoder_reason += "; " + self.job.input_check.finish()
         self.checkpoint({"slice_index": len(self.job.slices)}, phase="finalizing")
         self.finalize()
 
@@ -225,9 +235,11 @@ def _write_all(job: Job, state: dict | None, on_batch: BatchHook | None) -> tupl
             if on_batch:
                 on_batch(writing.counters, writing.worker_rss_kb)
         writing.finish()
-    except BadRecordError:
+    except (BadRecordError, EncoderMismatch) as error:
         writing.outputs.abort()
         checkpoints.remove(job.prefix)
+        if isinstance(error, EncoderMismatch) and job.input_check.differences:
+            record_difference(job.config.tokenizer, job.input_check.remembered())
         raise
     except BaseException:
         writing.outputs.close()
@@ -278,6 +290,15 @@ def tokenize(config: TokenizeConfig, on_batch: BatchHook | None = None) -> RunSt
     began = time.monotonic()
     job = prepare(config)
     startup = time.monotonic() - began
+    try:
+        return _run(job, config, on_batch, began, startup)
+    finally:
+        if job.input_check:
+            job.input_check.close()
+
+
+def _run(job: Job, config: TokenizeConfig, on_batch: BatchHook | None, began: float, startup: float) -> RunStats:
+    """:func:`tokenize` after the start-up."""
     state = _previous_state(job)
     done = _already_done(job) if config.resume and state is None else None
     if done is not None:

@@ -22,6 +22,8 @@ FAST_CASES = [
     lambda f: TokenizerConfig("GPT2BPETokenizer", vocab_file=f.gpt2_vocab, merge_file=f.gpt2_merges),
     lambda f: TokenizerConfig("SentencePieceTokenizer", model=f.spm_v1),
     lambda f: TokenizerConfig("Llama2Tokenizer", model=f.spm_v3),
+    lambda f: TokenizerConfig("TikTokenizer", model=f.tekken_megatron_list),
+    lambda f: TokenizerConfig("TikTokenizer", model=f.cl100k_tiktoken, vocab_size=101256),
 ]
 
 
@@ -67,10 +69,10 @@ def test_special_strings_catch_a_difference_the_sample_lacks(tokenizer_files, mo
     from gigatoken._load.sentencepiece import sentencepiece_to_tokenizer_json
 
     def unfixed(reference):
-        return sentencepiece_to_tokenizer_json(open(reference.path, "rb").read())
+        return [fast_path.FastSource("json", sentencepiece_to_tokenizer_json(open(reference.path, "rb").read()))]
 
     monkeypatch.setitem(fast_path.SOURCES, "SentencePieceTokenizer", unfixed)
-    config = TokenizerConfig("SentencePieceTokenizer", model=tokenizer_files.spm_v3)
+    config = TokenizerConfig("SentencePieceTokenizer", model=tokenizer_files.spm_v1)
     tokenizer, reason = select_encoder(config, ["plain prose without any control piece"])
     assert tokenizer.encoder_name.startswith("sentencepiece ")
     assert "(fallback: gigatoken ids differ from sentencepiece" in reason
@@ -87,7 +89,6 @@ def test_gigatoken_not_installed(tokenizer_files, monkeypatch):
 
 
 @pytest.mark.parametrize("make_config", [
-    lambda f: TokenizerConfig("TikTokenizer", model=f.tekken),
     lambda f: TokenizerConfig("NullTokenizer", vocab_size=10),
 ])
 def test_types_without_a_fast_path(tokenizer_files, make_config):
