@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,6 +80,8 @@ class InputCheck:
         self.records_left, self.bytes_left = records, max_bytes
         self.checked_records = self.checked_bytes = 0
         self.pending: list[_Pending] = []
+        self.unavailable = ""
+        """Why the reference process could not check (empty while it can)."""
         self.differences: list[tuple[str, str]] = []
         """(where, what) of each record that differs: ``("data.jsonl:17", "...")``."""
         self.fast_name, self.eod, self.dtype = "", None, np.dtype(np.int64)
@@ -86,7 +89,10 @@ class InputCheck:
         spec = WorkerSpec(tokenizer.replace(encoder="reference"), 1, self.keys, None, "int64")
         self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=start_worker,
                                          initargs=(spec,))
-        self._pool.submit(int)  # a first task makes the pool start its process at once
+        try:
+            self._pool.submit(int)  # a first task makes the pool start its process at once
+        except BrokenProcessPool as error:
+            self._abandon(error)
 
     def expect(self, fast_name: str, eod: int | None, dtype: np.dtype) -> None:
         """The fast encoder's name and how the run packs its documents (EOD, dtype)."""
@@ -113,17 +119,27 @@ class InputCheck:
             return
         self.records_left -= len(picks)
         self.checked_records += len(picks)
-        future = self._pool.submit(encode_in_worker, _subset(batch.payload, picks))
+        try:
+            future = self._pool.submit(encode_in_worker, _subset(batch.payload, picks))
+        except BrokenProcessPool as error:
+            return self._abandon(error)
         self.pending.append(_Pending(batch, picks, _written(result, good, picks), future))
+
+    def _abandon(self, error: Exception) -> None:
+        """The reference process could not run: say so, and check nothing more (the tokenizer's check stands)."""
+        self.unavailable = f"the reference process failed ({type(error).__name__}: {error})"
+        log.warning("input check not run: %s; a script calling tokenize() must guard its start with "
+                    "`if __name__ == \"__main__\":` (the check runs in a spawned process)", self.unavailable)
+        self.records_left = self.bytes_left = 0
+        self.pending.clear()
 
     def _compare(self, wait: bool) -> None:
         while self.pending and (wait or self.pending[0].future.done()):
             item = self.pending.pop(0)
             try:
                 reference = item.future.result()
-            except Exception as error:  # noqa: BLE001 - the reference process died or could not start
-                raise EncoderMismatch(f"the input check could not run the reference library ({error}); rerun, "
-                                      "or pass --encoder reference") from None
+            except BrokenProcessPool as error:
+                return self._abandon(error)
             self._differences(item, reference)
         if self.differences:
             raise EncoderMismatch(self.describe_difference())
@@ -169,6 +185,8 @@ class InputCheck:
             self._compare(wait=True)
         finally:
             self.close()
+        if self.unavailable:
+            return f"input check: not run ({self.unavailable})"
         return (f"input check: ids identical to the reference on the first {self.checked_records} records "
                 f"({self.checked_bytes / 1e6:.1f} MB) of this run")
 

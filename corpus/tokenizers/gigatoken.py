@@ -118,7 +118,8 @@ def huggingface_sources(reference) -> list[FastSource]:
     it is byte-level BPE (gigatoken loads that fastest), and as JSON in a spelling gigatoken reads."""
     text = reference.tokenizer.to_str()
     ranked = spellings.as_rank_file(text)
-    json_form = FastSource("json", spellings.for_gigatoken(text).encode())
+    rewritten, whole_pieces = spellings.for_gigatoken(text)
+    json_form = FastSource("json", rewritten.encode(), whole_pieces=whole_pieces)
     return [FastSource("tiktoken", *ranked), json_form] if ranked else [json_form]
 
 

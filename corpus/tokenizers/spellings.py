@@ -17,13 +17,14 @@ form with the reference library on the original, as for any other file.
   more "▁" in front and a "▁" for each space, which transformers' legacy LlamaConverter spells
   ``Prepend("▁")`` + ``Replace(" ", "▁")`` and no pre-tokenizer (HF applies both per piece of text
   between added tokens alike). A model with user-defined pieces adds a ``Split`` isolating them after
-  normalisation: gigatoken has no equivalent (it matches such pieces in the raw text, which gives the
-  text after them a "▁" of its own), so that file is left as it is and refused.
+  normalisation, which gigatoken cannot do (it matches such pieces in the raw text, which gives the text
+  after them a "▁" of its own): the ``Split`` is dropped and texts holding one of them go to the reference.
 """
 
 from __future__ import annotations
 
 import base64
+import re
 
 import orjson
 
@@ -41,31 +42,46 @@ def _metaspace_always(step: dict | None) -> bool:
         and step.get("prepend_scheme") == "always" and step.get("split") is False
 
 
-def _backend_sentencepiece(data: dict) -> bool:
-    """The ``TokenizersBackend`` SentencePiece spelling → the legacy LlamaConverter's (see the module)."""
-    normalizer, pre_tokenizer = data.get("normalizer") or {}, data.get("pre_tokenizer")
+def _user_defined_pieces(step: dict) -> list[str] | None:
+    """The pieces of a ``Split`` isolating SentencePiece's user-defined pieces (``"|".join(re.escape(piece))``,
+    as transformers writes it), or None when the step is not exactly that."""
+    pattern = (step.get("pattern") or {}).get("Regex")
+    if step.get("type") != "Split" or step.get("behavior") != "Isolated" or step.get("invert") or not pattern:
+        return None
+    alternatives = re.findall(r"(?:\\.|[^\\|])+", pattern)
+    pieces = [re.sub(r"\\(.)", r"\1", alternative, flags=re.DOTALL) for alternative in alternatives]
+    return pieces if "|".join(map(re.escape, pieces)) == pattern else None
+
+
+def _backend_sentencepiece(data: dict) -> list[str] | None:
+    """The ``TokenizersBackend`` SentencePiece spelling → the legacy LlamaConverter's (see the module); the
+    user-defined pieces its ``Split`` isolates, or None when the spelling is not this one."""
+    normalizer, pre_tokenizer = data.get("normalizer") or {}, data.get("pre_tokenizer") or {}
     steps = normalizer.get("normalizers") if normalizer.get("type") == "Sequence" else None
-    if pre_tokenizer and pre_tokenizer.get("type") == "Sequence" and len(pre_tokenizer["pretokenizers"]) == 1:
-        pre_tokenizer = pre_tokenizer["pretokenizers"][0]
-    if not (steps and len(steps) == 2 and _metaspace_always(pre_tokenizer)
-            and _is_string_replace(steps[0], " ", DUMMY)
+    pre_steps = pre_tokenizer.get("pretokenizers") if pre_tokenizer.get("type") == "Sequence" else [pre_tokenizer]
+    pieces = _user_defined_pieces(pre_steps[1]) if len(pre_steps) == 2 else []
+    if not (steps and len(steps) == 2 and pieces is not None and len(pre_steps) in (1, 2)
+            and _metaspace_always(pre_steps[0]) and _is_string_replace(steps[0], " ", DUMMY)
             and steps[1] == {"type": "Replace", "pattern": {"Regex": "\\A" + DUMMY}, "content": DUMMY * 2}):
-        return False
+        return None
     data["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": DUMMY},
                                                               {"type": "Replace", "pattern": {"String": " "},
                                                                "content": DUMMY}]}
     data["pre_tokenizer"] = None
-    return True
+    return pieces
 
 
 REWRITES = (_backend_sentencepiece,)
 
 
-def for_gigatoken(text: str) -> str:
-    """``text`` (a tokenizer.json) with every rewrite that applies, or unchanged when none does."""
+def for_gigatoken(text: str) -> tuple[str, list[str]]:
+    """``text`` (a tokenizer.json) with every rewrite that applies (unchanged when none does), and the strings
+    whose texts the reference must encode instead (see :class:`corpus.tokenizers.gigatoken.FastSource`)."""
     data = orjson.loads(text)
-    changed = [rewrite(data) for rewrite in REWRITES]
-    return orjson.dumps(data).decode() if any(changed) else text
+    found = [rewrite(data) for rewrite in REWRITES]
+    if all(pieces is None for pieces in found):
+        return text, []
+    return orjson.dumps(data).decode(), [piece for pieces in found if pieces for piece in pieces]
 
 
 # gigatoken's named split regexes for the tokenizer.json spellings of the same regexes (onig's dialect).

