@@ -2,27 +2,30 @@
 
 The check of a tokenizer (:mod:`corpus.tokenizers.select`) covers hard cases and special strings and is
 cached; this one covers the text at hand. The first records the fast encoder writes (up to a record and a
-byte budget; larger records are skipped) are encoded again by the reference library in one spawned
-process, started before the fast encoder is even built so that loading the reference overlaps the
-start-up, and compared with what was written. A difference stops the run before anything is final
+byte budget; larger records are skipped) are encoded again by the reference library in a thread beside
+the pipeline and compared with what was written. A difference stops the run before anything is final
 (:class:`EncoderMismatch`, naming the records that differ), and is remembered so the next run with this
 tokenizer takes the reference library.
+
+NOTE: a thread, not a process: loading the reference holds the GIL (HF tokenizers, tiktoken), which a
+spawned process would avoid, but a process costs an interpreter start and imports on top of the load, on
+cores the pipeline keeps busy, and needs a ``__main__`` guard in every script calling :func:`tokenize`.
+Measured in bench/RESULTS.md (the start-up and whole-process rows).
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+import threading
 from dataclasses import dataclass
+from queue import SimpleQueue
 
 import numpy as np
 
 from corpus.core.errors import UserError
 from corpus.readers import ColumnPayload, LinePayload, RawBatch, describe_location, extract
-from corpus.tokenize.worker import EncodedBatch, WorkerSpec, encode_in_worker, pack, start_worker
-from corpus.tokenizers import TokenizerConfig
+from corpus.tokenize.worker import BatchEncoder, EncodedBatch, WorkerSpec, pack
+from corpus.tokenizers import TokenizerConfig, build_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +39,13 @@ class EncoderMismatch(UserError):
 
 @dataclass
 class _Pending:
-    """Records of one batch sent to the reference: where they are, and what the fast encoder wrote."""
+    """Records of one batch for the reference: where they are, and what the fast encoder wrote."""
 
     batch: RawBatch
     picks: list[int]
     """Their indices in the batch."""
     tokens: list[list[np.ndarray]]
     """``tokens[k][j]``: what was written for key k of pick j."""
-    future: Future
 
 
 def _subset(payload: LinePayload | ColumnPayload, picks: list[int]) -> LinePayload | ColumnPayload:
@@ -73,37 +75,45 @@ def _written(result: EncodedBatch, good: list[int], picks: list[int]) -> list[li
 class InputCheck:
     """The reference library's ids for the first records of a run, compared with the fast encoder's."""
 
-    def __init__(self, tokenizer: TokenizerConfig, keys: list[str], records: int, max_bytes: int) -> None:
-        """Start the reference process now (it loads the library while the run starts up); :meth:`expect`
-        must follow once the fast encoder is chosen."""
+    def __init__(self, tokenizer: TokenizerConfig, keys: list[str], records: int, max_bytes: int,
+                 fast_name: str, eod: int | None, dtype: np.dtype) -> None:
+        """Start the thread (it loads the reference library). ``fast_name``: the encoder checked; ``eod`` and
+        ``dtype``: how the run packs its documents."""
         self.keys = tuple(keys)
         self.records_left, self.bytes_left = records, max_bytes
         self.checked_records = self.checked_bytes = 0
-        self.pending: list[_Pending] = []
         self.unavailable = ""
-        """Why the reference process could not check (empty while it can)."""
+        """Why the reference could not check (empty while it can)."""
         self.differences: list[tuple[str, str]] = []
         """(where, what) of each record that differs: ``("data.jsonl:17", "...")``."""
-        self.fast_name, self.eod, self.dtype = "", None, np.dtype(np.int64)
-        # Unpacked ids (no EOD, int64): the run's EOD and dtype are known only once its tokenizer is built.
-        spec = WorkerSpec(tokenizer.replace(encoder="reference"), 1, self.keys, None, "int64")
-        self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=start_worker,
-                                         initargs=(spec,))
-        try:
-            self._pool.submit(int)  # a first task makes the pool start its process at once
-        except BrokenProcessPool as error:
-            self._abandon(error)
-
-    def expect(self, fast_name: str, eod: int | None, dtype: np.dtype) -> None:
-        """The fast encoder's name and how the run packs its documents (EOD, dtype)."""
         self.fast_name, self.eod, self.dtype = fast_name, eod, np.dtype(dtype)
+        self._queue: SimpleQueue = SimpleQueue()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._work, args=(tokenizer,), name="blendforge-input-check",
+                                        daemon=True)
+        self._thread.start()
+
+    def _work(self, tokenizer: TokenizerConfig) -> None:
+        """The thread: the reference's ids for every queued item, compared as they come."""
+        try:
+            # Unpacked ids (no EOD, int64), packed as the run packs when compared.
+            encoder = BatchEncoder(WorkerSpec(tokenizer, 1, self.keys, None, "int64"),
+                                   build_tokenizer(tokenizer.replace(encoder="reference")))
+        except Exception as error:  # noqa: BLE001 - the run goes on, unchecked, and says so
+            self.unavailable = f"the reference library could not be built ({type(error).__name__}: {error})"
+            return
+        try:
+            while (item := self._queue.get()) is not None and not self._stopped:
+                self._differences(item, encoder.encode(_subset(item.batch.payload, item.picks)))
+        except Exception as error:  # noqa: BLE001 - as above
+            self.unavailable = f"the reference library failed ({type(error).__name__}: {error})"
 
     def offer(self, batch: RawBatch, result: EncodedBatch) -> None:
-        """Send some of the batch's written records to the reference (until the budget is spent), and
-        compare what came back; raises :class:`EncoderMismatch` at the first difference found."""
+        """Queue some of the batch's written records for the reference (until the budget is spent); raises
+        :class:`EncoderMismatch` once a difference was found."""
         if self.records_left > 0 and self.bytes_left > 0:
             self._send(batch, result)
-        self._compare(wait=False)
+        self._raise_found()
 
     def _send(self, batch: RawBatch, result: EncodedBatch) -> None:
         bad = {index for index, _ in result.bad}
@@ -115,32 +125,12 @@ class InputCheck:
                 picks.append(index)
                 self.bytes_left -= size
                 self.checked_bytes += size
-        if not picks:
-            return
-        self.records_left -= len(picks)
-        self.checked_records += len(picks)
-        try:
-            future = self._pool.submit(encode_in_worker, _subset(batch.payload, picks))
-        except BrokenProcessPool as error:
-            return self._abandon(error)
-        self.pending.append(_Pending(batch, picks, _written(result, good, picks), future))
+        if picks:
+            self.records_left -= len(picks)
+            self.checked_records += len(picks)
+            self._queue.put(_Pending(batch, picks, _written(result, good, picks)))
 
-    def _abandon(self, error: Exception) -> None:
-        """The reference process could not run: say so, and check nothing more (the tokenizer's check stands)."""
-        self.unavailable = f"the reference process failed ({type(error).__name__}: {error})"
-        log.warning("input check not run: %s; a script calling tokenize() must guard its start with "
-                    "`if __name__ == \"__main__\":` (the check runs in a spawned process)", self.unavailable)
-        self.records_left = self.bytes_left = 0
-        self.pending.clear()
-
-    def _compare(self, wait: bool) -> None:
-        while self.pending and (wait or self.pending[0].future.done()):
-            item = self.pending.pop(0)
-            try:
-                reference = item.future.result()
-            except BrokenProcessPool as error:
-                return self._abandon(error)
-            self._differences(item, reference)
+    def _raise_found(self) -> None:
         if self.differences:
             raise EncoderMismatch(self.describe_difference())
 
@@ -181,15 +171,16 @@ class InputCheck:
 
     def finish(self) -> str:
         """Wait for every comparison (raising :class:`EncoderMismatch` on a difference) and say what was checked."""
-        try:
-            self._compare(wait=True)
-        finally:
-            self.close()
+        self._queue.put(None)
+        self._thread.join()
+        self._raise_found()
         if self.unavailable:
+            log.warning("input check not run: %s", self.unavailable)
             return f"input check: not run ({self.unavailable})"
         return (f"input check: ids identical to the reference on the first {self.checked_records} records "
                 f"({self.checked_bytes / 1e6:.1f} MB) of this run")
 
     def close(self) -> None:
-        """Stop the reference process (pending comparisons are dropped)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Stop the thread after its current item (what is still queued is dropped)."""
+        self._stopped = True
+        self._queue.put(None)

@@ -33,7 +33,7 @@ from corpus.tokenize.shards import Shard, plan_slices, resolve_shard
 from corpus.tokenize.stats import Counters, RunStats, peak_rss_mb, write_stats_json
 from corpus.tokenize.worker import BatchEncoder, EncodedBatch, WorkerSpec
 from corpus.tokenizers import TextTokenizer, select_encoder
-from corpus.tokenizers.select import may_take_fast_path, record_difference
+from corpus.tokenizers.select import record_difference
 
 log = logging.getLogger(__name__)
 
@@ -95,25 +95,17 @@ def _fast_encoder(tokenizer: TextTokenizer) -> bool:
 
 
 def prepare(config: TokenizeConfig) -> Job:
-    """Resolve inputs, shard and tokenizer; start the check of the input when the fast encoder may be chosen."""
+    """Resolve inputs, shard and tokenizer; start the check of the input when the fast encoder was chosen."""
     files = expand_inputs(config.inputs)
     shard = resolve_shard(config.shard_index, config.num_shards)
     slices = plan_slices(files, shard)
-    check = (InputCheck(config.tokenizer, config.json_keys, config.sample_records, SAMPLE_BYTES)
-             if config.sample_records and may_take_fast_path(config.tokenizer) else None)
-    try:
-        tokenizer, reason = select_encoder(config.tokenizer, (), config.threads)
-        eod = tokenizer.require_eod() if config.append_eod else None
-    except BaseException:
-        if check:
-            check.close()
-        raise
-    if check and not _fast_encoder(tokenizer):
-        check.close()
-        check = None
+    tokenizer, reason = select_encoder(config.tokenizer, (), config.threads)
+    eod = tokenizer.require_eod() if config.append_eod else None
     dtype = token_dtype_for_vocab(tokenizer.vocab_size)
-    if check:
-        check.expect(tokenizer.encoder_name, eod, dtype)
+    check = None
+    if config.sample_records and _fast_encoder(tokenizer):
+        check = InputCheck(config.tokenizer, config.json_keys, config.sample_records, SAMPLE_BYTES,
+                           tokenizer.encoder_name, eod, dtype)
     prefix = shard.prefix(config.output_prefix)
     if shard.count > 1:
         log.info("shard %d of %d (from %s): %d slice(s) of %d input file(s)", shard.index, shard.count,

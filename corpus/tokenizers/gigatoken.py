@@ -40,6 +40,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
+import orjson
 
 from corpus.tokenizers import spellings
 from corpus.tokenizers.base import TextTokenizer, build_tokenizer, library_version
@@ -117,8 +118,9 @@ def huggingface_sources(reference) -> list[FastSource]:
     """The reference's tokenizer.json (the special tokens its configs name already added): as a rank file when
     it is byte-level BPE (gigatoken loads that fastest), and as JSON in a spelling gigatoken reads."""
     text = reference.tokenizer.to_str()
-    ranked = spellings.as_rank_file(text)
-    rewritten, whole_pieces = spellings.for_gigatoken(text)
+    data = orjson.loads(text)
+    ranked = spellings.as_rank_file(data)
+    rewritten, whole_pieces = spellings.for_gigatoken(text, data)
     json_form = FastSource("json", rewritten.encode(), whole_pieces=whole_pieces)
     return [FastSource("tiktoken", *ranked), json_form] if ranked else [json_form]
 

@@ -68,11 +68,6 @@ def _not_covered(config: TokenizerConfig) -> str | None:
     return None
 
 
-def may_take_fast_path(config: TokenizerConfig) -> bool:
-    """Whether :func:`select_encoder` may choose gigatoken for ``config`` (before any file is read)."""
-    return config.encoder != "reference" and _not_covered(config) is None
-
-
 def _check(reference: TextTokenizer, threads: int | None) -> tuple[dict, bytes | None, TextTokenizer | None]:
     """Build gigatoken from the reference and compare both on the hard cases and special strings: the
     verdict (as cached), gigatoken's source bytes and the gigatoken tokenizer (None when refused). Each form

@@ -74,10 +74,10 @@ def _backend_sentencepiece(data: dict) -> list[str] | None:
 REWRITES = (_backend_sentencepiece,)
 
 
-def for_gigatoken(text: str) -> tuple[str, list[str]]:
-    """``text`` (a tokenizer.json) with every rewrite that applies (unchanged when none does), and the strings
-    whose texts the reference must encode instead (see :class:`corpus.tokenizers.gigatoken.FastSource`)."""
-    data = orjson.loads(text)
+def for_gigatoken(text: str, data: dict) -> tuple[str, list[str]]:
+    """``text`` (a tokenizer.json, parsed as ``data``, which is rewritten in place) with every rewrite that
+    applies (unchanged when none does), and the strings whose texts the reference must encode instead (see
+    :class:`corpus.tokenizers.gigatoken.FastSource`)."""
     found = [rewrite(data) for rewrite in REWRITES]
     if all(pieces is None for pieces in found):
         return text, []
@@ -115,10 +115,9 @@ def _bytes_of_symbols() -> dict[str, int]:
     return {**{chr(byte): byte for byte in printable}, **{chr(256 + i): byte for i, byte in enumerate(others)}}
 
 
-def as_rank_file(text: str) -> tuple[bytes, str, dict[str, int], int, int] | None:
-    """A byte-level BPE tokenizer.json as (``.tiktoken`` lines, gigatoken scheme, added tokens at ids after the
-    ranks, number of ranks, id of rank 0), or None when it is not one this form can hold."""
-    data = orjson.loads(text)
+def as_rank_file(data: dict) -> tuple[bytes, str, dict[str, int], int, int] | None:
+    """A byte-level BPE tokenizer.json (parsed) as (``.tiktoken`` lines, gigatoken scheme, added tokens at ids
+    after the ranks, number of ranks, id of rank 0), or None when it is not one this form can hold."""
     model, added = data.get("model") or {}, data.get("added_tokens") or []
     scheme = _byte_level_scheme(data.get("pre_tokenizer"))
     if (scheme is None or data.get("normalizer") or model.get("type") != "BPE" or model.get("byte_fallback")
