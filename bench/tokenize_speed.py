@@ -16,7 +16,8 @@ Each method runs in a fresh process on the same input and cores (the families: `
     check of the input against the reference, writing), as a user runs it (the encoder check cached by a
     first run of the same tokenizer, as every run after a user's first);
 (d) the raw engine: gigatoken alone, loading the same file and encoding the JSONL with its own reader,
-    writing nothing (where gigatoken reads the family's files).
+    writing nothing (where gigatoken reads the family's files);
+(e) (c) with ``--check-input``: the reference library loaded beside the run to check the first records.
 MB/s are input JSONL bytes over the whole process's wall time (interpreter start and imports included);
 (b) and (c) outputs are compared byte for byte. Peak RSS: the main process's own (VmHWM) / the largest
 child's. The start-up table runs (c) twice on a one-document file and prints the second run's summary
@@ -107,12 +108,12 @@ def megatron_style(family: str, path: str, out: str) -> dict:
     return {"tokens": tokens, "prefix": prefix}
 
 
-def ours(family: str, path: str, out: str) -> dict:
+def ours(family: str, path: str, out: str, check_input: bool = False) -> dict:
     """(c): corpus tokenize with its defaults, the whole pipeline."""
     from corpus.tokenize.config import TokenizeConfig
     from corpus.tokenize.run import tokenize
 
-    stats = tokenize(TokenizeConfig(inputs=[path], output_prefix=f"{out}/ours",
+    stats = tokenize(TokenizeConfig(inputs=[path], output_prefix=f"{out}/ours", check_input=check_input,
                                     tokenizer=_config(FAMILIES[family].fields(files())), append_eod=True, quiet=True))
     return {"tokens": stats.counters.total_tokens, "prefix": f"{out}/ours_text_document", "encoder": stats.encoder,
             "startup": stats.startup_seconds, "run_seconds": stats.seconds}
@@ -128,7 +129,12 @@ def raw_engine(family: str, path: str, out: str) -> dict:
     return {"tokens": int(awkward.sum(awkward.num(ids)))}
 
 
-METHODS = {"a": raw_library, "b": megatron_style, "c": ours, "d": raw_engine}
+def ours_checking_input(family: str, path: str, out: str) -> dict:
+    """(e): (c) with ``--check-input`` (the reference library loaded beside the run to check its first records)."""
+    return ours(family, path, out, check_input=True)
+
+
+METHODS = {"a": raw_library, "b": megatron_style, "c": ours, "d": raw_engine, "e": ours_checking_input}
 
 
 def run_child(method: str, family: str, path: Path, out: str) -> dict:
@@ -207,10 +213,11 @@ def print_tables(rows: list[dict], startups: list[dict]) -> None:
           f"{CORES} cores, load average {os.getloadavg()[0]:.1f}")
     rates = " ".join(f"{f'({m}) MB/s':>8}" for m in METHODS)
     print(f"{'family':<20} {'corpus':<11} {'MB':>6} | {rates} | "
-          f"{'c/a':>5} {'c/b':>6} {'c/d':>5} | {'start':>5} | {'RSS c':>5} {'RSS d':>5} | same | encoder (c)")
+          f"{'c/a':>5} {'c/b':>6} {'c/d':>5} {'c/e':>5} | {'start':>5} | {'RSS c':>5} {'RSS d':>5} | same | "
+          "encoder (c)")
     for r in rows:
         ratios = " ".join(f"{r[key]:{width}.2f}" if key in r else f"{'-':>{width}}"
-                          for key, width in (("c/a", 5), ("c/b", 6), ("c/d", 5)))
+                          for key, width in (("c/a", 5), ("c/b", 6), ("c/d", 5), ("c/e", 5)))
         same = {True: "yes", False: "NO", None: "-"}[r["identical"]]
         print(f"{r['family']:<20} {r['corpus']:<11} {r['megabytes']:>6.1f} | {_cell(r, 'a')} {_cell(r, 'b')} "
               f"{_cell(r, 'c')} {_cell(r, 'd')} | {ratios} | {_cell(r, 'c', 'startup', '{:5.2f}')} | "
@@ -230,7 +237,7 @@ def main() -> None:
     parser.add_argument("--corpora", nargs="+", default=["prose", "code"], help="for every family")
     parser.add_argument("--scale-corpora", nargs="+", default=["prose_large", "code_300"],
                         help="for the first family only ('none' to skip)")
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--methods", nargs="+", default=list("abcd"), choices=list(METHODS))
     parser.add_argument("--no-startup", action="store_true", help="skip the one-document start-up table")
     parser.add_argument("--child", choices=list(METHODS), help=argparse.SUPPRESS)
     parser.add_argument("--child-input", help=argparse.SUPPRESS)

@@ -61,6 +61,10 @@ class TokenizeConfig:
     sample_records: int = 64
     """Records from the start of the input that the reference library encodes again, while the run proceeds, to
     prove the fast encoder gave its ids (0: none; the tokenizer's own check still runs)."""
+    check_input: bool = False
+    """``--check-input``: check the input so on every run. Without it, only runs that load the reference library
+    anyway (the first with a tokenizer, whose check is not cached yet) check their input: loading it is the
+    start-up the cached check saves."""
 
     def __post_init__(self) -> None:
         self.inputs = [str(path) for path in self.inputs]

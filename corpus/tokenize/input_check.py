@@ -5,7 +5,9 @@ cached; this one covers the text at hand. The first records the fast encoder wri
 byte budget; larger records are skipped) are encoded again by the reference library in a thread beside
 the pipeline and compared with what was written. A difference stops the run before anything is final
 (:class:`EncoderMismatch`, naming the records that differ), and is remembered so the next run with this
-tokenizer takes the reference library.
+tokenizer takes the reference library. It runs where the reference is loaded anyway (the first run with a
+tokenizer, whose check is not cached yet) and, with ``--check-input``, on every run: loading the reference
+is the start-up the cached check saves (bench/RESULTS.md has both).
 
 NOTE: a thread, not a process: loading the reference holds the GIL (HF tokenizers, tiktoken), which a
 spawned process would avoid, but a process costs an interpreter start and imports on top of the load, on
@@ -25,7 +27,7 @@ import numpy as np
 from corpus.core.errors import UserError
 from corpus.readers import ColumnPayload, LinePayload, RawBatch, describe_location, extract
 from corpus.tokenize.worker import BatchEncoder, EncodedBatch, WorkerSpec, pack
-from corpus.tokenizers import TokenizerConfig, build_tokenizer
+from corpus.tokenizers import TextTokenizer, TokenizerConfig, build_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +77,10 @@ def _written(result: EncodedBatch, good: list[int], picks: list[int]) -> list[li
 class InputCheck:
     """The reference library's ids for the first records of a run, compared with the fast encoder's."""
 
-    def __init__(self, tokenizer: TokenizerConfig, keys: list[str], records: int, max_bytes: int,
+    def __init__(self, reference: TextTokenizer | TokenizerConfig, keys: list[str], records: int, max_bytes: int,
                  fast_name: str, eod: int | None, dtype: np.dtype) -> None:
-        """Start the thread (it loads the reference library). ``fast_name``: the encoder checked; ``eod`` and
-        ``dtype``: how the run packs its documents."""
+        """Start the thread. ``reference``: the reference tokenizer, or its config (the thread loads it);
+        ``fast_name``: the encoder checked; ``eod`` and ``dtype``: how the run packs its documents."""
         self.keys = tuple(keys)
         self.records_left, self.bytes_left = records, max_bytes
         self.checked_records = self.checked_bytes = 0
@@ -89,16 +91,17 @@ class InputCheck:
         self.fast_name, self.eod, self.dtype = fast_name, eod, np.dtype(dtype)
         self._queue: SimpleQueue = SimpleQueue()
         self._stopped = False
-        self._thread = threading.Thread(target=self._work, args=(tokenizer,), name="blendforge-input-check",
+        self._thread = threading.Thread(target=self._work, args=(reference,), name="blendforge-input-check",
                                         daemon=True)
         self._thread.start()
 
-    def _work(self, tokenizer: TokenizerConfig) -> None:
+    def _work(self, reference: TextTokenizer | TokenizerConfig) -> None:
         """The thread: the reference's ids for every queued item, compared as they come."""
         try:
+            if isinstance(reference, TokenizerConfig):
+                reference = build_tokenizer(reference.replace(encoder="reference"))
             # Unpacked ids (no EOD, int64), packed as the run packs when compared.
-            encoder = BatchEncoder(WorkerSpec(tokenizer, 1, self.keys, None, "int64"),
-                                   build_tokenizer(tokenizer.replace(encoder="reference")))
+            encoder = BatchEncoder(WorkerSpec(reference.config, 1, self.keys, None, "int64"), reference)
         except Exception as error:  # noqa: BLE001 - the run goes on, unchecked, and says so
             self.unavailable = f"the reference library could not be built ({type(error).__name__}: {error})"
             return

@@ -95,7 +95,8 @@ def _fast_encoder(tokenizer: TextTokenizer) -> bool:
 
 
 def prepare(config: TokenizeConfig) -> Job:
-    """Resolve inputs, shard and tokenizer; start the check of the input when the fast encoder was chosen."""
+    """Resolve inputs, shard and tokenizer; start the check of the input when the fast encoder was chosen and the
+    reference library is loaded (or ``check_input`` asks to load it)."""
     files = expand_inputs(config.inputs)
     shard = resolve_shard(config.shard_index, config.num_shards)
     slices = plan_slices(files, shard)
@@ -103,9 +104,9 @@ def prepare(config: TokenizeConfig) -> Job:
     eod = tokenizer.require_eod() if config.append_eod else None
     dtype = token_dtype_for_vocab(tokenizer.vocab_size)
     check = None
-    if config.sample_records and _fast_encoder(tokenizer):
-        check = InputCheck(config.tokenizer, config.json_keys, config.sample_records, SAMPLE_BYTES,
-                           tokenizer.encoder_name, eod, dtype)
+    if config.sample_records and _fast_encoder(tokenizer) and (config.check_input or tokenizer.loaded_reference):
+        check = InputCheck(tokenizer.loaded_reference or config.tokenizer, config.json_keys, config.sample_records,
+                           SAMPLE_BYTES, tokenizer.encoder_name, eod, dtype)
     prefix = shard.prefix(config.output_prefix)
     if shard.count > 1:
         log.info("shard %d of %d (from %s): %d slice(s) of %d input file(s)", shard.index, shard.count,

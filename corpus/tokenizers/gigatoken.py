@@ -201,7 +201,8 @@ class GigatokenTextTokenizer(TextTokenizer):
     is built only to decode."""
 
     def __init__(self, config: TokenizerConfig, source: FastSource, profile: Profile, files: list[str],
-                 threads: int | None) -> None:
+                 threads: int | None, reference: TextTokenizer | None = None) -> None:
+        """``reference``: the reference tokenizer when it is already built (else built on first use)."""
         self.source, self.profile, self._files = source, profile, files
         self.prefix, self.suffix = profile.prefix, profile.suffix
         self.cut_rule = CUT_RULES[profile.cut_rule] if profile.cut_rule else None
@@ -212,10 +213,15 @@ class GigatokenTextTokenizer(TextTokenizer):
         self.parallel = None if threads is None else threads > 1
         limit_rayon_threads(threads)
         self.encoder_name = library_version("gigatoken")
-        self._reference: TextTokenizer | None = None
+        self._reference = reference
         self._whole = (re.compile("|".join(map(re.escape, sorted(source.whole_pieces, key=len, reverse=True))))
                        if source.whole_pieces else None)
         super().__init__(config, profile.vocab_size, profile.eod, profile.bos)
+
+    @property
+    def loaded_reference(self) -> TextTokenizer | None:
+        """The reference tokenizer if it is built already (None: using it would load it)."""
+        return self._reference
 
     @property
     def reference(self) -> TextTokenizer:

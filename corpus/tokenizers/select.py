@@ -99,7 +99,7 @@ def _check_form(reference: TextTokenizer, source, profile, checks: list[str],
     from corpus.tokenizers.gigatoken import GigatokenTextTokenizer
 
     try:
-        fast = GigatokenTextTokenizer(reference.config, source, profile, reference.files(), threads)
+        fast = GigatokenTextTokenizer(reference.config, source, profile, reference.files(), threads, reference)
     except Exception as error:  # noqa: BLE001 - gigatoken refuses unsupported tokenizers with plain errors
         return _refused(error), None
     difference = first_difference(fast, reference, checks)

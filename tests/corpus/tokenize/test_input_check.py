@@ -43,16 +43,19 @@ def _plant_a_difference(monkeypatch) -> None:
     monkeypatch.setattr(GigatokenTextTokenizer, "_encode_batch_flat", wrong)
 
 
-def test_a_difference_stops_the_run_before_anything_is_final(tmp_path, monkeypatch):
+@pytest.mark.parametrize("cached", [False, True], ids=["first run", "cached check, --check-input"])
+def test_a_difference_stops_the_run_before_anything_is_final(tmp_path, monkeypatch, cached):
     records = sample_records(12)
     records[4] = {"text": PLANTED + " " + records[4]["text"]}
     source = write_jsonl(tmp_path / "in.jsonl", records)
+    if cached:
+        tokenize(config(tmp_path, [source], name="first"))  # caches the tokenizer's check
     _plant_a_difference(monkeypatch)
-    run = config(tmp_path, [source], checkpoint_interval=0)
+    run = config(tmp_path, [source], checkpoint_interval=0, check_input=cached)
     with pytest.raises(EncoderMismatch, match=rf"{source}:5 \(key text, text '{PLANTED}") as error:
         tokenize(run)
     assert "Nothing was written" in str(error.value) and "--encoder reference" in str(error.value)
-    assert sorted(path.name for path in tmp_path.iterdir() if path.name != "cache") == ["in.jsonl"]
+    assert not list(tmp_path.glob("out_*")), "an output was renamed into place"
     assert not resume_state.state_path(run.output_prefix).exists()
     tokenizer, reason = select_encoder(hf_tokenizer())
     assert tokenizer.encoder_name.startswith("tokenizers ")
@@ -78,3 +81,16 @@ def test_no_check_without_the_fast_encoder(tmp_path):
     source = write_jsonl(tmp_path / "in.jsonl", sample_records(5))
     tokenize(config(tmp_path, [source], tokenizer=hf_tokenizer(encoder="reference")))
     assert "input check" not in IndexedReader(f"{tmp_path}/out_text_document").meta["encoder_reason"]
+
+
+def test_a_cached_check_skips_the_input_check_unless_asked(tmp_path):
+    """The first run loads the reference (its check is not cached) and checks its input beside the run; a
+    later one does not load it unless --check-input asks."""
+    source = write_jsonl(tmp_path / "in.jsonl", sample_records(10))
+    reasons = []
+    for name, check_input in (("first", False), ("second", False), ("third", True)):
+        tokenize(config(tmp_path, [source], name=name, check_input=check_input))
+        reasons.append(IndexedReader(f"{tmp_path}/{name}_text_document").meta["encoder_reason"])
+    assert "input check: ids identical" in reasons[0] and "cached check" not in reasons[0]
+    assert "cached check" in reasons[1] and "input check" not in reasons[1]
+    assert "cached check" in reasons[2] and "input check: ids identical" in reasons[2]
