@@ -12,7 +12,6 @@ is the start-up the cached check saves (bench/RESULTS.md has both).
 NOTE: a thread, not a process: loading the reference holds the GIL (HF tokenizers, tiktoken), which a
 spawned process would avoid, but a process costs an interpreter start and imports on top of the load, on
 cores the pipeline keeps busy, and needs a ``__main__`` guard in every script calling :func:`tokenize`.
-Measured in bench/RESULTS.md (the start-up and whole-process rows).
 """
 
 from __future__ import annotations
