@@ -1,20 +1,28 @@
-"""Tokenize throughput: the raw library ceiling (a), a Megatron-style baseline (b) and ``corpus tokenize`` (c).
+"""Tokenize throughput, whole process, for each tokenizer family: ``corpus tokenize`` against its ceilings and
+Megatron's baseline, and its start-up on one document.
 
-    python -m bench.data                         # once: real prose and code from Debian packages
-    python -m bench.tokenize_speed                     # cl100k tokenizer.json and TikTokenizer, prose and code
-    python -m bench.tokenize_speed --tokenizers cl100k-hf --corpora prose --rss-corpus none
-    python -m bench.tokenize_speed --corpora prose_large code_300   # at scale: start-up amortised
+    python -m bench.data                                   # once: real prose and code from Debian packages
+    python -m bench.tokenize_speed                         # every family on ~30 MB of prose and code, then
+                                                           # the first family on 105 MB of prose and 300 MB of code
+    python -m bench.tokenize_speed --families llama3-json --corpora prose --scale-corpora none --methods b c d
 
-On the same input and cores, each in a fresh process:
-(a) the reference library's batch encode on strings already in memory (its ceiling on these cores);
+Each method runs in a fresh process on the same input and cores (the families: ``bench/tokenizer_families.py``):
+(a) the reference library's batch encode on strings already in memory, every core (its ceiling);
 (b) Megatron's ``tools/preprocess_data.py`` pattern: ``json.loads`` + one-document encode per line in
     ``multiprocessing.Pool.imap(chunksize=32)``, written with megatron-core's ``IndexedDatasetBuilder``
-    (per-document encode with the reference library itself, cheaper than Megatron's transformers
-    wrapper, so the baseline is generous);
-(c) ``corpus.tokenize.run.tokenize`` end to end (start-up, encoder check, spawned workers, writing).
-MB/s are input JSONL bytes over wall time; (b) and (c) outputs are compared byte for byte. Peak RSS is
-the main process's own (VmHWM) and the largest child's (``ru_maxrss``, which includes what a forked child
-inherited). A short table comes last.
+    (per-document encode with the reference library itself, cheaper than Megatron's transformers wrapper,
+    so the baseline is generous);
+(c) ``corpus tokenize`` with its defaults (``corpus.tokenize.run.tokenize``: start-up, encoder check, the
+    check of the input against the reference, writing), as a user runs it (the encoder check cached by a
+    first run of the same tokenizer, as every run after a user's first);
+(d) the raw engine: gigatoken alone, loading the same file and encoding the JSONL with its own reader,
+    writing nothing (where gigatoken reads the family's files);
+(e) (c) with ``--check-input``: the reference library loaded beside the run to check the first records.
+MB/s are input JSONL bytes over the whole process's wall time (interpreter start and imports included);
+(b) and (c) outputs are compared byte for byte. Peak RSS: the main process's own (VmHWM) / the largest
+child's. The start-up table runs (c) twice on a one-document file from an empty check cache (the first run
+makes the encoder check, the second finds it) and prints the summary's start-up figures. The encoder checks are
+cached in folders of the benchmark's own. Short tables come last.
 """
 
 from __future__ import annotations
@@ -32,39 +40,9 @@ from importlib.metadata import version
 from pathlib import Path
 
 from bench.data import CACHE, build
+from bench.tokenizer_families import FAMILIES, files
 
 CORES = os.cpu_count() or 1
-CL100K_SPECIALS = {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
-                   "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276}
-
-
-def cl100k_rank_file() -> str:
-    from importlib.util import find_spec
-
-    return str(Path(find_spec("tiktoken_ext").submodule_search_locations[0]) / "data" / "cl100k_base.tiktoken")
-
-
-def cl100k_tokenizer_json() -> str:
-    """cl100k as a HF tokenizer.json (transformers' TikTokenConverter, whose default split regex is the
-    cl100k/Llama-3 family's), with its special tokens at their tiktoken ids; cached."""
-    target = CACHE / "cl100k" / "tokenizer.json"
-    if not target.exists():
-        from transformers.convert_slow_tokenizer import TikTokenConverter
-
-        data = json.loads(TikTokenConverter(vocab_file=cl100k_rank_file()).converted().to_str())
-        data["added_tokens"] = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
-                                 "normalized": False, "special": True} for c, i in CL100K_SPECIALS.items()]
-        data["model"]["vocab"].update(CL100K_SPECIALS)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(data, ensure_ascii=False))
-    return str(target)
-
-
-#: Benchmark tokenizers: how to make their TokenizerConfig fields.
-TOKENIZERS = {
-    "cl100k-hf": lambda: {"type": "HuggingFaceTokenizer", "model": cl100k_tokenizer_json()},
-    "tiktoken": lambda: {"type": "TikTokenizer", "model": cl100k_rank_file()},
-}
 
 
 def _config(tokenizer: dict, **changes):
@@ -73,23 +51,17 @@ def _config(tokenizer: dict, **changes):
     return TokenizerConfig(**{**tokenizer, **changes})
 
 
-def raw_library(tokenizer: dict, path: str, out: str, workers: int | None, threads: int | None) -> dict:
-    """(a): strings decoded up front; time only the library's batch encode with every core."""
+def raw_library(family: str, path: str, out: str) -> dict:
+    """(a): strings decoded up front; time only the reference library's batch call with every core."""
     import orjson
 
     from corpus.tokenizers import build_tokenizer
 
     texts = [orjson.loads(line)["text"] for line in open(path, "rb")]
-    reference = build_tokenizer(_config(tokenizer), threads=CORES)
-
-    def call(batch: list[str]) -> list[list[int]]:
-        if hasattr(reference, "tokenizer"):  # HF tokenizers: its own rayon-parallel batch call
-            return [e.ids for e in reference.tokenizer.encode_batch_fast(batch, add_special_tokens=True)]
-        # tiktoken: its own threaded batch call on Megatron's Encoding
-        return reference.encoding.encode_batch(batch, num_threads=CORES, allowed_special=reference.allowed_special)
-
+    reference = build_tokenizer(_config(FAMILIES[family].fields(files())), threads=CORES)
     began = time.perf_counter()
-    tokens = sum(len(ids) for start in range(0, len(texts), 1000) for ids in call(texts[start:start + 1000]))
+    tokens = sum(len(ids) for start in range(0, len(texts), 1000)
+                 for ids in reference.encode_batch(texts[start:start + 1000]))
     return {"seconds": time.perf_counter() - began, "tokens": tokens}
 
 
@@ -112,7 +84,7 @@ class MegatronEncoder:
         return ids, [len(ids)] if ids else [], len(json_line)
 
 
-def megatron_style(tokenizer: dict, path: str, out: str, workers: int | None, threads: int | None) -> dict:
+def megatron_style(family: str, path: str, out: str) -> dict:
     """(b): Pool.imap(chunksize=32) + IndexedDatasetBuilder, as Megatron's preprocess_data.py."""
     import multiprocessing
     import warnings
@@ -123,55 +95,66 @@ def megatron_style(tokenizer: dict, path: str, out: str, workers: int | None, th
     from corpus.indexed import token_dtype_for_vocab
     from corpus.tokenizers import build_tokenizer
 
-    began = time.perf_counter()
-    encoder = MegatronEncoder(tokenizer)
-    vocab_size = build_tokenizer(_config(tokenizer, encoder="reference"), threads=1).vocab_size
+    fields = FAMILIES[family].fields(files())
+    encoder = MegatronEncoder(fields)
+    vocab_size = build_tokenizer(_config(fields, encoder="reference"), threads=1).vocab_size
     prefix = f"{out}/megatron_text_document"
     builder = IndexedDatasetBuilder(get_bin_path(prefix), dtype=token_dtype_for_vocab(vocab_size).type)
     tokens = 0
-    pool = multiprocessing.Pool(workers or CORES, initializer=encoder.initializer)
-    with open(path, encoding="utf-8") as lines, pool:
+    with open(path, encoding="utf-8") as lines, multiprocessing.Pool(CORES, initializer=encoder.initializer) as pool:
         for ids, lengths, _ in pool.imap(encoder.encode, lines, 32):
             builder.add_document(ids, lengths)
             tokens += len(ids)
     builder.finalize(get_idx_path(prefix))
-    return {"seconds": time.perf_counter() - began, "tokens": tokens, "prefix": prefix}
+    return {"tokens": tokens, "prefix": prefix}
 
 
-def ours(tokenizer: dict, path: str, out: str, workers: int | None, threads: int | None) -> dict:
-    """(c): corpus tokenize, the whole pipeline (its defaults unless workers/threads are given)."""
+def ours(family: str, path: str, out: str, check_input: bool = False) -> dict:
+    """(c): corpus tokenize with its defaults, the whole pipeline."""
     from corpus.tokenize.config import TokenizeConfig
     from corpus.tokenize.run import tokenize
 
-    began = time.perf_counter()
-    parallelism = {"workers": workers} if workers is not None else {}
-    stats = tokenize(TokenizeConfig(inputs=[path], output_prefix=f"{out}/ours", tokenizer=_config(tokenizer),
-                                    append_eod=True, threads_per_worker=threads, quiet=True, **parallelism))
-    return {"seconds": time.perf_counter() - began, "tokens": stats.counters.total_tokens,
-            "prefix": f"{out}/ours_text_document", "encoder": stats.encoder, "startup": stats.startup_seconds}
+    stats = tokenize(TokenizeConfig(inputs=[path], output_prefix=f"{out}/ours", check_input=check_input,
+                                    tokenizer=_config(FAMILIES[family].fields(files())), append_eod=True, quiet=True))
+    return {"tokens": stats.counters.total_tokens, "prefix": f"{out}/ours_text_document", "encoder": stats.encoder,
+            "startup": stats.startup_seconds, "run_seconds": stats.seconds}
 
 
-METHODS = {"a": raw_library, "b": megatron_style, "c": ours}
+def raw_engine(family: str, path: str, out: str) -> dict:
+    """(d): gigatoken alone, its own JSONL reader, nothing written."""
+    import awkward
+    import gigatoken
+
+    tokenizer = FAMILIES[family].raw_engine(files())
+    ids = tokenizer.encode_files(gigatoken.JsonlFileSource([path], field="text"))
+    return {"tokens": int(awkward.sum(awkward.num(ids)))}
 
 
-def run_child(method: str, tokenizer: str, path: Path, out: str, workers: int | None, threads: int | None) -> dict:
-    """One measurement in a fresh interpreter (clean caches, its own peak RSS)."""
-    command = [sys.executable, "-m", "bench.tokenize_speed", "--child", method, "--tokenizers", tokenizer,
+def ours_checking_input(family: str, path: str, out: str) -> dict:
+    """(e): (c) with ``--check-input`` (the reference library loaded beside the run to check its first records)."""
+    return ours(family, path, out, check_input=True)
+
+
+METHODS = {"a": raw_library, "b": megatron_style, "c": ours, "d": raw_engine, "e": ours_checking_input}
+
+
+def run_child(method: str, family: str, path: Path, out: str) -> dict:
+    """One measurement in a fresh interpreter, timed from outside (start-up and imports included)."""
+    command = [sys.executable, "-m", "bench.tokenize_speed", "--child", method, "--families", family,
                "--child-input", str(path), "--child-out", out]
-    command += [] if workers is None else ["--workers", str(workers)]
-    command += [] if threads is None else ["--threads", str(threads)]
+    began = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - began
     if done.returncode:
-        raise SystemExit(f"{method} failed:\n{done.stderr[-3000:]}")
+        raise SystemExit(f"{method} {family} failed:\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
+    result.setdefault("seconds", seconds)  # (a) times its encode alone; the others the whole process
     result["megabytes_per_second"] = path.stat().st_size / 1e6 / result["seconds"]
-    result["tokens_per_second"] = result["tokens"] / result["seconds"]
     return result
 
 
 def child_main(args: argparse.Namespace) -> None:
-    fields = TOKENIZERS[args.tokenizers[0]]()
-    result = METHODS[args.child](fields, args.child_input, args.child_out, args.workers, args.threads)
+    result = METHODS[args.child](args.families[0], args.child_input, args.child_out)
     from corpus.tokenize.stats import peak_rss_mb  # VmHWM: not the parent's, as ru_maxrss would be
 
     result["rss_main_mb"] = peak_rss_mb()
@@ -184,69 +167,98 @@ def same_bytes(first: str, second: str) -> bool:
     return all(filecmp.cmp(first + suffix, second + suffix, shallow=False) for suffix in (".bin", ".idx"))
 
 
-def compare(tokenizer: str, corpus: str, args: argparse.Namespace) -> dict:
-    """(a), (b), (c) on one corpus, side by side."""
+def compare(family: str, corpus: str, methods: list[str]) -> dict:
+    """The methods on one corpus, side by side ((c) once beforehand, so its encoder check is cached)."""
     path = build(corpus)
+    wanted = [m for m in methods if m != "d" or FAMILIES[family].raw_engine is not None]
     with tempfile.TemporaryDirectory(prefix="bench-tokenize-") as out:
-        results = {"a": run_child("a", tokenizer, path, out, None, None),
-                   "b": run_child("b", tokenizer, path, out, args.baseline_workers, None),
-                   "c": run_child("c", tokenizer, path, out, args.workers, args.threads)}
-        identical = same_bytes(results["b"]["prefix"], results["c"]["prefix"])
-    row = {"tokenizer": tokenizer, "corpus": corpus, "megabytes": path.stat().st_size / 1e6, "identical": identical,
-           "c/a": results["c"]["megabytes_per_second"] / results["a"]["megabytes_per_second"],
-           "c/b": results["c"]["megabytes_per_second"] / results["b"]["megabytes_per_second"], **results}
+        if "c" in wanted:
+            run_child("c", family, one_document(), out)
+        results = {method: run_child(method, family, path, out) for method in wanted}
+        identical = same_bytes(results["b"]["prefix"], results["c"]["prefix"]) if {"b", "c"} <= set(wanted) else None
+    rate = {method: result["megabytes_per_second"] for method, result in results.items()}
+    row = {"family": family, "corpus": corpus, "megabytes": path.stat().st_size / 1e6, "identical": identical,
+           **{f"c/{m}": rate["c"] / rate[m] for m in rate if m != "c" and "c" in rate}, **results}
     print(json.dumps(row), flush=True)
     return row
 
 
-def rss_rows(tokenizer: str, corpora: list[str], args: argparse.Namespace) -> list[dict]:
-    """(c) alone on growing inputs: peak RSS must stay flat."""
-    rows = []
-    for corpus in corpora:
-        path = build(corpus)
-        with tempfile.TemporaryDirectory(prefix="bench-rss-") as out:
-            result = run_child("c", tokenizer, path, out, args.workers, args.threads)
-        rows.append({"tokenizer": tokenizer, "corpus": corpus, "megabytes": path.stat().st_size / 1e6, **result})
-        print(json.dumps(rows[-1]), flush=True)
-    return rows
+def startup_row(family: str) -> dict:
+    """(c) twice on a one-document file, from an empty check cache: the first run's start-up (the check made)
+    and the second's (the check cached), with its whole-process time."""
+    path, shared = one_document(), os.environ["BLENDFORGE_CACHE_DIR"]
+    with tempfile.TemporaryDirectory(prefix="bench-startup-") as out:
+        os.environ["BLENDFORGE_CACHE_DIR"] = f"{out}/cache"  # the first run checks cold, the second finds it
+        try:
+            first = run_child("c", family, path, out)
+            second = run_child("c", family, path, out)
+        finally:
+            os.environ["BLENDFORGE_CACHE_DIR"] = shared
+    row = {"family": family, "first_startup": first["startup"], "startup": second["startup"],
+           "run": second["run_seconds"], "process": second["seconds"], "encoder": second["encoder"]}
+    print(json.dumps(row), flush=True)
+    return row
 
 
-def print_tables(rows: list[dict], rss: list[dict]) -> None:
-    print(f"\nversions: tokenizers {version('tokenizers')}, tiktoken {version('tiktoken')}, gigatoken "
-          f"{version('gigatoken')}, megatron-core {version('megatron-core')}; {CORES} cores")
-    print(f"{'tokenizer':<10} {'corpus':<7} {'MB':>6} | {'(a) MB/s':>8} {'(b) MB/s':>8} {'(c) MB/s':>8} | "
-          f"{'c/a':>5} {'c/b':>6} | {'(c) tok/s':>10} {'start':>5} | {'RSS b main/child':>16} "
-          f"{'RSS c main/child':>16} | same")
+def one_document() -> Path:
+    """A one-document JSONL (the first record of the prose corpus)."""
+    target = CACHE / "one_document.jsonl"
+    if not target.exists():
+        with open(build("prose"), "rb") as prose:
+            target.write_bytes(prose.readline())
+    return target
+
+
+def _cell(row: dict, method: str, key: str = "megabytes_per_second", form: str = "{:8.2f}") -> str:
+    return form.format(row[method][key]) if method in row else f"{'-':>{len(form.format(0))}}"
+
+
+def print_tables(rows: list[dict], startups: list[dict]) -> None:
+    print(f"\nversions: tokenizers {version('tokenizers')}, tiktoken {version('tiktoken')}, sentencepiece "
+          f"{version('sentencepiece')}, gigatoken {version('gigatoken')}, megatron-core {version('megatron-core')}; "
+          f"{CORES} cores, load average {os.getloadavg()[0]:.1f}")
+    rates = " ".join(f"{f'({m}) MB/s':>8}" for m in METHODS)
+    print(f"{'family':<20} {'corpus':<11} {'MB':>6} | {rates} | "
+          f"{'c/a':>5} {'c/b':>6} {'c/d':>5} {'c/e':>5} | {'start':>5} | {'RSS c':>5} {'RSS d':>5} | same | "
+          "encoder (c)")
     for r in rows:
-        a, b, c = r["a"], r["b"], r["c"]
-        print(f"{r['tokenizer']:<10} {r['corpus']:<7} {r['megabytes']:>6.1f} | {a['megabytes_per_second']:>8.2f} "
-              f"{b['megabytes_per_second']:>8.2f} {c['megabytes_per_second']:>8.2f} | {r['c/a']:>5.2f} "
-              f"{r['c/b']:>6.2f} | {c['tokens_per_second']:>10,.0f} {c['startup']:>5.1f} | "
-              f"{b['rss_main_mb']:>7.0f}/{b['rss_child_mb']:<8.0f} {c['rss_main_mb']:>7.0f}/{c['rss_child_mb']:<8.0f} "
-              f"| {'yes' if r['identical'] else 'NO'}")
-    for r in rss:
-        print(f"RSS (c) {r['tokenizer']} {r['corpus']} {r['megabytes']:.0f} MB: main {r['rss_main_mb']:.0f} MB, "
-              f"largest worker {r['rss_child_mb']:.0f} MB, {r['megabytes_per_second']:.2f} MB/s ({r['encoder']})")
+        ratios = " ".join(f"{r[key]:{width}.2f}" if key in r else f"{'-':>{width}}"
+                          for key, width in (("c/a", 5), ("c/b", 6), ("c/d", 5), ("c/e", 5)))
+        same = {True: "yes", False: "NO", None: "-"}[r["identical"]]
+        print(f"{r['family']:<20} {r['corpus']:<11} {r['megabytes']:>6.1f} | {_cell(r, 'a')} {_cell(r, 'b')} "
+              f"{_cell(r, 'c')} {_cell(r, 'd')} | {ratios} | {_cell(r, 'c', 'startup', '{:5.2f}')} | "
+              f"{_cell(r, 'c', 'rss_main_mb', '{:5.0f}')} {_cell(r, 'd', 'rss_main_mb', '{:5.0f}')} | {same:<4} | "
+              f"{r.get('c', {}).get('encoder', '-')}")
+    if startups:
+        print(f"\n{'one document':<20} | {'start-up, cold':>17} {'cached':>8} | {'run':>5} {'process':>7} | "
+              "encoder")
+        for s in startups:
+            print(f"{s['family']:<20} | {s['first_startup']:>17.2f} {s['startup']:>8.2f} | {s['run']:>5.2f} "
+                  f"{s['process']:>7.2f} | {s['encoder']}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokenizers", nargs="+", default=list(TOKENIZERS))
-    parser.add_argument("--corpora", nargs="+", default=["prose", "code", "prose_large", "code_300"])
-    parser.add_argument("--rss-corpus", nargs="+", default=["code", "code_300"],
-                        help="corpora for the RSS rows of (c) with the first tokenizer ('none' to skip)")
-    parser.add_argument("--baseline-workers", type=int, default=CORES, help="Pool processes of (b)")
-    parser.add_argument("--workers", type=int, help="--workers of (c) (default: corpus tokenize's)")
-    parser.add_argument("--threads", type=int, help="--threads-per-worker of (c) (default: corpus tokenize's)")
+    parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
+    parser.add_argument("--corpora", nargs="+", default=["prose", "code"], help="for every family ('none' to skip)")
+    parser.add_argument("--scale-corpora", nargs="+", default=["prose_large", "code_300"],
+                        help="for the first family only ('none' to skip)")
+    parser.add_argument("--methods", nargs="+", default=list("abcd"), choices=list(METHODS))
+    parser.add_argument("--no-startup", action="store_true", help="skip the one-document start-up table")
     parser.add_argument("--child", choices=list(METHODS), help=argparse.SUPPRESS)
     parser.add_argument("--child-input", help=argparse.SUPPRESS)
     parser.add_argument("--child-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child_main(args)
-    rows = [compare(t, c, args) for t in args.tokenizers for c in args.corpora]
-    rss = [] if args.rss_corpus == ["none"] else rss_rows(args.tokenizers[0], args.rss_corpus, args)
-    print_tables(rows, rss)
+    files()  # build the tokenizer files once, outside any timed process
+    # NOTE: a cache folder of this run's own (children inherit it): the first run of each family checks cold.
+    os.environ["BLENDFORGE_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-tokenize-cache-")
+    corpora, scale = ([] if names == ["none"] else names for names in (args.corpora, args.scale_corpora))
+    plan = [(f, c) for f in args.families for c in corpora] + [(args.families[0], c) for c in scale]
+    rows = [compare(family, corpus, args.methods) for family, corpus in plan]
+    startups = [] if args.no_startup else [startup_row(family) for family in args.families]
+    print_tables(rows, startups)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ def _config(options: dict):
         threads_per_worker=options["threads_per_worker"], batch_size=options["batch_size"],
         on_error=options["on_error"], resume=options["resume"], checkpoint_interval=options["checkpoint_interval"],
         shard_index=options["shard_index"], num_shards=options["num_shards"], quiet=options["quiet"],
-        log_interval=options["log_interval"], stats_json=options["stats_json"])
+        log_interval=options["log_interval"], stats_json=options["stats_json"], check_input=options["check_input"])
 
 
 @click.command("tokenize")
@@ -54,6 +54,9 @@ def _config(options: dict):
 @click.option("--log-interval", type=float, default=30.0, show_default=True,
               help="Seconds between progress lines when stderr is not a terminal.")
 @click.option("--stats-json", type=click.Path(dir_okay=False), help="Write the run's statistics to this JSON file.")
+@click.option("--check-input", is_flag=True,
+              help="With the fast encoder: compare its ids on the first records with the reference library's on "
+                   "every run, not only on the first run with a tokenizer (loads the reference library).")
 @refused_option("--split-sentences", ONE_SEQUENCE_PER_DOCUMENT, hidden=False)
 @refused_option("--keep-newlines", ONE_SEQUENCE_PER_DOCUMENT)
 @refused_option("--partitions", PARTITIONS, takes_value=True)

@@ -33,7 +33,9 @@ TOKENIZER_OPTIONS = (
     click.option("--vocab-file", help="GPT-2 vocab.json (GPT2BPETokenizer)."),
     click.option("--merge-file", help="GPT-2 merges.txt (GPT2BPETokenizer)."),
     click.option("--vocab-size", type=int, help="Vocabulary size (NullTokenizer; TikTokenizer's total size)."),
-    click.option("--tiktoken-pattern", type=click.Choice(TIKTOKEN_PATTERNS), default="v2", show_default=True),
+    click.option("--tiktoken-pattern", type=click.Choice(TIKTOKEN_PATTERNS), default="v2", show_default=True,
+                 help="TikTokenizer: Megatron's split regex (v1, v2) and shifted ids, or 'file': the vocabulary's own "
+                      "encoding (e.g. cl100k_base's regex and ids)."),
     click.option("--tiktoken-num-special-tokens", type=int, default=1000, show_default=True),
     click.option("--tokenizer-hf-no-include-special-tokens", is_flag=True,
                  help="HuggingFaceTokenizer: do not add the post-processor's special tokens (e.g. a leading BOS)."),

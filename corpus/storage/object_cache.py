@@ -27,6 +27,7 @@ import threading
 import time
 from pathlib import Path
 
+from corpus.core.cache import user_cache_home
 from corpus.storage.objects import ObjectInfo, download, info
 from corpus.storage.paths import is_remote, local_form
 
@@ -43,10 +44,7 @@ _lock = threading.Lock()
 def cache_root() -> Path:
     """Where remote objects are cached on this node."""
     explicit = os.environ.get("BLENDFORGE_OBJECT_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "blendforge" / "objects"
+    return Path(explicit) if explicit else user_cache_home() / "objects"
 
 
 def mirror_dir(url: str) -> Path:

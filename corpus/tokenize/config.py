@@ -60,7 +60,12 @@ class TokenizeConfig:
     stats_json: str | None = None
     """``--stats-json FILE``: write the run's statistics as JSON."""
     sample_records: int = 64
-    """Records read from the start of the input to prove the fast encoder gives the reference's ids."""
+    """Records from the start of the input that the reference library encodes again, while the run proceeds, to
+    prove the fast encoder gave its ids (0: none; the tokenizer's own check still runs)."""
+    check_input: bool = False
+    """``--check-input``: check the input so on every run. Without it, only runs that load the reference library
+    anyway (the first with a tokenizer, whose check is not cached yet) check their input: loading it is the
+    start-up the cached check saves."""
     storage_options: dict[str, Any] | None = None
     """``--storage-options``: options of the filesystem behind ``s3://`` (and other URL) inputs and outputs, e.g.
     ``{"endpoint_url": …}``; endpoint, credentials and region otherwise come from the standard AWS variables."""

@@ -31,19 +31,21 @@ from corpus.readers import RawBatch, ReadOptions, Slice, describe_location, expa
 from corpus.tokenize import resume_state as checkpoints
 from corpus.tokenize.config import TokenizeConfig
 from corpus.tokenize.executor import encode_in_pool, encode_inline
+from corpus.tokenize.input_check import EncoderMismatch, InputCheck
 from corpus.tokenize.outputs import Outputs, output_prefix_for, publish_outputs, unfinished_keys
 from corpus.tokenize.progress import Progress
 from corpus.tokenize.shards import Shard, plan_slices, resolve_shard
 from corpus.tokenize.stats import Counters, RunStats, peak_rss_mb, write_stats_json
 from corpus.tokenize.worker import BatchEncoder, EncodedBatch, WorkerSpec
 from corpus.tokenizers import TextTokenizer, select_encoder
+from corpus.tokenizers.select import record_difference
 
 log = logging.getLogger(__name__)
 
 #: ``on_batch(counters, largest worker peak RSS in KB so far)``, called after each written batch.
 BatchHook = Callable[[Counters, int], None]
 
-#: Bytes of input text the encoder check reads at most (on top of the record count limit).
+#: Bytes of input the reference library encodes again to check the fast encoder (besides the record limit).
 SAMPLE_BYTES = 512 << 10
 #: What ``--resume`` says after a full disk was freed (the partial files and the checkpoint are kept for it).
 RESUME_HINT = "rerun the same command with --resume to continue (the *.partial files hold the work so far)"
@@ -67,6 +69,8 @@ class Job:
     encoder_reason: str
     dtype: np.dtype
     eod: int | None
+    input_check: InputCheck | None = None
+    """The reference library's check of the first records, when the fast encoder was chosen."""
 
     @property
     def keys(self) -> list[str]:
@@ -104,10 +108,16 @@ class Job:
         }
 
 
+def _fast_encoder(tokenizer: TextTokenizer) -> bool:
+    from corpus.tokenizers.gigatoken import GigatokenTextTokenizer
+
+    return isinstance(tokenizer, GigatokenTextTokenizer)
+
+
 @dataclass
 class _Sample:
-    """The first records of the input: their texts (the encoder check runs on the user's own data) and the first
-    bad one, as (location, reason), so a wrong ``--json-keys`` is refused before any work."""
+    """The first records of the input: their texts and the first bad one, as (location, reason), so a wrong
+    ``--json-keys`` is refused before any work."""
 
     texts: list[str]
     bad: tuple[dict, str] | None = None
@@ -153,7 +163,8 @@ def _refuse_bad_sample(config: TokenizeConfig, sample: _Sample, prefix: str) -> 
 
 
 def prepare(config: TokenizeConfig) -> Job:
-    """Resolve inputs, shard and tokenizer (with the fast-encoder check on a sample of the input)."""
+    """Resolve inputs, shard and tokenizer; refuse a bad first record; start the check of the input when the fast
+    encoder was chosen and the reference library is loaded (or ``check_input`` asks to load it)."""
     storage.configure(config.storage_options)
     files = expand_inputs(config.inputs)
     shard = resolve_shard(config.shard_index, config.num_shards)
@@ -161,13 +172,18 @@ def prepare(config: TokenizeConfig) -> Job:
     prefix = shard.prefix(config.output_prefix)
     sample = _sample(slices, config.json_keys, config.sample_records) if config.sample_records else _Sample([])
     _refuse_bad_sample(config, sample, prefix)
-    tokenizer, reason = select_encoder(config.tokenizer, sample.texts, config.threads)
+    tokenizer, reason = select_encoder(config.tokenizer, (), config.threads)
     eod = tokenizer.require_eod() if config.append_eod else None
+    dtype = token_dtype_for_vocab(tokenizer.vocab_size)
+    check = None
+    if config.sample_records and _fast_encoder(tokenizer) and (config.check_input or tokenizer.loaded_reference):
+        check = InputCheck(tokenizer.loaded_reference or config.tokenizer, config.json_keys, config.sample_records,
+                           SAMPLE_BYTES, tokenizer.encoder_name, eod, dtype)
     if shard.count > 1:
         log.info("shard %d of %d (from %s): %d slice(s) of %d input file(s)", shard.index, shard.count,
                  shard.source, len(slices), len(files))
     log.info("encoder: %s", reason)
-    return Job(config, shard, prefix, slices, tokenizer, reason, token_dtype_for_vocab(tokenizer.vocab_size), eod)
+    return Job(config, shard, prefix, slices, tokenizer, reason, dtype, eod, check)
 
 
 def _previous_state(job: Job) -> dict | None:
@@ -192,9 +208,7 @@ def _previous_state(job: Job) -> dict | None:
 
 def _chosen_encoder(tokenizer: TextTokenizer) -> str:
     """The ``encoder`` setting that makes workers build what the start-up check chose (no new check)."""
-    from corpus.tokenizers.gigatoken import GigatokenTextTokenizer
-
-    return "gigatoken" if isinstance(tokenizer, GigatokenTextTokenizer) else "reference"
+    return "gigatoken" if _fast_encoder(tokenizer) else "reference"
 
 
 def _encoded(job: Job, state: dict | None) -> Iterator[tuple[RawBatch, EncodedBatch]]:
@@ -233,6 +247,8 @@ class _Writing:
         for location, reason in bad:
             self.outputs.skipped.add(location, reason)
         self.outputs.add(result.tokens, result.lengths)
+        if self.job.input_check:
+            self.job.input_check.offer(batch, result)
         counters = self.counters
         counters.records_read += len(batch.payload) + bool(batch.read_error)
         counters.records_skipped += len(bad)
@@ -265,7 +281,10 @@ class _Writing:
             storage.clear_staging(self.job.prefix)
 
     def finish(self) -> None:
-        """Checkpoint as "finalizing" (a crash from here on only needs the renames redone), then finalize."""
+        """Wait for the input check, checkpoint as "finalizing" (a crash from here on only needs the renames
+        redone), then finalize."""
+        if self.job.input_check:
+            self.job.encoder_reason += "; " + self.job.input_check.finish()
         self.checkpoint({"slice_index": len(self.job.slices)}, phase="finalizing")
         self.finalize()
 
@@ -286,9 +305,11 @@ def _write_all(job: Job, state: dict | None, on_batch: BatchHook | None) -> tupl
             if on_batch:
                 on_batch(writing.counters, writing.worker_rss_kb)
         writing.finish()
-    except BadRecordError:
+    except (BadRecordError, EncoderMismatch) as error:
         writing.outputs.abort()
         checkpoints.remove(job.stage)
+        if isinstance(error, EncoderMismatch) and job.input_check.differences:
+            record_difference(job.config.tokenizer, job.input_check.remembered())
         raise
     except OutputError as error:
         writing.outputs.close()
@@ -364,6 +385,15 @@ def tokenize(config: TokenizeConfig, on_batch: BatchHook | None = None) -> RunSt
     began = time.monotonic()
     job = prepare(config)
     startup = time.monotonic() - began
+    try:
+        return _run(job, config, on_batch, began, startup)
+    finally:
+        if job.input_check:
+            job.input_check.close()
+
+
+def _run(job: Job, config: TokenizeConfig, on_batch: BatchHook | None, began: float, startup: float) -> RunStats:
+    """:func:`tokenize` after the start-up."""
     state = _previous_state(job)
     done = _already_done(job) if config.resume and state is None else None
     if done is not None:

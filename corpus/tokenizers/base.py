@@ -18,10 +18,10 @@ import numpy as np
 
 from corpus.indexed.sidecar import fingerprint_files
 from corpus.tokenizers import long_texts
-from corpus.tokenizers.config import TokenizerConfig
+from corpus.tokenizers.config import TokenizerConfig, existing_file
 from corpus.tokenizers.errors import TokenizeError, TokenizerConfigError
 from corpus.tokenizers.long_texts import CutRule
-from corpus.tokenizers.registry import lookup
+from corpus.tokenizers.registry import OPTION_NAMES, fingerprinted_files, lookup
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +210,18 @@ def build_tokenizer(config: TokenizerConfig, threads: int | None = None) -> Text
     """
     spec = lookup(config.type)
     return spec.load(spec.adapter)(config, threads)
+
+
+def tokenizer_files(config: TokenizerConfig) -> list[str]:
+    """The files ``config``'s tokenizer reads, absolute and in the order of its ``files()``, without building it
+    (their bytes are its identity)."""
+    spec = lookup(config.type)
+    if spec.needs == ("model",):
+        if spec.fingerprinted:
+            return fingerprinted_files(config.type, config.model)
+        return [existing_file(config.model, OPTION_NAMES["model"], config.type)]
+    return [existing_file(getattr(config, name), OPTION_NAMES[name], config.type)
+            for name in spec.needs if name in ("vocab_file", "merge_file")]
 
 
 def absolute_config(config: TokenizerConfig) -> TokenizerConfig:

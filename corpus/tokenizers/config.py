@@ -19,7 +19,8 @@ from corpus.tokenizers.registry import OPTION_NAMES, TOKENIZER_TYPES, TokenizerT
 log = logging.getLogger(__name__)
 
 ENCODERS = ("auto", "reference", "gigatoken")
-TIKTOKEN_PATTERNS = ("v1", "v2")
+#: ``--tiktoken-pattern``: Megatron's split regexes and numbering, or the vocabulary file's own encoding.
+TIKTOKEN_PATTERNS = ("v1", "v2", "file")
 # Megatron's TikTokenizer always defines <unk> <s> </s> <mask> <pad> <cls> <sep> below the shifted ranks.
 MIN_TIKTOKEN_SPECIAL_TOKENS = 7
 
@@ -42,7 +43,8 @@ class TokenizerConfig:
     (ranks are cut to ``vocab_size - tiktoken_num_special_tokens``; default: Megatron's 131072, or
     ranks + special tokens when the file has fewer ranks)."""
     tiktoken_pattern: str = "v2"
-    """``--tiktoken-pattern``: Megatron's split regex ``v1`` or ``v2`` (TikTokenizer)."""
+    """``--tiktoken-pattern`` (TikTokenizer): Megatron's split regex ``v1`` or ``v2`` with Megatron's shifted ids,
+    or ``file``: the vocabulary file's own encoding (regex, special tokens and ids, e.g. cl100k_base's)."""
     tiktoken_num_special_tokens: int = 1000
     """``--tiktoken-num-special-tokens``: ids below this are Megatron's special tokens; ranks shift by it."""
     hf_include_special_tokens: bool = True
@@ -63,7 +65,7 @@ class TokenizerConfig:
         if self.tiktoken_pattern not in TIKTOKEN_PATTERNS:
             raise TokenizerConfigError(
                 f"--tiktoken-pattern {self.tiktoken_pattern!r} is not one of {', '.join(TIKTOKEN_PATTERNS)} "
-                "(Megatron's split regexes)")
+                "(Megatron's split regexes, or the file's own encoding)")
         if self.tiktoken_num_special_tokens < MIN_TIKTOKEN_SPECIAL_TOKENS:
             raise TokenizerConfigError(
                 f"--tiktoken-num-special-tokens {self.tiktoken_num_special_tokens} is below "

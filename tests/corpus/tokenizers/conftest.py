@@ -35,6 +35,13 @@ HARD_CASES = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def fresh_tokenizer_checks(tmp_path, monkeypatch):
+    """Each test starts with no cached encoder check (its own cache folder): what a test plants or patches
+    never reaches another test's verdict."""
+    monkeypatch.setenv("BLENDFORGE_CACHE_DIR", str(tmp_path / "cache"))
+
+
 def _documents(name: str, limit: int, max_chars: int) -> list[str]:
     with open(REPO / "examples" / name, encoding="utf-8") as handle:
         return [json.loads(line)["text"][:max_chars] for line, _ in zip(handle, range(limit))]

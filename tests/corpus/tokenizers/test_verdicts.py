@@ -1,0 +1,97 @@
+"""Cached verdicts of the encoder check: a second run builds gigatoken without the reference library, and
+a changed file, a damaged entry or a folder that cannot be written only costs the check."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from importlib.util import find_spec
+
+import pytest
+
+from corpus.tokenizers import TokenizerConfig, TokenizerConfigError, select_encoder, verdicts
+from corpus.tokenizers import select as selection
+
+pytestmark = pytest.mark.skipif(find_spec("gigatoken") is None, reason="gigatoken is not installed")
+
+
+@pytest.fixture
+def reference_builds(monkeypatch) -> list:
+    """Every reference tokenizer selection builds, recorded."""
+    built, original = [], selection.build_tokenizer
+
+    def counting(config, threads=None):
+        built.append(config)
+        return original(config, threads)
+
+    monkeypatch.setattr(selection, "build_tokenizer", counting)
+    return built
+
+
+@pytest.mark.parametrize("make_config", [
+    lambda f: TokenizerConfig("HuggingFaceTokenizer", model=f.cl100k_bos_dir),
+    lambda f: TokenizerConfig("SentencePieceTokenizer", model=f.spm_v3),
+    lambda f: TokenizerConfig("TikTokenizer", model=f.tekken),
+])
+def test_a_cached_verdict_builds_gigatoken_without_the_reference(tokenizer_files, conformance_texts,
+                                                                  reference_builds, make_config):
+    config = make_config(tokenizer_files)
+    cold, cold_reason = select_encoder(config, threads=1)
+    assert len(reference_builds) == 1 and "cached check" not in cold_reason
+    warm, warm_reason = select_encoder(config, threads=1)
+    assert len(reference_builds) == 1, "the reference library was loaded although the verdict was cached"
+    assert warm.encoder_name.startswith("gigatoken ") and warm_reason == f"{cold_reason}; cached check"
+    texts = [*conformance_texts, "a [REFERENCE_DOC_3] b </s> <|endoftext|>"]
+    assert warm.encode_batch(texts) == cold.encode_batch(texts)
+    assert warm.describe() == cold.describe()
+
+
+def test_the_key_follows_the_files_bytes(tokenizer_files, tmp_path, reference_builds):
+    folder = shutil.copytree(tokenizer_files.cl100k_bos_dir, tmp_path / "tokenizer")
+    config = TokenizerConfig("HuggingFaceTokenizer", model=str(folder))
+    select_encoder(config)
+    settings = folder / "tokenizer_config.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "eos_token": "<|fim_prefix|>"}))
+    tokenizer, _ = select_encoder(config)
+    assert len(reference_builds) == 2 and tokenizer.eod == 100258
+    select_encoder(config.replace(hf_include_special_tokens=False))
+    assert len(reference_builds) == 3  # an option that changes ids is in the key too
+
+
+@pytest.mark.parametrize("damage", [
+    lambda entry: entry.with_suffix(".source").write_bytes(entry.with_suffix(".source").read_bytes()[:1000]),
+    lambda entry: entry.with_suffix(".source").unlink(),
+    lambda entry: entry.with_suffix(".json").write_text("{not json"),
+    lambda entry: entry.with_suffix(".json").write_text('{"fast": "yes"}'),
+])
+def test_a_damaged_entry_is_only_a_miss(tokenizer_files, conformance_texts, reference_builds, damage):
+    config = TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.cl100k_json)
+    first, _ = select_encoder(config)
+    (entry,) = verdicts.folder().glob("*.json")
+    damage(entry.with_suffix(""))
+    again, reason = select_encoder(config)
+    assert len(reference_builds) == 2 and "cached check" not in reason
+    assert again.encode_batch(conformance_texts) == first.encode_batch(conformance_texts)
+
+
+def test_a_cache_folder_that_cannot_be_written_only_costs_the_check(tokenizer_files, tmp_path, monkeypatch,
+                                                                   reference_builds, caplog):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("BLENDFORGE_CACHE_DIR", str(blocker))
+    config = TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.sample_json)
+    for _ in range(2):
+        tokenizer, _ = select_encoder(config)
+        assert tokenizer.encoder_name.startswith("gigatoken ")
+    assert len(reference_builds) == 2 and "cannot cache the tokenizer check" in caplog.text
+
+
+def test_a_recorded_difference_sends_later_runs_to_the_reference(tokenizer_files):
+    config = TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.sample_json)
+    assert select_encoder(config)[0].encoder_name.startswith("gigatoken ")
+    selection.record_difference(config, "gigatoken ids differed from the reference library at a.jsonl:3")
+    tokenizer, reason = select_encoder(config)
+    assert tokenizer.encoder_name.startswith("tokenizers ")
+    assert reason.endswith("(fallback: gigatoken ids differed from the reference library at a.jsonl:3; cached check)")
+    with pytest.raises(TokenizerConfigError, match="--encoder gigatoken: gigatoken ids differed"):
+        select_encoder(config.replace(encoder="gigatoken"))
