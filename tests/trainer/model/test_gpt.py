@@ -210,7 +210,7 @@ def test_cuda_backends_honour_document_masks_or_refuse_them(backend):
     try:
         chosen = select_backend(backend, device, shape)
     except ConfigError as error:
-        assert "document-masked" in str(error) or "needs" in str(error) or "not installed" in str(error)
+        assert any(reason in str(error) for reason in ("document-masked", "needs", "does not import"))
         return
     q, k, v = torch.randn(2, 256, 4, 64, device=device, dtype=torch.bfloat16), *(
         torch.randn(2, 256, 2, 64, device=device, dtype=torch.bfloat16) for _ in range(2))
