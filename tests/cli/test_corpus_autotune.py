@@ -25,6 +25,7 @@ SOURCE = ["--input", str(WEB), "--append-eod", "--tokenizer-type", "HuggingFaceT
 SMALL = ["--max-documents", "40", "--batch-sizes-to-check", "4", "--threads-per-worker-to-check", "1"]
 
 
+@pytest.mark.slow  # a whole autotune measurement, then the tokenize command it prints, in fresh processes
 def test_json_recommends_a_measured_configuration_and_its_command_runs(tmp_path):
     scratch = tmp_path / "scratch"
     scratch.mkdir()

@@ -164,6 +164,7 @@ for batch in loader:
 """
 
 
+@pytest.mark.slow  # a killed loader process and two more runs
 def test_resume_after_kill_equals_an_uninterrupted_run(folder: Path, tmp_path_factory) -> None:
     def run(where: Path, pause: float) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-c", RUNNER, str(where), json.dumps(BLEND), str(pause)],

@@ -187,7 +187,7 @@ def kill_and_resume(tmp_path: Path, records: int, workers: str) -> dict[str, byt
     return output_bytes(prefix, KEYS)
 
 
-@pytest.mark.parametrize("records, workers", [(10, "0"), (10, "1"), (150, "2")])
+@pytest.mark.parametrize("records, workers", [(10, "0"), (10, "1"), pytest.param(150, "2", marks=pytest.mark.slow)])
 def test_kill_9_then_resume_is_byte_identical(tmp_path, cli_uninterrupted, records, workers):
     assert kill_and_resume(tmp_path, records, workers) == cli_uninterrupted
 

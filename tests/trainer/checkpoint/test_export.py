@@ -38,6 +38,7 @@ def logits_match(save, directory, atol: float) -> None:
         torch.testing.assert_close(theirs(tokens).logits, expected, rtol=0, atol=atol)
 
 
+@pytest.mark.slow  # a fresh process importing torch, the trainer and transformers
 def test_cli_export_loads_in_transformers_with_our_logits(trained, tmp_path):
     result = run_cli("trainer", "export", "--hf", str(tmp_path / "hf"), "--load", str(trained), "--dtype", "float32")
     assert "model.safetensors" in result.stdout

@@ -75,6 +75,7 @@ def test_resume_at_another_layout_continues_the_curve(resharded, layout):
     assert_same_curve(resumed, reference)
 
 
+@pytest.mark.slow  # eight ranks on 2 cores (the resharded fixture)
 @pytest.mark.parametrize("layout", ["tp1_pp2_dp4", "tp1_pp1_dp8", "tp1_pp1_dp1"])
 def test_resume_at_another_layout_continues_the_per_source_token_counts(resharded, layout):
     def counts(path: Path) -> list[tuple[int, int]]:

@@ -93,6 +93,7 @@ def test_rowwise_takes_e4m3_gradients(fp8_capable):
     assert "float8_e4m3fn gradients" in select_fp8(config, torch.device("cpu"), "plain").description
 
 
+@pytest.mark.slow  # two training runs, one on torch's slow CPU _scaled_mm
 def test_fp8_training_tracks_the_plain_run(fp8_capable, tmp_path):
     """The tiny model (widths 64 and 128, min-dim lowered) trains with FP8 GEMMs through train(); its losses
     stay close to the fp32 run's and differ from them (FP8 really ran)."""

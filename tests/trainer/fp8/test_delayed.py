@@ -317,6 +317,7 @@ def test_a_run_with_delayed_scaling_trains_and_updates_its_scales(fp8_capable, t
                and (linear.fp8_scales.scale != 1).all() for linear in linears)
 
 
+@pytest.mark.slow  # two FP8 runs on torch's slow CPU _scaled_mm
 def test_a_run_takes_the_weight_amaxes_from_its_optimizer_and_trains_as_with_a_pass_over_the_weights(
         fp8_capable, tmp_path, monkeypatch):
     """Through train() with bf16 weights (our AdamW): the run hands its optimizer to delayed scaling, and its
@@ -339,6 +340,7 @@ def test_a_run_takes_the_weight_amaxes_from_its_optimizer_and_trains_as_with_a_p
     assert losses[0] == losses[1] and len(losses[0]) == 8
 
 
+@pytest.mark.slow  # three FP8 runs (whole, killed, resumed) on torch's slow CPU _scaled_mm
 def test_a_resumed_run_calibrates_again_and_continues_the_same_curve(fp8_capable, tmp_path, monkeypatch):
     """Scales are not in checkpoints: the first step after a resume calibrates like a fresh run's, and the
     resumed losses equal an uninterrupted run's (the same current-scaling step, then delayed ones)."""

@@ -31,6 +31,10 @@ from trainer.optim.optimizer import clipped_step
 from trainer.run.build import build_run, model_vocab_size
 from trainer.run.loop import train, train_step
 
+#: Every case here waits for ``two_rank_runs`` (all layouts on 2 ranks, about a minute and a half on 2 cores) or
+#: compiles FP8 blocks: the suite's second step (``pytest -m slow``) runs them.
+pytestmark = pytest.mark.slow
+
 LAYOUTS = {
     "tp2": {"tensor_model_parallel_size": 2},
     "tp2_sequence_parallel": {"tensor_model_parallel_size": 2, "sequence_parallel": True},
@@ -219,7 +223,6 @@ def train_fp8_on_cpu(overrides: dict) -> None:
     train(load_config(None, overrides))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["tensorwise", "delayed"])  # delayed: its own fc1 + SwiGLU function
 def test_compiled_fp8_blocks_under_sequence_parallelism_match_one_process(tmp_path, recipe):
     fp8 = merge(FP8_COMPILED, {"fp8": {"fp8_recipe": recipe}})
