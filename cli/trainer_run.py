@@ -6,12 +6,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import typing
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
 from cli.options import GreedyOption
 from trainer.config.loading import config_fields
+
+if TYPE_CHECKING:
+    from trainer.run.loop import WindowLoss
 
 
 def _option_for(section: str, name: str, meta: dict, kind: Any, default: Any) -> list[click.Option]:
@@ -67,10 +70,15 @@ def _run(**values: Any) -> None:
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 speaks for the run
         return
     where = f"; checkpoint {result.checkpoint}" if result.checkpoint else ""
-    window = result.loss
-    loss = (f", loss {window.loss:.4f} (mean of steps {window.first}-{window.last}, as logged)" if window is not None
-            else "")
-    click.echo(f"stopped at step {result.iteration} ({result.stopped_by}){loss}{where}")
+    click.echo(f"stopped at step {result.iteration} ({result.stopped_by}){_loss_note(result.loss)}{where}")
+
+
+def _loss_note(window: WindowLoss | None) -> str:
+    """The summary's loss: the last log line's, of one step or the mean over its interval."""
+    if window is None:
+        return ""
+    steps = f"step {window.first}" if window.first == window.last else f"mean of steps {window.first}-{window.last}"
+    return f", loss {window.loss:.4f} ({steps}, as logged)"
 
 
 run = click.Command(

@@ -20,6 +20,7 @@ from corpus.blending.sources import Source, SourceError, load_source
 from corpus.core.errors import UserError
 from corpus.indexed import sidecar
 from corpus.tokenizers.config import TokenizerConfig, config_from_kind, config_from_record
+from corpus.tokenizers.decode import cached_tokenizer
 from corpus.tokenizers.registry import family_of, fingerprinted_files
 
 log = logging.getLogger(__name__)
@@ -56,8 +57,11 @@ class ResolvedBlend:
         return result
 
 
-def resolve_blend(config: BlendConfig) -> ResolvedBlend:
-    """Open every source of ``config`` and check them; raises BlendError naming file, key and fix."""
+def resolve_blend(config: BlendConfig, tokenizer_eod: int | None = None) -> ResolvedBlend:
+    """Open every source of ``config`` and check them; raises BlendError naming file, key and fix.
+    ``tokenizer_eod`` is the EOD id of the data's tokenizer when a caller knows it from elsewhere (the trainer's
+    tokenizer flags): it serves where neither ``samples.eod_id`` nor a sidecar gives one, before the blend's
+    ``tokenizer:``."""
     storage.configure(config.storage_options)
     cache = MapCache(config.resolve_path(config.cache_dir) if config.cache_dir else None)
     loaded: dict[str, Source] = {}
@@ -77,7 +81,7 @@ def resolve_blend(config: BlendConfig) -> ResolvedBlend:
     resolved = ResolvedBlend(config, cache, sources, keys, np.dtype(np.int32), None, None, None, "")
     _check_agreement(resolved)
     _check_expected_tokenizer(resolved)
-    _fill_facts(resolved)
+    _fill_facts(resolved, tokenizer_eod)
     return resolved
 
 
@@ -141,17 +145,20 @@ def _check_expected_tokenizer(resolved: ResolvedBlend) -> None:
                                f"{recorded_fingerprint[:12]}…, this file is {fingerprint[:12]}…)", "tokenizer.path")
 
 
-def _fill_facts(resolved: ResolvedBlend) -> None:
+def _fill_facts(resolved: ResolvedBlend, tokenizer_eod: int | None) -> None:
     config = resolved.config
     infos = [s.info for _, s in resolved.all_sources()]
     resolved.dtype = infos[0].dtype
     resolved.tokenizer = next((i.tokenizer for i in infos if i.tokenizer), None)
     resolved.vocab_size = next((i.vocab_size for i in infos if i.vocab_size is not None), None)
-    resolved.eod_id = config.samples.eod_id if config.samples.eod_id is not None else next(
-        (i.eod_id for i in infos if i.eod_id is not None), None)
+    resolved.eod_id = next((eod for eod in (config.samples.eod_id, *(i.eod_id for i in infos), tokenizer_eod)
+                            if eod is not None), None)
+    if resolved.eod_id is None and config.tokenizer is not None:
+        resolved.eod_id = _named_eod(resolved)
     if config.samples.needs_eod and resolved.eod_id is None:
         raise config.error("eod_mask_loss/reset_position_ids/reset_attention_mask need the EOD id, and no source's "
-                           ".meta.json records one; set samples.eod_id", "samples.eod_id")
+                           ".meta.json records one; set samples.eod_id, or name the data's tokenizer (tokenizer: in "
+                           "the blend, --tokenizer-type on trainer run)", "samples.eod_id")
     resolved.pad_id = _pad_id(resolved, infos)
     material = {
         "sources": {split: [[s.digest, s.info.tokenizer_identity, c.weight]
@@ -164,6 +171,16 @@ def _fill_facts(resolved: ResolvedBlend) -> None:
     if config.packing != "concat":
         material.update(packing=config.packing, packing_window=config.packing_window, pad_id=resolved.pad_id)
     resolved.fingerprint = cache_key(material)
+
+
+def _named_eod(resolved: ResolvedBlend) -> int | None:
+    """The EOD id of the tokenizer the blend's ``tokenizer:`` names, for data whose sidecars record none (written
+    by Megatron), as Megatron's ``pretrain_gpt.py`` takes ``tokenizer.eod``."""
+    named = tokenizer_config(resolved)
+    try:
+        return cached_tokenizer(named).eod
+    except UserError as error:
+        raise resolved.config.error(str(error), "tokenizer") from None
 
 
 def _pad_id(resolved: ResolvedBlend, infos: list) -> int:

@@ -60,10 +60,24 @@ def test_megatron_spellings_and_greedy_data_path(captured, tmp_path):
      "'cosinus' is not one of 'constant', 'linear', 'cosine'"),
     (["--mock-data", "--seq-length", "8", "--train-iters", "2", "--load", str(REPO / "pyproject.toml")],
      "pyproject.toml is a file, not a checkpoint folder"),
+    (["--mock-data", "--seq-length", "8", "--train-iters", "2", "--tokenizer-model", "x.json"],
+     "--tokenizer-model needs --tokenizer-type"),
+    (["--mock-data", "--seq-length", "8", "--train-iters", "2", "--vocab-file", "v.json", "--merge-file", "m.txt"],
+     "--vocab-file and --merge-file need --tokenizer-type"),
 ])
 def test_errors_are_one_line_without_traceback(captured, args, message):
     result = CliRunner().invoke(main, ["run", *args])
     assert result.exit_code != 0 and message in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("first, last, said", [(5, 5, "(step 5, as logged)"), (3, 4, "(mean of steps 3-4, as logged)")])
+def test_the_summary_names_the_steps_of_its_loss(monkeypatch, first, last, said):
+    import trainer.run.loop
+
+    result = trainer.run.loop.TrainResult(last, trainer.run.loop.WindowLoss(2.5, first, last), "completed", None)
+    monkeypatch.setattr(trainer.run.loop, "train", lambda config: result)
+    output = CliRunner().invoke(main, ["run", *TINY, "--train-iters", str(last)]).output
+    assert f"stopped at step {last} (completed), loss 2.5000 {said}" in output
 
 
 def test_run_end_to_end_in_a_fresh_process(tmp_path):

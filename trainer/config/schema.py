@@ -142,7 +142,8 @@ class DataConfig:
         given = (("--tokenizer-model", self.tokenizer_model), ("--vocab-file", self.vocab_file),
                  ("--merge-file", self.merge_file))
         files = [flag for flag, value in given if value]
-        _require(self.tokenizer_type is not None or not files, f"{' and '.join(files)} need --tokenizer-type")
+        _require(self.tokenizer_type is not None or not files,
+                 f"{' and '.join(files)} need{'s' if len(files) == 1 else ''} --tokenizer-type")
         if (self.mock_data or self.data_path) and self.seq_length is None:
             raise ConfigError("--seq-length is required with --mock-data and --data-path (a blend file carries its "
                               "own)")

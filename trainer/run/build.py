@@ -18,7 +18,7 @@ from trainer.parallel.state import ParallelState, init_parallel
 from trainer.parallelize.apply import parallelize
 from trainer.parallelize.compile import cache_file, load_compiled
 from trainer.parallelize.layout import describe, validate_layout, virtual_stages, whole_model_counts
-from trainer.run.data import build_data
+from trainer.run.data import build_data, open_data
 from trainer.run.memory import check_memory, estimate_memory
 from trainer.run.metrics import FLOP_CONVENTION, MetricsSink, flops_per_token, peak_tflops
 from trainer.run.resume import resume
@@ -81,17 +81,22 @@ def build_run(config: TrainConfig) -> Run:
     seed_everything(config.training.seed)
     accumulation = _check_batch_sizes(config, parallel)
     global_batch = accumulation * config.training.micro_batch_size * parallel.dp_size
-    data = build_data(config, parallel, global_batch)
-    validate_layout(model_config, parallel, data.seq_length, accumulation)
-    vocab = model_vocab_size(model_config, data.vocab_size, parallel.tp_size)
-    shape = AttentionShape(config.training.micro_batch_size, data.seq_length,
+    opened = open_data(config)
+    seq_length = opened.seq_length
+    validate_layout(model_config, parallel, seq_length, accumulation)
+    # NOTE: a tokenizer sized by --vocab-size (NullTokenizer's) gives the model its vocabulary, EOD included,
+    # as Megatron pads tokenizer.vocab_size
+    asked = replace(model_config, vocab_size=None) if opened.vocab_size_sized_tokenizer else model_config
+    vocab = model_vocab_size(asked, opened.vocab_size, parallel.tp_size)
+    shape = AttentionShape(config.training.micro_batch_size, seq_length,
                            model_config.num_attention_heads // parallel.tp_size,
                            model_config.num_query_groups // parallel.tp_size, model_config.head_dim, precision.dtype,
-                           data.document_masked)
+                           opened.document_masked)
     attention = select_backend(model_config.attention_backend, device, shape)
-    counts = whole_model_counts(model_config, vocab, data.seq_length, attention)
-    check_memory(config, estimate_memory(config, parallel, counts, vocab, data.seq_length, precision.dtype.itemsize,
+    counts = whole_model_counts(model_config, vocab, seq_length, attention)
+    check_memory(config, estimate_memory(config, parallel, counts, vocab, seq_length, precision.dtype.itemsize,
                                          attention.name, uses_fused_loss(model_config, parallel)), parallel)
+    data = build_data(config, opened, parallel, global_batch)
     num_sources = len(data.source_names) if config.logging.log_per_source != "off" else 0
     engine, compiled = parallelize(config, parallel, precision, fp8, attention, vocab, data.seq_length, accumulation,
                                    num_sources)

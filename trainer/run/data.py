@@ -43,7 +43,7 @@ from corpus.core.errors import ConfigError
 from corpus.indexed.sidecar import options_hash
 from corpus.tokenizers import TextTokenizer, TokenizerConfig
 from corpus.tokenizers.decode import cached_tokenizer
-from corpus.tokenizers.registry import family_of
+from corpus.tokenizers.registry import family_of, lookup
 from trainer.config.schema import DataConfig, TrainConfig
 from trainer.parallel.state import ParallelState
 
@@ -84,6 +84,26 @@ class TrainData:
     """Each source's fixed validation samples, alone (``--eval-samples-per-source``)."""
     source_valid_samples: int = 0
     """How many of them each evaluation reads (whole global batches)."""
+
+
+@dataclass
+class OpenedData:
+    """The run's data opened but not indexed: its blend with the sources open (None with ``--mock-data``) and the
+    tokenizer settled, so that every check needing the sequence length or the vocabulary runs before any index
+    map is built."""
+
+    seq_length: int
+    vocab_size: int | None
+    """The tokenizer's vocabulary (None where nothing names the data's tokenizer)."""
+    eod_id: int | None
+    tokenizer: dict | None
+    """The tokenizer's record (what a sidecar's ``tokenizer`` holds)."""
+    document_masked: bool
+    """Whether batches will carry ``cu_seqlens`` (see :attr:`TrainData.document_masked`)."""
+    resolved: ResolvedBlend | None = None
+    vocab_size_sized_tokenizer: bool = False
+    """Whether ``--vocab-size`` was the tokenizer's size (NullTokenizer's, as in Megatron) rather than the model's:
+    the model then embeds the tokenizer's vocabulary, its EOD included."""
 
 
 def sample_counts(config: TrainConfig, global_batch_size: int) -> SampleCounts:
@@ -131,9 +151,9 @@ class MockSamples:
         return {**batch, "source_ids": np.zeros(len(indices), dtype=np.int64)}
 
 
-def _mock_data(config: TrainConfig, parallel: ParallelState, counts: SampleCounts) -> TrainData:
-    data, seed = config.data, config.training.seed
-    vocab = config.model.vocab_size or MOCK_VOCAB_SIZE
+def _mock_data(config: TrainConfig, opened: OpenedData, parallel: ParallelState,
+               counts: SampleCounts) -> TrainData:
+    data, seed, vocab = config.data, config.training.seed, opened.vocab_size
     options = SampleOptions(**_sample_options(data))
     fingerprint = "mock-" + options_hash({"seed": seed, "vocab": vocab, "seq": data.seq_length,
                                           **_sample_options(data)})
@@ -143,7 +163,7 @@ def _mock_data(config: TrainConfig, parallel: ParallelState, counts: SampleCount
         loaders[split] = (BlendLoader(samples, config.training.micro_batch_size, parallel.dp_rank, parallel.dp_size,
                                       0, fingerprint) if counts.of(split) else None)
     return TrainData(loaders, data.seq_length, vocab, MockSamples.eod_id, None,
-                     f"mock data (vocab {vocab}, EOD 0)", {}, document_masked=options.reset_attention_mask,
+                     f"mock data (vocab {vocab}, EOD 0)", {}, document_masked=opened.document_masked,
                      source_names=MockSamples.source_names, source_weights=(1.0,))
 
 
@@ -173,17 +193,31 @@ def _reproduce(config: TrainConfig, blend: BlendConfig, counts: SampleCounts, gl
     return {split: show_samples_command(blend, split, counts.of(split), 0, global_batch) for split in splits}
 
 
-def _flag_tokenizer(data: DataConfig) -> TextTokenizer | None:
-    """The tokenizer ``--tokenizer-type``/``--tokenizer-model``/``--vocab-file``/``--merge-file`` name, built
-    (so a wrong flag is refused before any work), or None without ``--tokenizer-type``."""
+def _sizes_tokenizer(data: DataConfig) -> bool:
+    """Whether ``--tokenizer-type`` takes its size from ``--vocab-size`` (NullTokenizer, as Megatron's does)."""
+    return data.tokenizer_type is not None and "vocab_size" in lookup(data.tokenizer_type).needs
+
+
+def _flag_tokenizer(config: TrainConfig) -> TextTokenizer | None:
+    """The tokenizer ``--tokenizer-type``/``--tokenizer-model``/``--vocab-file``/``--merge-file`` (and
+    ``--vocab-size`` where the type takes it) name, built (so a wrong flag is refused before any work), or None
+    without ``--tokenizer-type``."""
+    data = config.data
     if data.tokenizer_type is None:
         return None
     return cached_tokenizer(TokenizerConfig(type=data.tokenizer_type, model=data.tokenizer_model,
-                                            vocab_file=data.vocab_file, merge_file=data.merge_file))
+                                            vocab_file=data.vocab_file, merge_file=data.merge_file,
+                                            vocab_size=config.model.vocab_size if _sizes_tokenizer(data) else None))
+
+
+def _recorded_eod(resolved: ResolvedBlend) -> int | None:
+    """The EOD id the sources' sidecars record (None without one)."""
+    return next((source.info.eod_id for _, source in resolved.all_sources() if source.info.eod_id is not None), None)
 
 
 def _check_flag_tokenizer(tokenizer: TextTokenizer, resolved: ResolvedBlend) -> None:
-    """The flags' tokenizer must be the one the sidecars record (family and file contents), when they record one."""
+    """The flags' tokenizer must be the one the sidecars record (family, file contents and EOD id), when they
+    record one."""
     record = resolved.tokenizer
     if record is None:
         return
@@ -196,14 +230,16 @@ def _check_flag_tokenizer(tokenizer: TextTokenizer, resolved: ResolvedBlend) -> 
                           f"records {record.get('model') or record.get('vocab_file')}, sha256 "
                           f"{record['fingerprint'][:12]}…, these files {described['fingerprint'][:12]}…); drop the "
                           "tokenizer flags or give the data's files")
+    recorded = _recorded_eod(resolved)
+    if recorded is not None and tokenizer.eod is not None and tokenizer.eod != recorded:
+        raise ConfigError(f"--tokenizer-type {described['type']}: its EOD id is {tokenizer.eod}, but the data's "
+                          f".meta.json records EOD id {recorded}; drop the tokenizer flags (the sidecars name the "
+                          "tokenizer) or give the one the data was made with")
 
 
-def tokenizer_facts(data: DataConfig, resolved: ResolvedBlend) -> tuple[int | None, dict | None]:
-    """The vocabulary size and tokenizer record the model takes: the sidecars', checked against the tokenizer
-    flags; else the flags' tokenizer; else the blend's ``tokenizer:`` (data written by Megatron has no sidecar)."""
-    flagged = _flag_tokenizer(data)
-    if flagged is not None:
-        _check_flag_tokenizer(flagged, resolved)
+def tokenizer_facts(flagged: TextTokenizer | None, resolved: ResolvedBlend) -> tuple[int | None, dict | None]:
+    """The vocabulary size and tokenizer record the model takes: the sidecars'; else the flags' tokenizer; else the
+    blend's ``tokenizer:`` (data written by Megatron has no sidecar)."""
     if resolved.vocab_size is not None:
         return resolved.vocab_size, resolved.tokenizer
     if flagged is None:
@@ -212,29 +248,50 @@ def tokenizer_facts(data: DataConfig, resolved: ResolvedBlend) -> tuple[int | No
     return (flagged.vocab_size, flagged.describe()) if flagged is not None else (None, None)
 
 
-def build_data(config: TrainConfig, parallel: ParallelState, global_batch_size: int) -> TrainData:
-    """Loaders for every split the run reads, from the configured source; the tokenizer is settled (and
-    checked) before any index map is built."""
+def open_data(config: TrainConfig) -> OpenedData:
+    """Open the run's data without indexing it: the blend read, its sources opened, the tokenizer settled and
+    checked against the sidecars. The flags' tokenizer gives its EOD id to data whose sidecars record none, as
+    Megatron's ``pretrain_gpt.py`` takes ``tokenizer.eod``. The EOD id settled is written into the blend
+    (``samples.eod_id``), so that what reads it again (per-source validation, the saved blend the logged
+    ``corpus blend`` command reads) sees the same samples."""
+    data = config.data
+    if data.mock_data:
+        return OpenedData(data.seq_length, config.model.vocab_size or MOCK_VOCAB_SIZE, MockSamples.eod_id, None,
+                          data.reset_attention_mask)
+    flagged = _flag_tokenizer(config)
+    resolved = resolve_blend(load_blend_config(config), flagged.eod if flagged is not None else None)
+    if flagged is not None:
+        _check_flag_tokenizer(flagged, resolved)
+    resolved = replace(resolved, config=apply_overrides(resolved.config, eod_id=resolved.eod_id))
+    blend = resolved.config
+    vocab_size, tokenizer = tokenizer_facts(flagged, resolved)
+    return OpenedData(blend.seq_length, vocab_size, resolved.eod_id, tokenizer,
+                      blend.packing == "best_fit" or blend.samples.reset_attention_mask, resolved,
+                      _sizes_tokenizer(data))
+
+
+def build_data(config: TrainConfig, opened: OpenedData, parallel: ParallelState, global_batch_size: int) -> TrainData:
+    """Loaders for every split the run reads, from the data :func:`open_data` opened (the index maps are built
+    here)."""
     counts = sample_counts(config, global_batch_size)
-    if config.data.mock_data:
-        return _mock_data(config, parallel, counts)
-    blend = load_blend_config(config)
-    resolved = resolve_blend(blend)
-    vocab_size, tokenizer = tokenizer_facts(config.data, resolved)
+    if opened.resolved is None:
+        return _mock_data(config, opened, parallel, counts)
+    resolved = opened.resolved
+    blend = resolved.config
     train, valid, test, built = build_datasets(resolved, counts)
     loaders = {split: BlendLoader(dataset, config.training.micro_batch_size, parallel.dp_rank, parallel.dp_size, 0,
                                   built.fingerprint) if dataset is not None else None
                for split, dataset in zip(SPLITS, (train, valid, test))}
     packed = blend.packing == "best_fit"
-    description = (f"blend {blend.origin} ({len(resolved.all_sources())} sources, vocab {vocab_size}, "
+    description = (f"blend {blend.origin} ({len(resolved.all_sources())} sources, vocab {opened.vocab_size}, "
                    f"EOD {resolved.eod_id}, {'best-fit packed, pad ' + str(resolved.pad_id) if packed else 'concat'}, "
                    f"fingerprint {built.fingerprint[:12]})")
     wanted = -(-config.logging.eval_samples_per_source // global_batch_size) * global_batch_size
     source_valid = (source_valid_loaders(config, blend, parallel, wanted) if loaders["valid"] is not None else {})
-    return TrainData(loaders, blend.seq_length, vocab_size, resolved.eod_id, tokenizer,
+    return TrainData(loaders, blend.seq_length, opened.vocab_size, resolved.eod_id, opened.tokenizer,
                      description, _reproduce(config, blend, counts, global_batch_size,
                                              [split for split, loader in loaders.items() if loader is not None]),
-                     document_masked=packed or blend.samples.reset_attention_mask, source_names=blend.source_names(),
+                     document_masked=opened.document_masked, source_names=blend.source_names(),
                      source_weights=train_weights(blend), source_valid=source_valid,
                      source_valid_samples=wanted if source_valid else 0)
 

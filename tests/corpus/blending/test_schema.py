@@ -22,7 +22,7 @@ from corpus.blending.schema import (
     load_blend,
 )
 from corpus.core.errors import UserError
-from tests.corpus.blending.blend_data import tokenizer_record, write_random
+from tests.corpus.blending.blend_data import EXAMPLES, tokenizer_record, write_random
 
 GOOD = """\
 seq_length: 16
@@ -213,6 +213,16 @@ def test_eod_needed_but_unknown(folder: Path) -> None:
     message = _resolve_error(folder, text)
     assert "samples.eod_id" in message and "set samples.eod_id" in message
     assert resolve_blend(load_blend(_blend(folder, text.replace("true}", "true, eod_id: 0}")))).eod_id == 0
+
+
+def test_eod_of_megatron_files_comes_from_the_named_tokenizer(folder: Path) -> None:
+    write_random(folder / "data" / "bare", 80, seed=4, meta=None)
+    text = ("seq_length: 16\nsplit: '1'\nsamples: {eod_mask_loss: true}\nsources: [{name: b, prefix: data/bare}]\n"
+            f"tokenizer: {{kind: huggingface, path: {EXAMPLES / 'tokenizer.json'}}}\n")
+    assert resolve_blend(load_blend(_blend(folder, text))).eod_id == 0  # the tokenizer's <|endoftext|>
+    bare = text[: text.index("tokenizer:")]
+    assert resolve_blend(load_blend(_blend(folder, bare)), tokenizer_eod=7).eod_id == 7  # e.g. trainer run's flags
+    assert "--tokenizer-type on trainer run" in _resolve_error(folder, bare)
 
 
 def _build_error(folder: Path, text: str, counts: SampleCounts, required=("train",)) -> str:

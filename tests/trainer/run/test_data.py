@@ -10,12 +10,18 @@ import pytest
 import torch
 
 from corpus.core.errors import ConfigError, UserError
+from corpus.tokenizers import TokenizerConfig, build_tokenizer
 from tests.conftest import invoke_cli, run_cli
+from tests.corpus.blending.blend_data import write_random
 from tests.trainer.conftest import blend_overrides, read_metrics
 from trainer.config.loading import load_config
 from trainer.parallel.state import ParallelState
-from trainer.run.data import build_data
+from trainer.run.data import build_data, open_data
 from trainer.run.loop import train
+
+#: ``trainer run``'s flags for a two-step run of a tiny model (the vocabulary: the data's).
+TINY_FLAGS = ["--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4", "--ffn-hidden-size", "64",
+              "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "2", "--eval-iters", "0"]
 
 
 def train_losses(path) -> list[float]:
@@ -61,7 +67,7 @@ def test_resume_against_another_blend_is_refused_unless_overridden(sample_blend,
 
 def test_first_batch_is_what_the_logged_corpus_blend_command_prints(sample_blend, tmp_path):
     config = load_config(None, blend_overrides(tmp_path, sample_blend, training={"global_batch_size": 4}))
-    data = build_data(config, ParallelState(torch.device("cpu")), 4)
+    data = build_data(config, open_data(config), ParallelState(torch.device("cpu")), 4)
     batches = [batch for batch, _ in zip(data.loaders["train"], range(2))]  # 2 micro-batches of 2 = one step
     command = data.reproduce["train"].split()
     assert command[:3] == ["corpus", "blend", str(sample_blend)] and command[-2:] == ["0:4", "--json"]
@@ -105,7 +111,7 @@ def test_document_masked_training_on_the_sample(sample_blend, tmp_path):
     config = load_config(None, blend_overrides(tmp_path, sample_blend, training={"train_iters": 3},
                                                data={"reset_attention_mask": True, "reset_position_ids": True,
                                                      "eod_mask_loss": True}))
-    data = build_data(config, ParallelState(torch.device("cpu")), 4)
+    data = build_data(config, open_data(config), ParallelState(torch.device("cpu")), 4)
     batch = next(iter(data.loaders["train"]))
     assert "cu_seqlens" in batch and int(batch["position_ids"].min()) == 0
     assert train(config).loss is not None
@@ -115,7 +121,7 @@ def test_best_fit_blend_trains_with_document_masking(sample_blend, tmp_path, cap
     packed = sample_blend.parent / "packed.yaml"
     packed.write_text(sample_blend.read_text().replace("seed: 1234", "seed: 1234\npacking: best_fit"))
     config = load_config(None, blend_overrides(tmp_path, packed, training={"train_iters": 3}))
-    data = build_data(config, ParallelState(torch.device("cpu")), 4)
+    data = build_data(config, open_data(config), ParallelState(torch.device("cpu")), 4)
     batch = next(iter(data.loaders["train"]))
     assert data.document_masked and "best-fit packed" in data.description
     assert "cu_seqlens" in batch  # with no --reset-* flag given
@@ -157,10 +163,12 @@ def test_the_vocabulary_of_megatron_files_comes_from_the_blend_or_the_tokenizer_
     blend.write_text(f"seq_length: 64\nsplit: '90,10,0'\ntokenizer: {{kind: huggingface, path: {tokenizer}}}\n"
                      f"sources: [{{name: web, prefix: {web}}}]\n")
     cpu = ParallelState(torch.device("cpu"))
-    from_blend = build_data(load_config(None, blend_overrides(tmp_path, blend)), cpu, 4)
+    blend_config = load_config(None, blend_overrides(tmp_path, blend))
+    from_blend = build_data(blend_config, open_data(blend_config), cpu, 4)
     flags = {"blend": None, "data_path": [web], "split": "90,10,0", "tokenizer_type": "HuggingFaceTokenizer",
              "tokenizer_model": str(tokenizer)}
-    from_flags = build_data(load_config(None, blend_overrides(tmp_path, sample_blend, data=flags)), cpu, 4)
+    flags_config = load_config(None, blend_overrides(tmp_path, sample_blend, data=flags))
+    from_flags = build_data(flags_config, open_data(flags_config), cpu, 4)
     assert from_blend.vocab_size == from_flags.vocab_size == 8192
     assert from_flags.tokenizer["type"] == "HuggingFaceTokenizer"
 
@@ -175,3 +183,52 @@ def test_tokenizer_flags_that_contradict_the_sidecars_are_refused_before_any_ind
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "--tokenizer-model/--vocab-file: not the tokenizer the data was made with" in result.stderr
     assert not list((tmp_path / "maps").glob("gpt-*"))
+
+
+def test_megatron_files_take_the_eod_of_the_named_tokenizer(sample_blend, tmp_path):
+    web, tokenizer = megatron_copy(sample_blend, tmp_path), sample_blend.parent.parent / "examples" / "tokenizer.json"
+    blend = tmp_path / "megatron.yaml"
+    blend.write_text(f"seq_length: 64\nsplit: '90,10,0'\ntokenizer: {{kind: huggingface, path: {tokenizer}}}\n"
+                     f"samples: {{eod_mask_loss: true}}\nsources: [{{name: web, prefix: {web}}}]\n")
+    assert open_data(load_config(None, blend_overrides(tmp_path, blend))).eod_id == 0  # <|endoftext|>
+    result = run_cli("trainer", "run", "--data-path", web, "--split", "90,10,0", "--seq-length", "32",
+                     "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(tokenizer), "--eod-mask-loss",
+                     "--reset-position-ids", "--reset-attention-mask", *TINY_FLAGS, "--save", str(tmp_path / "ckpt"),
+                     "--data-cache-path", str(tmp_path / "maps"))
+    assert "EOD 0," in result.stderr and "stopped at step 2 (completed)" in result.stdout
+    assert "eod_id: 0" in (tmp_path / "ckpt" / "data_path_blend.yaml").read_text()  # what corpus blend reproduces
+
+
+def null_tokenized(prefix, vocab_size: int | None):
+    """Random ids below 1000 as NullTokenizer text of ``--vocab-size vocab_size`` becomes, with that sidecar (None:
+    no sidecar, as Megatron writes it)."""
+    if vocab_size is None:
+        return write_random(prefix, 200, seed=5, meta=None)
+    described = build_tokenizer(TokenizerConfig("NullTokenizer", vocab_size=vocab_size)).describe()
+    return write_random(prefix, 200, seed=5, meta={"tokenizer": described, "vocab_size": vocab_size + 1,
+                                                   "eod_id": vocab_size})
+
+
+def test_null_tokenizer_takes_its_size_from_vocab_size_as_megatron(tmp_path, caplog):
+    data = null_tokenized(tmp_path / "null", None)
+    flags = ["--data-path", str(data), "--split", "90,10,0", "--seq-length", "32", "--tokenizer-type",
+             "NullTokenizer", "--vocab-size", "1000", "--eod-mask-loss", *TINY_FLAGS]
+    with caplog.at_level("INFO", logger="trainer"):
+        result = invoke_cli("trainer", "run", *flags, "--data-cache-path", str(tmp_path / "maps"))
+    assert "stopped at step 2 (completed)" in result.stdout, result.stderr
+    assert "vocab 1024 (padded)" in caplog.text  # ids 0-999 and EOD 1000
+    assert "vocab 1001, EOD 1000," in caplog.text
+
+
+def test_tokenizer_flags_whose_eod_contradicts_the_sidecars_are_refused_before_any_index_map(tmp_path):
+    data = null_tokenized(tmp_path / "null", 1000)
+    result = invoke_cli("trainer", "run", "--data-path", str(data), "--split", "90,10,0", "--seq-length", "32",
+                        "--tokenizer-type", "NullTokenizer", "--vocab-size", "2000", *TINY_FLAGS,
+                        "--data-cache-path", str(tmp_path / "maps"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "its EOD id is 2000, but the data's .meta.json records EOD id 1000" in result.stderr
+    assert not list((tmp_path / "maps").glob("gpt-*"))
+    agreeing = open_data(load_config(None, {"data": {"data_path": [str(data)], "seq_length": 32,
+                                                     "tokenizer_type": "NullTokenizer"},
+                                            "model": {"vocab_size": 1000}, "training": {"train_iters": 2}}))
+    assert (agreeing.vocab_size, agreeing.eod_id) == (1001, 1000)
