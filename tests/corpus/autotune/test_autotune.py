@@ -209,6 +209,7 @@ def test_candidates_the_sample_cannot_feed_are_listed_not_dropped(tmp_path):
     assert f"not measured: {candidate}: {reason}" in result.report()
 
 
+@pytest.mark.slow  # measures every candidate in worker processes
 def test_a_tiny_time_budget_still_measures_every_candidate(tmp_path):
     result = autotune(tune(tmp_path, workers_to_check=[1], repeats=0, time_budget=0.001))
     assert {(r.workers, r.threads_per_worker) for r in result.trials} == {(1, 1), (1, default_threads(1))}

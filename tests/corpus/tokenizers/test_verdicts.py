@@ -46,6 +46,7 @@ def test_a_cached_verdict_builds_gigatoken_without_the_reference(tokenizer_files
     assert warm.describe() == cold.describe()
 
 
+@pytest.mark.slow  # three checks of a 100k-id tokenizer (its EOD is the point)
 def test_the_key_follows_the_files_bytes(tokenizer_files, tmp_path, reference_builds):
     folder = shutil.copytree(tokenizer_files.cl100k_bos_dir, tmp_path / "tokenizer")
     config = TokenizerConfig("HuggingFaceTokenizer", model=str(folder))

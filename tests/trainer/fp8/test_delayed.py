@@ -92,6 +92,7 @@ def test_ineligible_shapes_run_the_plain_linear_and_record_nothing():
     assert torch.equal(GEMM(x, w, state), F.linear(x, w)) and not state.amax_input.any()
 
 
+@pytest.mark.slow  # compiles FP8 blocks on the CPU
 def test_compiled_blocks_record_the_same_amaxes_and_gradients_as_eager_ones():
     """The gradient's amax is written inside the backward graph (a buffer mutation AOTAutograd must keep)."""
     torch.manual_seed(0)
@@ -369,7 +370,8 @@ def test_a_resumed_run_calibrates_again_and_continues_the_same_curve(fp8_capable
     assert max(abs(a - b) / a for a, b in zip(resumed, straight)) < 0.01
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=ON_CUDA)])
+@pytest.mark.parametrize("device", [pytest.param("cpu", marks=pytest.mark.slow),  # compiled FP8 blocks on the CPU
+                                    pytest.param("cuda", marks=ON_CUDA)])
 def test_gradient_transposes_written_by_their_producers_change_no_bit(device):
     """``--fp8-transpose producers``: the weight gradients of the fc1 (SwiGLU) and QKV (RoPE) linears from the
     transposed gradient copies their backward kernels write equal, bit for bit, those from the transposing

@@ -38,6 +38,7 @@ WITHOUT_TRITON = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch and the trainer
 def test_without_triton_the_ops_are_custom_ops_running_tensor_code_and_say_nothing():
     result = subprocess.run([sys.executable, "-c", WITHOUT_TRITON], cwd=REPO, capture_output=True, text=True,
                             timeout=300, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})

@@ -76,7 +76,9 @@ def test_triton_kernel_matches_the_tensor_code(interpret):
 CUDA_BF16 = pytest.param("cuda", torch.bfloat16, id="cuda-bf16", marks=ON_CUDA)
 
 
-@pytest.mark.parametrize("device, dtype", [("cpu", torch.float32), ("cpu", torch.bfloat16), CUDA_BF16])
+@pytest.mark.parametrize("device, dtype", [("cpu", torch.float32),
+                                           pytest.param("cpu", torch.bfloat16, marks=pytest.mark.slow),  # compiles
+                                           CUDA_BF16])
 def test_the_rotary_linear_equals_rotary_heads_of_the_linear_eager_and_compiled(device, dtype):
     """``qkv.rotary_heads`` (the backward's FP8 gradient straight from RoPE's kernel) against
     ``rotary_heads(qkv(x))`` (the gradient from autograd, then the cast): the same outputs, gradients and
