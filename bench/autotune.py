@@ -29,7 +29,7 @@ from pathlib import Path
 from statistics import median
 
 from bench.data import build
-from bench.tokenize_speed import TOKENIZERS
+from bench.tokenizer_families import FAMILIES, files
 
 CORES = os.cpu_count() or 1
 
@@ -101,14 +101,14 @@ def flags_of(row) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", default="prose")
-    parser.add_argument("--tokenizer", choices=list(TOKENIZERS), default="cl100k-hf")
+    parser.add_argument("--family", choices=list(FAMILIES), default="llama3-json", help="bench/tokenizer_families.py")
     parser.add_argument("--encoder", choices=["auto", "reference", "gigatoken"], default="auto")
     parser.add_argument("--max-documents", type=int, default=100_000, help="the autotuner's sample")
     parser.add_argument("--time-budget", type=float, help="the autotuner's --time-budget")
     parser.add_argument("--batch-sizes", type=int, nargs="+", help="the autotuner's --batch-sizes-to-check")
     parser.add_argument("--full-runs", type=int, default=2, help="rounds of real runs (median)")
     args = parser.parse_args()
-    corpus, tokenizer = build(args.corpus), TOKENIZERS[args.tokenizer]()
+    corpus, tokenizer = build(args.corpus), FAMILIES[args.family].fields(files())
     corpus.read_bytes()  # into the page cache once, for every run alike
     began = time.perf_counter()
     base, result = tune(corpus, tokenizer, args)
@@ -117,7 +117,7 @@ def main() -> None:
     configurations = {name_of(row): flags_of(row) for row in result.trials}
     configurations.setdefault(name_of(base), [])  # corpus tokenize's defaults, when not measured already
     speed = long_run_speeds(corpus, tokenizer, configurations, args)
-    print(f"\n{args.tokenizer} ({args.encoder}) on {args.corpus} ({corpus.stat().st_size / 1e6:.1f} MB), {CORES} "
+    print(f"\n{args.family} ({args.encoder}) on {args.corpus} ({corpus.stat().st_size / 1e6:.1f} MB), {CORES} "
           f"cores, tokenizers {version('tokenizers')}; autotune on {result.sample.documents:,} documents took "
           f"{tuning_s:.1f} s (noise {result.noise:.1%}); long runs: median of {args.full_runs}")
     print_table(result, speed, name_of(base))

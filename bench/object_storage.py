@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.data import CACHE  # noqa: E402
-from bench.tokenize_speed import cl100k_tokenizer_json  # noqa: E402
+from bench.tokenizer_families import files as tokenizer_files  # noqa: E402
 
 BUCKET = "bench"
 SEQ = 4096
@@ -73,7 +73,7 @@ def tokenize(source: str, prefix: str, work: Path) -> float:
     """Seconds of one ``corpus tokenize`` process."""
     command = [sys.executable, "-m", "cli.corpus", "tokenize", "--input", source, "--output-prefix", prefix,
                "--json-keys", "text", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
-               cl100k_tokenizer_json(), "--append-eod", "--quiet"]
+               tokenizer_files()["cl100k_json"], "--append-eod", "--quiet"]
     environment = {**os.environ, "PYTHONPATH": str(REPO), "BLENDFORGE_OBJECT_CACHE_DIR": str(work / "tok-cache")}
     began = time.perf_counter()
     subprocess.run(command, env=environment, check=True, capture_output=True)

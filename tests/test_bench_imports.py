@@ -1,0 +1,18 @@
+"""Every benchmark script imports: the scripts share helpers (``bench/timing.py``, the tokenizer families, the
+data builders), and a helper renamed in one place must not leave a script that fails only when someone runs it."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from tests.conftest import REPO
+
+MODULES = sorted(".".join(path.relative_to(REPO).with_suffix("").parts) for path in (REPO / "bench").rglob("*.py")
+                 if path.name != "__init__.py")
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_the_script_imports(module):
+    importlib.import_module(module)
