@@ -116,16 +116,16 @@ def _fast_encoder(tokenizer: TextTokenizer) -> bool:
 
 @dataclass
 class _Sample:
-    """The first records of the input: their texts and the first bad one, as (location, reason), so a wrong
-    ``--json-keys`` is refused before any work."""
+    """What the first records of the input hold: how many texts could be taken from them and the first bad one,
+    as (location, reason), so a wrong ``--json-keys`` is refused before any work."""
 
-    texts: list[str]
+    usable: int = 0
     bad: tuple[dict, str] | None = None
 
 
 def _sample(slices: list[Slice], keys: list[str], limit: int) -> _Sample:
     """Read up to ``limit`` records (and :data:`SAMPLE_BYTES` of text) from the start of the input."""
-    sample, records = _Sample([]), 0
+    sample, records, text_bytes = _Sample(), 0, 0
     batches = read_slices(slices, ReadOptions(keys, max(limit, 1), SAMPLE_BYTES))
     try:
         for batch in batches:
@@ -134,13 +134,13 @@ def _sample(slices: list[Slice], keys: list[str], limit: int) -> _Sample:
                 sample.bad = next(((batch.location(batch.numbers[i]), why) for i, why in extracted.bad),
                                   (batch.location(batch.error_number), batch.read_error))
             for column in extracted.texts:
-                sample.texts.extend(text[:SAMPLE_BYTES] for text in column)  # a huge document is checked by its start
+                sample.usable += len(column)
+                text_bytes += sum(min(len(text), SAMPLE_BYTES) for text in column)  # a huge document counts its start
             records += len(batch.payload)
-            if records >= limit or sum(map(len, sample.texts)) >= SAMPLE_BYTES:
+            if records >= limit or text_bytes >= SAMPLE_BYTES:
                 break
     finally:
         batches.close()
-    sample.texts = sample.texts[: limit * len(keys)]
     return sample
 
 
@@ -153,7 +153,7 @@ def bad_record_message(location: dict, reason: str, prefix: str) -> str:
 def _refuse_bad_sample(config: TokenizeConfig, sample: _Sample, prefix: str) -> None:
     """A bad record among the first ones stops the run now under ``--on-error fail``; under ``skip``, so does a
     sample without one good record (a misspelt ``--json-keys`` would skip the whole input)."""
-    if sample.bad is None or (config.on_error == "skip" and sample.texts):
+    if sample.bad is None or (config.on_error == "skip" and sample.usable):
         return
     location, reason = sample.bad
     if config.on_error == "fail":
@@ -170,7 +170,7 @@ def prepare(config: TokenizeConfig) -> Job:
     shard = resolve_shard(config.shard_index, config.num_shards)
     slices = plan_slices(files, shard)
     prefix = shard.prefix(config.output_prefix)
-    sample = _sample(slices, config.json_keys, config.sample_records) if config.sample_records else _Sample([])
+    sample = _sample(slices, config.json_keys, config.sample_records) if config.sample_records else _Sample()
     _refuse_bad_sample(config, sample, prefix)
     tokenizer, reason = select_encoder(config.tokenizer, (), config.threads)
     eod = tokenizer.require_eod() if config.append_eod else None
