@@ -60,8 +60,7 @@ def forty_steps(two_sources, tmp_path_factory) -> Path:
 
 
 def test_the_repeated_source_learns_far_faster_everywhere_a_user_looks(forty_steps):
-    tmp_path, tensorboard = forty_steps, forty_steps / "tb"
-    records = read_metrics(tmp_path / "metrics.jsonl")
+    records = read_metrics(forty_steps / "metrics.jsonl")
     repeated, varied = per_source(records, "repeated")[-5:], per_source(records, "varied")[-5:]
     assert statistics.fmean(repeated) < 0.3 * statistics.fmean(varied)
     evals = [r for r in records if r.get("split") == "valid"]
@@ -71,7 +70,7 @@ def test_the_repeated_source_learns_far_faster_everywhere_a_user_looks(forty_ste
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(tensorboard))
+    events = EventAccumulator(str(forty_steps / "tb"))
     events.Reload()
     last = {tag: events.Scalars(tag)[-1].value for tag in ("loss/repeated", "loss/varied", "valid_loss/repeated",
                                                            "valid_loss/varied", "tokens/varied", "share/varied")}
@@ -79,7 +78,7 @@ def test_the_repeated_source_learns_far_faster_everywhere_a_user_looks(forty_ste
     assert last["valid_loss/repeated"] < 0.3 * last["valid_loss/varied"]
     assert last["share/varied"] == pytest.approx(0.5, abs=0.05) and last["tokens/varied"] > 0
 
-    shown = json.loads(run_cli("trainer", "plot", str(tmp_path), "--json").stdout)
+    shown = json.loads(run_cli("trainer", "plot", str(forty_steps), "--json").stdout)
     summary = shown["sources"]
     assert summary["repeated"]["loss"] < 0.3 * summary["varied"]["loss"]
     assert summary["repeated"]["valid_loss"] < 0.3 * summary["varied"]["valid_loss"]
