@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import threading
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -34,6 +35,42 @@ from corpus.indexed.reader import IndexedReader
 def _sync(handle) -> None:
     handle.flush()
     os.fsync(handle.fileno())
+
+
+class _SyncBehind:
+    """Makes a growing file durable in the background, a block behind the writer, so the fsync that publishes
+    it finds little left to write: the disk works while the encoder does, not after it (the final fsync of a
+    300 MB ``.bin`` otherwise holds the end of a run up by a quarter of a second)."""
+
+    def __init__(self, handle, every: int = 64 << 20) -> None:
+        self._handle, self._every, self._unsynced = handle, every, 0
+        self._wake, self._stopping = threading.Event(), False
+        self._thread = threading.Thread(target=self._run, name="blendforge-sync-behind", daemon=True)
+        self._thread.start()
+
+    def wrote(self, size: int) -> None:
+        """Count ``size`` more bytes handed to the file; wake the syncing thread every ``every`` bytes."""
+        self._unsynced += size
+        if self._unsynced >= self._every:
+            self._unsynced = 0
+            self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopping:
+                return
+            try:
+                os.fdatasync(self._handle.fileno())
+            except (OSError, ValueError):  # a failing disk is reported by the writer's own fsync
+                return
+
+    def stop(self) -> None:
+        """End the thread before the file is closed (its descriptor must not be synced after that)."""
+        self._stopping = True
+        self._wake.set()
+        self._thread.join()
 
 
 def _hash_prefix(path: Path, size: int) -> "hashlib._Hash":
@@ -147,6 +184,7 @@ class IndexedWriter:
             else:
                 size = resume["num_tokens"] * self.dtype.itemsize
                 self._bin, self._digest = _reopen_at(self._partial_bin, size), _hash_prefix(self._partial_bin, size)
+        self._sync_behind = _SyncBehind(self._bin)
         if resume is None:
             self._lengths = _SpillBuffer(lengths, np.int32)
             self._doc_ends = _SpillBuffer(doc_ends, np.int64)
@@ -177,16 +215,18 @@ class IndexedWriter:
         return self._doc_ends.count - 1
 
     def _write_tokens(self, tokens: np.ndarray) -> None:
-        if self._limits is not None and tokens.size:
+        # Ids already of a dtype this one holds (the tokenize pipeline casts them) need no look at their range.
+        if self._limits is not None and tokens.size and not np.can_cast(tokens.dtype, self.dtype):
             low, high = int(tokens.min()), int(tokens.max())
             if low < self._limits.min or high > self._limits.max:
                 raise ValueError(
                     f"{self.prefix}: token id range [{low}, {high}] does not fit {self.dtype}; "
                     "the vocabulary needs int32 (token_dtype_for_vocab)"
                 )
-        data = np.ascontiguousarray(tokens, dtype=self.dtype).tobytes()
+        data = np.ascontiguousarray(tokens, dtype=self.dtype)
         with guard(self._partial_bin):
-            self._bin.write(data)
+            self._bin.write(data)  # the array's own buffer: no bytes copy of it
+        self._sync_behind.wrote(data.nbytes)
         self._digest.update(data)
         self.num_tokens += tokens.size
 
@@ -244,6 +284,7 @@ class IndexedWriter:
                 while block := handle.read(64 << 20):
                     with guard(self._partial_bin):
                         self._bin.write(block)
+                    self._sync_behind.wrote(len(block))
                     self._digest.update(block)
             self.num_tokens += source.num_tokens
 
@@ -254,6 +295,7 @@ class IndexedWriter:
         facts and the checksums are filled in here. The old ``.idx`` is removed first and the new one renamed
         last, so a crash at any point leaves either no pair or a complete one.
         """
+        self._sync_behind.stop()
         with guard(self._partial_bin):
             _sync(self._bin)
             self._bin.close()
@@ -310,6 +352,7 @@ class IndexedWriter:
 
     def close(self) -> None:
         """Close the partial files, keeping them (an interrupted run that ``--resume`` will continue)."""
+        self._sync_behind.stop()
         for handle in (self._bin, self._lengths._file, self._doc_ends._file):
             _close_quietly(handle)
 

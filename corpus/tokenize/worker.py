@@ -14,6 +14,7 @@ import numpy as np
 from corpus.readers import ColumnPayload, Extracted, LinePayload, extract
 from corpus.tokenize.stats import own_peak_rss_kb
 from corpus.tokenizers import TextTokenizer, TokenizeError, TokenizerConfig, select_encoder
+from corpus.tokenizers.flat import around_texts, cast_ids
 
 
 @dataclass(frozen=True)
@@ -43,12 +44,10 @@ class EncodedBatch:
 def pack(flat: np.ndarray, lengths: np.ndarray, dtype: np.dtype, eod: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Cast a batch's flat ids to the output dtype, adding EOD after every non-empty document
     (Megatron checks the token list, not the text: an empty list gets no EOD and no sequence)."""
-    flat = flat.astype(dtype, copy=False)
-    if eod is not None:
-        nonempty = lengths > 0
-        flat = np.insert(flat, np.cumsum(lengths)[nonempty], np.asarray(eod, dtype=dtype))
-        lengths = lengths + nonempty
-    return flat, lengths
+    flat = cast_ids(flat, dtype)
+    if eod is None:
+        return flat, lengths
+    return around_texts(flat, lengths, [], [eod], chosen=lengths > 0)
 
 
 class BatchEncoder:

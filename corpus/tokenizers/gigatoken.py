@@ -42,10 +42,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
+from corpus.core.optional import import_ahead
 from corpus.tokenizers import spellings
 from corpus.tokenizers.base import TextTokenizer, build_tokenizer, library_version
 from corpus.tokenizers.config import TokenizerConfig
 from corpus.tokenizers.errors import TokenizeError
+from corpus.tokenizers.flat import around_texts
 from corpus.tokenizers.huggingface import limit_rayon_threads
 from corpus.tokenizers.long_texts import CUT_RULES
 from corpus.tokenizers.tiktoken_vocab import OPENAI_ENCODINGS, PATTERNS
@@ -177,25 +179,6 @@ def build_backend(source: FastSource):
                                                  special_tokens=source.specials)
 
 
-def with_affixes(flat: np.ndarray, lengths: np.ndarray, prefix: list[int], suffix: list[int]) -> tuple[np.ndarray,
-                                                                                                       np.ndarray]:
-    """Put ``prefix`` before and ``suffix`` after every text of a flat batch (the post-processor's tokens)."""
-    if not prefix and not suffix:
-        return flat, lengths
-    extra = len(prefix) + len(suffix)
-    new_lengths = lengths + extra
-    starts = np.concatenate(([0], np.cumsum(new_lengths)[:-1]))
-    out = np.empty(int(new_lengths.sum()), dtype=flat.dtype)
-    out[np.arange(len(flat)) + np.repeat(starts + len(prefix) - np.concatenate(([0], np.cumsum(lengths)[:-1])),
-                                         lengths)] = flat
-    if prefix:
-        out[(starts[:, None] + np.arange(len(prefix))).ravel()] = np.tile(prefix, len(lengths))
-    if suffix:
-        ends = starts + new_lengths
-        out[(ends[:, None] - len(suffix) + np.arange(len(suffix))).ravel()] = np.tile(suffix, len(lengths))
-    return out, new_lengths
-
-
 class GigatokenTextTokenizer(TextTokenizer):
     """gigatoken's Rust BPE behind the TextTokenizer interface; metadata from the reference's profile, which
     is built only to decode."""
@@ -207,6 +190,7 @@ class GigatokenTextTokenizer(TextTokenizer):
         self.prefix, self.suffix = profile.prefix, profile.suffix
         self.cut_rule = CUT_RULES[profile.cut_rule] if profile.cut_rule else None
         self.backend = build_backend(source)
+        import_ahead("awkward")  # gigatoken's batch results are awkward arrays
         self.memory_budget, self.rebuild_min_chars = MEMORY_BUDGET, REBUILD_MIN_CHARS
         self.rebuilds, self._chars_since_rebuild, self._baseline_rss = 0, 0, None
         # None: gigatoken's own choice (parallel unless inside a multiprocessing worker).
@@ -238,8 +222,10 @@ class GigatokenTextTokenizer(TextTokenizer):
 
     def _reference_ids(self, ids: np.ndarray) -> np.ndarray:
         """Rank ids shifted to the reference's numbering, special tokens moved back below them."""
-        if not self.source.ranks:
+        if not self.source.ranks or not ids.size:
             return ids
+        if int(ids.max()) < self.source.ranks:  # no special token: one read instead of three passes
+            return ids + np.uint32(self.source.shift) if self.source.shift else ids
         return np.where(ids >= self.source.ranks, ids - self.source.ranks, ids + self.source.shift)
 
     def _encode_batch(self, texts: list[str]) -> list[list[int]]:
@@ -274,7 +260,7 @@ class GigatokenTextTokenizer(TextTokenizer):
 
         self._bound_caches(sum(map(len, texts)))
         flat = self._reference_ids(awkward.to_numpy(awkward.flatten(ids)))  # uint32: the writer casts once
-        return with_affixes(flat, awkward.to_numpy(awkward.num(ids)).astype(np.int64), self.prefix, self.suffix)
+        return around_texts(flat, awkward.to_numpy(awkward.num(ids)).astype(np.int64), self.prefix, self.suffix)
 
     def _bound_caches(self, chars: int) -> None:
         """Rebuild the backend (dropping its encode caches) once RSS outgrows the budget."""

@@ -54,7 +54,8 @@ class _FullDiskFile:
         self._handle, self._disk = handle, disk
 
     def write(self, data) -> int:
-        self._disk.spend(self._handle.name, len(data))
+        size = len(data.encode()) if isinstance(data, str) else memoryview(data).nbytes  # bytes, arrays included
+        self._disk.spend(self._handle.name, size)
         return self._handle.write(data)
 
     def __enter__(self):

@@ -1,4 +1,5 @@
-"""``encode_batch_flat``: the pipeline's flat ids equal ``encode_batch``'s lists, affixes included."""
+"""Flat batches (``corpus.tokenizers.flat``) and ``encode_batch_flat``: the pipeline's flat ids equal
+``encode_batch``'s lists, affixes included."""
 
 from __future__ import annotations
 
@@ -6,19 +7,46 @@ import numpy as np
 import pytest
 
 from corpus.tokenizers import TokenizerConfig, build_tokenizer
-from corpus.tokenizers.gigatoken import with_affixes
+from corpus.tokenizers.flat import around_texts, cast_ids
 from tests.conftest import REPO
 
 
-@pytest.mark.parametrize("prefix, suffix", [([], []), ([7], []), ([], [8, 9]), ([1, 2], [3])])
-def test_with_affixes_matches_the_list_construction(prefix, suffix):
-    rng = np.random.default_rng(0)
-    rows = [list(rng.integers(10, 100, size=n)) for n in (3, 0, 1, 5, 0)]
-    flat, lengths = np.array([i for row in rows for i in row], dtype=np.uint32), np.array([len(r) for r in rows])
-    out, out_lengths = with_affixes(flat, lengths, prefix, suffix)
-    expected = [[*prefix, *row, *suffix] for row in rows]
+ROWS = [[], [11, 12, 13], [], [14], [15, 16, 17, 18, 19], []]
+
+
+def _flat(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    return (np.array([i for row in rows for i in row], dtype=np.uint32),
+            np.array([len(row) for row in rows], dtype=np.int64))
+
+
+@pytest.mark.parametrize("before, after", [([], []), ([7], []), ([], [8, 9]), ([1, 2], [3])])
+@pytest.mark.parametrize("only_nonempty", [False, True])
+def test_around_texts_matches_the_list_construction(before, after, only_nonempty):
+    flat, lengths = _flat(ROWS)
+    chosen = lengths > 0 if only_nonempty else None
+    out, out_lengths = around_texts(flat, lengths, before, after, chosen)
+    expected = [[*before, *row, *after] if row or not only_nonempty else row for row in ROWS]
     assert out.tolist() == [i for row in expected for i in row]
     assert out_lengths.tolist() == [len(row) for row in expected]
+    assert out.dtype == flat.dtype and lengths.tolist() == [len(row) for row in ROWS]  # the input is kept
+
+
+def test_around_texts_of_an_empty_batch():
+    out, lengths = around_texts(np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int64), [1], [2])
+    assert out.size == 0 and lengths.size == 0
+
+
+def test_cast_ids_views_when_only_the_sign_differs_and_refuses_what_does_not_fit():
+    flat, _ = _flat(ROWS)
+    as_int32 = cast_ids(flat, np.dtype(np.int32))
+    assert as_int32.dtype == np.int32 and np.shares_memory(as_int32, flat) and as_int32.tolist() == flat.tolist()
+    assert cast_ids(flat, np.dtype(np.uint16)).tolist() == flat.tolist()
+    with pytest.raises(ValueError, match=r"\[0, 70000\] do not fit uint16"):
+        cast_ids(np.array([0, 70000], dtype=np.uint32), np.dtype(np.uint16))
+    with pytest.raises(ValueError, match=r"\[-1, 5\] do not fit uint16"):
+        cast_ids(np.array([-1, 5], dtype=np.int64), np.dtype(np.uint16))
+    with pytest.raises(ValueError, match="do not fit int32"):
+        cast_ids(np.array([1 << 31], dtype=np.uint32), np.dtype(np.int32))
 
 
 @pytest.mark.parametrize("encoder", ["reference", "gigatoken"])
