@@ -10,7 +10,6 @@ from corpus.tokenizers import TokenizerConfig, build_tokenizer
 from corpus.tokenizers.flat import around_texts, cast_ids
 from tests.conftest import REPO
 
-
 ROWS = [[], [11, 12, 13], [], [14], [15, 16, 17, 18, 19], []]
 
 
