@@ -1,6 +1,6 @@
 """Real benchmark text, fetched from Debian packages into ``bench/.cache/`` and turned into JSONL.
 
-    python -m bench.data          # writes bench/.cache/{prose,code,code_300}.jsonl (idempotent)
+    python -m bench.data          # writes bench/.cache/{prose,prose_large,code,code_60,code_300}.jsonl (idempotent)
 
 Never a small sample repeated (that inflates tokenizer cache hits): every record is a distinct file.
 - prose: the Linux kernel's Documentation (reStructuredText/plain text, English; translations left
@@ -9,7 +9,7 @@ Never a small sample repeated (that inflates tokenizer cache hits): every record
   (Debian's ``python-*-doc`` HTML builds: Django, SymPy, SciPy, pandas, scikit-learn...; navigation
   and sidebars left out);
 - code: the kernel's C sources and headers (``.c``/``.h``; generated register headers left out), in
-  archive order, cut at 30 MB (``code``) and 300 MB (``code_300``, for the RSS measurement).
+  archive order, cut at 30 MB (``code``), 60 MB (``code_60``) and 300 MB (``code_300``, for scale and memory).
 Records are ``{"text": <file content>, "title": <path in the package>}``. Licences: GPL-2.0 (kernel),
 PSF-2.0 (Python docs), the projects' own (mostly BSD/MIT) for their docs; the data stays in the
 git-ignored cache and is never committed.
@@ -138,6 +138,7 @@ CORPORA: dict[str, tuple[list[Source], int]] = {
     "prose": (PROSE, 10**12),
     "prose_large": (PROSE + SPHINX_DOCS, 10**12),
     "code": ([("linux-source-6.1", is_kernel_code)], 30 * MB),
+    "code_60": ([("linux-source-6.1", is_kernel_code)], 60 * MB),
     "code_300": ([("linux-source-6.1", is_kernel_code)], 300 * MB),
 }
 

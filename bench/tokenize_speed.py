@@ -5,6 +5,8 @@ Megatron's baseline, and its start-up on one document.
     python -m bench.tokenize_speed                         # every family on ~30 MB of prose and code, then
                                                            # the first family on 105 MB of prose and 300 MB of code
     python -m bench.tokenize_speed --families llama3-json --corpora prose --scale-corpora none --methods b c d
+    python -m bench.tokenize_speed --families llama3-json --corpora prose code --scale-corpora code_60 code_300 \
+        --methods b c d --repeat 5                         # the targets of issue #28, medians of 5 runs
 
 Each method runs in a fresh process on the same input and cores (the families: ``bench/tokenizer_families.py``):
 (a) the reference library's batch encode on strings already in memory, every core (its ceiling);
@@ -167,17 +169,24 @@ def same_bytes(first: str, second: str) -> bool:
     return all(filecmp.cmp(first + suffix, second + suffix, shallow=False) for suffix in (".bin", ".idx"))
 
 
-def compare(family: str, corpus: str, methods: list[str]) -> dict:
-    """The methods on one corpus, side by side ((c) once beforehand, so its encoder check is cached)."""
+def compare(family: str, corpus: str, methods: list[str], repeat: int = 1) -> dict:
+    """The methods on one corpus, side by side ((c) once beforehand, so its encoder check is cached), each run
+    ``repeat`` times in turn with the others; the run of median time stands for each."""
     path = build(corpus)
     wanted = [m for m in methods if m != "d" or FAMILIES[family].raw_engine is not None]
     with tempfile.TemporaryDirectory(prefix="bench-tokenize-") as out:
         if "c" in wanted:
             run_child("c", family, one_document(), out)
-        results = {method: run_child(method, family, path, out) for method in wanted}
+        runs: dict[str, list[dict]] = {method: [] for method in wanted}
+        for _ in range(repeat):
+            for method in wanted:
+                runs[method].append(run_child(method, family, path, out))
+        results = {method: sorted(done, key=lambda r: r["seconds"])[(len(done) - 1) // 2]
+                   for method, done in runs.items()}
         identical = same_bytes(results["b"]["prefix"], results["c"]["prefix"]) if {"b", "c"} <= set(wanted) else None
     rate = {method: result["megabytes_per_second"] for method, result in results.items()}
     row = {"family": family, "corpus": corpus, "megabytes": path.stat().st_size / 1e6, "identical": identical,
+           "repeat": repeat,
            **{f"c/{m}": rate["c"] / rate[m] for m in rate if m != "c" and "c" in rate}, **results}
     print(json.dumps(row), flush=True)
     return row
@@ -214,9 +223,11 @@ def _cell(row: dict, method: str, key: str = "megabytes_per_second", form: str =
 
 
 def print_tables(rows: list[dict], startups: list[dict]) -> None:
+    repeats = {row["repeat"] for row in rows}
     print(f"\nversions: tokenizers {version('tokenizers')}, tiktoken {version('tiktoken')}, sentencepiece "
           f"{version('sentencepiece')}, gigatoken {version('gigatoken')}, megatron-core {version('megatron-core')}; "
-          f"{CORES} cores, load average {os.getloadavg()[0]:.1f}")
+          f"{CORES} cores, load average {os.getloadavg()[0]:.1f}; each rate the median of "
+          f"{'/'.join(map(str, sorted(repeats))) or 1} runs")
     rates = " ".join(f"{f'({m}) MB/s':>8}" for m in METHODS)
     print(f"{'family':<20} {'corpus':<11} {'MB':>6} | {rates} | "
           f"{'c/a':>5} {'c/b':>6} {'c/d':>5} {'c/e':>5} | {'start':>5} | {'RSS c':>5} {'RSS d':>5} | same | "
@@ -244,6 +255,8 @@ def main() -> None:
     parser.add_argument("--scale-corpora", nargs="+", default=["prose_large", "code_300"],
                         help="for the first family only ('none' to skip)")
     parser.add_argument("--methods", nargs="+", default=list("abcd"), choices=list(METHODS))
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of each method, in turn with the others; the median run is reported")
     parser.add_argument("--no-startup", action="store_true", help="skip the one-document start-up table")
     parser.add_argument("--child", choices=list(METHODS), help=argparse.SUPPRESS)
     parser.add_argument("--child-input", help=argparse.SUPPRESS)
@@ -256,7 +269,7 @@ def main() -> None:
     os.environ["BLENDFORGE_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-tokenize-cache-")
     corpora, scale = ([] if names == ["none"] else names for names in (args.corpora, args.scale_corpora))
     plan = [(f, c) for f in args.families for c in corpora] + [(args.families[0], c) for c in scale]
-    rows = [compare(family, corpus, args.methods) for family, corpus in plan]
+    rows = [compare(family, corpus, args.methods, args.repeat) for family, corpus in plan]
     startups = [] if args.no_startup else [startup_row(family) for family in args.families]
     print_tables(rows, startups)
 

@@ -3,6 +3,7 @@ here, in one place, and printed as ``Error: <message>`` with exit status 1 — n
 
 from __future__ import annotations
 
+import importlib
 from typing import Callable
 
 import click
@@ -15,7 +16,23 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
 
 class Group(click.Group):
-    """A click group whose commands' user errors end in one line and exit status 1."""
+    """A click group whose commands' user errors end in one line and exit status 1.
+
+    ``lazy`` maps command names to ``"module:attribute"``: such a command's module is imported only when the
+    command runs or help lists it, so ``corpus tokenize`` does not pay for inspect's and autotune's imports."""
+
+    def __init__(self, *args, lazy: dict[str, str] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy and name not in self.commands:
+            module, attribute = self.lazy[name].split(":")
+            self.add_command(getattr(importlib.import_module(module), attribute), name)
+        return super().get_command(ctx, name)
 
     def invoke(self, ctx: click.Context):
         try:

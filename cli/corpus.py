@@ -8,17 +8,15 @@ import logging
 import click
 
 from cli.app import CONTEXT, Group, version_option
-from cli.corpus_autotune import autotune_command
-from cli.corpus_blend import blend
-from cli.corpus_inspect import inspect_command
-from cli.corpus_tokenize import tokenize_command
 from cli.options import storage_options_from, storage_options_option
 
 #: Object-store clients whose INFO lines ("Found credentials in environment variables") are noise to a user.
 QUIET_LOGGERS = ("botocore", "aiobotocore", "s3fs", "fsspec")
 
 
-@click.group(cls=Group, context_settings=CONTEXT)
+@click.group(cls=Group, context_settings=CONTEXT, lazy={
+    "tokenize": "cli.corpus_tokenize:tokenize_command", "inspect": "cli.corpus_inspect:inspect_command",
+    "blend": "cli.corpus_blend:blend", "autotune-workers": "cli.corpus_autotune:autotune_command"})
 @version_option("corpus")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
 def main(verbose: bool) -> None:
@@ -43,11 +41,6 @@ def merge(inputs: tuple[str, ...], output_prefix: str, storage_options: str | No
         f"{result.num_documents} documents, {result.num_sequences} sequences, {result.num_tokens} tokens"
     )
 
-
-main.add_command(inspect_command)
-main.add_command(blend)
-main.add_command(tokenize_command)
-main.add_command(autotune_command)
 
 if __name__ == "__main__":
     main()

@@ -88,7 +88,8 @@ def _cli_flags() -> set[str]:
     """Every option of every ``corpus`` and ``trainer`` command (and of the groups), both spellings of a switch."""
     flags = {"--help"}
     for group in (corpus_main, trainer_main):
-        for command in [group, *group.commands.values()]:
+        context = click.Context(group)
+        for command in [group, *(group.get_command(context, name) for name in group.list_commands(context))]:
             for param in command.params:
                 if isinstance(param, click.Option):
                     flags.update(opt for opt in [*param.opts, *param.secondary_opts] if opt.startswith("--"))
