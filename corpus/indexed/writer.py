@@ -42,7 +42,7 @@ class _SyncBehind:
     it finds little left to write: the disk works while the encoder does, not after it (the final fsync of a
     300 MB ``.bin`` otherwise holds the end of a run up by a quarter of a second)."""
 
-    def __init__(self, handle, every: int = 64 << 20) -> None:
+    def __init__(self, handle, every: int = 16 << 20) -> None:
         self._handle, self._every, self._unsynced = handle, every, 0
         self._wake, self._stopping = threading.Event(), False
         self._thread = threading.Thread(target=self._run, name="blendforge-sync-behind", daemon=True)
