@@ -40,7 +40,8 @@ class IndexedReader:
         self.bin_file = bin_path(self.prefix)
         header = read_header(self.idx_file)
         self.dtype = header.dtype
-        self._idx_map = np.memmap(storage.local_file(self.idx_file), dtype=np.uint8, mode="r")
+        # A plain array over the map: np.memmap's __getitem__ is a Python call per length or pointer read.
+        self._idx_map = np.memmap(storage.local_file(self.idx_file), dtype=np.uint8, mode="r").view(np.ndarray)
         self.sequence_lengths, self.sequence_pointers, self.document_indices = index_arrays(self._idx_map, header)
         self.num_tokens = self._check_ends()
         self._check_bin_size()

@@ -136,7 +136,7 @@ class ChunkedArray:
         while True:
             self._fetch(index)
             try:
-                raw = np.memmap(target, dtype=np.uint8, mode="r")
+                raw = np.memmap(target, dtype=np.uint8, mode="r").view(np.ndarray)  # no memmap cost per slice
                 break
             except FileNotFoundError:  # pruned between fetch and map (only when the budget is tiny): fetch again
                 continue
@@ -175,6 +175,14 @@ class ChunkedArray:
         return out
 
     def __getitem__(self, key):
+        if type(key) is slice and key.step is None and type(key.start) is int and type(key.stop) is int \
+                and 0 <= key.start < key.stop <= self._count:
+            # The loader's read (a document piece inside one mapped chunk), without slice.indices and a call.
+            first = key.start // self._per_chunk
+            chunk = self._maps.get(first)
+            if chunk is not None and (key.stop - 1) // self._per_chunk == first:
+                return chunk[key.start - first * self._per_chunk : key.stop - first * self._per_chunk]
+            return self._range(key.start, key.stop)
         if isinstance(key, slice):
             start, stop, step = key.indices(self._count)
             if step != 1:
@@ -207,4 +215,7 @@ def map_array(path: str | os.PathLike, dtype: np.dtype) -> np.ndarray | ChunkedA
     if is_remote(text):
         return ChunkedArray(info(text), dtype)
     count = os.stat(local_form(text)).st_size // dtype.itemsize
-    return np.memmap(local_form(text), dtype=dtype, mode="r", shape=(count,)) if count else np.empty(0, dtype=dtype)
+    if not count:
+        return np.empty(0, dtype=dtype)
+    # A plain array over the map: np.memmap's own __getitem__ costs a Python call per slice, per document read.
+    return np.memmap(local_form(text), dtype=dtype, mode="r", shape=(count,)).view(np.ndarray)
