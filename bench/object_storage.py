@@ -10,10 +10,10 @@ file from the S3 server, local output; (c) S3 input and S3 output (staged, then 
 over the process's wall time; outputs are compared byte for byte.
 
 Loader (one process, seq 4096, micro-batch 8, index maps built before timing, every sample of the request read
-once): a blend on the pair (a) wrote; the same blend on the pair (c) uploaded, with an empty chunk cache (cold:
-every chunk comes from the server during the pass) and with the cache the cold pass filled (warm); and the
-alternative to a chunk cache, a node-local copy on first use (the ``.bin`` downloaded whole, then read locally:
-tokens over download + pass).
+once, timed from the first batch on: the first batch, which opens the pair, is reported apart): a blend on the
+pair (a) wrote; the same blend on the pair (c) uploaded, with an empty chunk cache (cold: every chunk comes from
+the server during the pass) and with the cache the cold pass filled (warm); and the alternative to a chunk cache,
+a node-local copy on first use (the ``.bin`` downloaded whole, then read locally: tokens over download + pass).
 
 Rounds interleave the cases (the loader's, which are short, more rounds and warm/local twice in each); the
 best of each is kept. Prints the machine's load (other users share its cores)
@@ -81,7 +81,9 @@ def tokenize(source: str, prefix: str, work: Path) -> float:
 
 
 def loader_pass(prefix: str, samples: int) -> tuple[float, int]:
-    """(seconds, tokens) of one pass of a BlendLoader over a one-source blend on ``prefix`` (maps built first)."""
+    """(seconds, tokens) of one pass of a BlendLoader over a one-source blend on ``prefix`` (maps built first),
+    timed from its first batch on: opening the pair (for a remote one, a HEAD per file: tens of ms, once per
+    process) is the first batch's, measured apart by :func:`first_batch`."""
     from corpus.blending.datasets import SampleCounts
     from corpus.blending.loader import BlendLoader, build_datasets
     from corpus.blending.schema import blend_from_dict
@@ -89,10 +91,20 @@ def loader_pass(prefix: str, samples: int) -> tuple[float, int]:
     blend = blend_from_dict({"seq_length": SEQ, "seed": 1234, "split": "100,0,0",
                              "sources": [{"name": "prose", "prefix": prefix}]})
     train, _, _, built = build_datasets(blend, SampleCounts(samples))
-    loader = BlendLoader(train, MICRO_BATCH, blend_fingerprint=built.fingerprint)
+    batches = iter(BlendLoader(train, MICRO_BATCH, blend_fingerprint=built.fingerprint))
+    opened = time.perf_counter()
+    first = next(batches)["tokens"].numel()
     began = time.perf_counter()
-    tokens = sum(batch["tokens"].numel() for batch in loader)
-    return time.perf_counter() - began, tokens
+    tokens = sum(batch["tokens"].numel() for batch in batches)
+    ended = time.perf_counter()
+    _whole_pass[prefix] = (first + tokens) / (ended - opened)
+    _first_batch_seconds[prefix] = began - opened
+    return ended - began, tokens
+
+
+#: Of the last pass on each prefix: tokens/s over the whole pass (first batch included), the first batch's seconds.
+_whole_pass: dict[str, float] = {}
+_first_batch_seconds: dict[str, float] = {}
 
 
 def copy_first(work: Path, pair: str, samples: int) -> float:
@@ -141,6 +153,8 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, list[float]]:
                 storage.local_file(f"{remote}.idx")  # the .idx copy is part of resolving, untimed
             seconds, tokens = loader_pass(prefix, args.samples)
             runs.setdefault(name, []).append(tokens / seconds)
+            runs.setdefault(f"{name} first batch", []).append(_first_batch_seconds[prefix])
+            runs.setdefault(f"{name} whole", []).append(_whole_pass[prefix])
         runs.setdefault("loader s3 copy first", []).append(tokens / copy_first(work, pair, args.samples))
     runs["cached MB"] = [sum(p.stat().st_size for p in object_cache.cache_root().rglob("*.chunk")) / 1e6]
     return runs
@@ -155,12 +169,17 @@ def report(runs: dict[str, list[float]], args: argparse.Namespace) -> None:
           f"cpus {os.cpu_count()}, load {os.getloadavg()[0]:.1f}; loader: seq {SEQ}, micro-batch {MICRO_BATCH}, "
           f"{args.samples:,} samples, "
           f"{runs['cached MB'][0]:.0f} MB in the chunk cache; outputs byte-identical")
-    print(f"{'case':<22} {'figure':>14} {'x local':>8}  target")
+    print(f"{'case':<22} {'figure':>14} {'x local':>8}  target (loader: from its first batch on; the whole pass, "
+          "first batch included, and that batch's median time beside it)")
     for name, target in (("tokenize local", ""), ("tokenize s3 in", ">= 0.8"), ("tokenize s3 in+out", ">= 0.8")):
         print(f"{name:<22} {speed[name]:>9.1f} MB/s {speed[name] / speed['tokenize local']:>8.2f}  {target}")
-    for name, target in (("loader local", ""), ("loader s3 cold", ">= 10 M tok/s"), ("loader s3 warm", ">= 0.9"),
+    for name, target in (("loader local", ""), ("loader s3 cold", ">= 10 M (whole)"), ("loader s3 warm", ">= 0.9"),
                          ("loader s3 copy first", "(the alternative)")):
-        print(f"{name:<22} {loader[name]:>7.1f} Mtok/s {loader[name] / loader['loader local']:>8.2f}  {target}")
+        firsts = sorted(runs.get(f"{name} first batch", []))
+        first = (f"whole pass {max(runs[f'{name} whole']) / 1e6:.1f} Mtok/s, first batch "
+                 f"{1e3 * firsts[len(firsts) // 2]:.0f} ms") if firsts else ""
+        print(f"{name:<22} {loader[name]:>7.1f} Mtok/s {loader[name] / loader['loader local']:>8.2f}  {target:<18} "
+              f"{first}")
 
 
 def main() -> None:
