@@ -19,6 +19,7 @@ from corpus.indexed.format import (
     IndexFormatError,
     IndexHeader,
     bin_path,
+    cast_tokens,
     exists,
     idx_path,
     index_arrays,
@@ -31,6 +32,6 @@ from corpus.indexed.writer import IndexedWriter, finish_interrupted_finalize
 
 __all__ = [
     "CODE_BY_DTYPE", "DTYPE_BY_CODE", "HEADER_SIZE", "MAGIC", "VERSION", "IndexFormatError", "IndexHeader",
-    "IndexedReader", "IndexedWriter", "bin_path", "exists", "finish_interrupted_finalize", "idx_path",
+    "IndexedReader", "IndexedWriter", "bin_path", "cast_tokens", "exists", "finish_interrupted_finalize", "idx_path",
     "index_arrays", "read_header", "strip_suffix", "token_dtype_for_vocab",
 ]

@@ -66,6 +66,25 @@ def token_dtype_for_vocab(vocab_size: int | None) -> np.dtype:
     return np.dtype(np.int32)
 
 
+def cast_tokens(tokens: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``tokens`` as ``dtype``, refusing ids it cannot hold (ValueError): checked only where the cast could
+    lose them, and a view, not a copy, where only the sign differs and every id fits (the tokenizer's uint32
+    ids written as Megatron's int32)."""
+    dtype = np.dtype(dtype)
+    if tokens.dtype == dtype or not tokens.size:
+        return tokens.astype(dtype, copy=False)
+    if dtype.kind in "iu" and not np.can_cast(tokens.dtype, dtype):
+        limits = np.iinfo(dtype)
+        low = 0 if tokens.dtype.kind == "u" else int(tokens.min())
+        high = int(tokens.max())
+        if low < limits.min or high > limits.max:
+            raise ValueError(f"token id range [{low}, {high}] does not fit {dtype}; the vocabulary needs int32 "
+                             "(token_dtype_for_vocab)")
+    if tokens.dtype.kind in "iu" and dtype.kind in "iu" and tokens.dtype.itemsize == dtype.itemsize:
+        return tokens.view(dtype)
+    return tokens.astype(dtype)
+
+
 def bin_path(prefix: str | os.PathLike) -> Path | ObjectPath:
     """The ``.bin`` path of a dataset prefix (an :class:`~corpus.storage.ObjectPath` for a URL)."""
     return storage.as_path(f"{prefix}.bin")

@@ -27,6 +27,7 @@ from corpus.indexed.format import (
     VERSION,
     IndexFormatError,
     bin_path,
+    cast_tokens,
     idx_path,
 )
 from corpus.indexed.reader import IndexedReader
@@ -194,7 +195,6 @@ class IndexedWriter:
             self._lengths = _SpillBuffer(lengths, np.int32, resume_count=resume["num_sequences"])
             self._doc_ends = _SpillBuffer(doc_ends, np.int64, resume_count=resume["num_documents"] + 1)
             self.num_tokens = resume["num_tokens"]
-        self._limits = np.iinfo(self.dtype) if self.dtype.kind in "iu" else None
 
     def checkpoint(self) -> dict:
         """Make everything written so far durable; the returned counts let ``IndexedWriter(prefix, dtype,
@@ -215,15 +215,10 @@ class IndexedWriter:
         return self._doc_ends.count - 1
 
     def _write_tokens(self, tokens: np.ndarray) -> None:
-        # Ids already of a dtype this one holds (the tokenize pipeline casts them) need no look at their range.
-        if self._limits is not None and tokens.size and not np.can_cast(tokens.dtype, self.dtype):
-            low, high = int(tokens.min()), int(tokens.max())
-            if low < self._limits.min or high > self._limits.max:
-                raise ValueError(
-                    f"{self.prefix}: token id range [{low}, {high}] does not fit {self.dtype}; "
-                    "the vocabulary needs int32 (token_dtype_for_vocab)"
-                )
-        data = np.ascontiguousarray(tokens, dtype=self.dtype)
+        try:
+            data = np.ascontiguousarray(cast_tokens(tokens, self.dtype))
+        except ValueError as error:
+            raise ValueError(f"{self.prefix}: {error}") from None
         with guard(self._partial_bin):
             self._bin.write(data)  # the array's own buffer: no bytes copy of it
         self._sync_behind.wrote(data.nbytes)

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from corpus.indexed import cast_tokens
 from corpus.readers import ColumnPayload, Extracted, LinePayload, extract
 from corpus.tokenize.stats import own_peak_rss_kb
 from corpus.tokenizers import TextTokenizer, TokenizeError, TokenizerConfig, select_encoder
-from corpus.tokenizers.flat import around_texts, cast_ids
+from corpus.tokenizers.flat import around_texts
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class EncodedBatch:
 def pack(flat: np.ndarray, lengths: np.ndarray, dtype: np.dtype, eod: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Cast a batch's flat ids to the output dtype, adding EOD after every non-empty document
     (Megatron checks the token list, not the text: an empty list gets no EOD and no sequence)."""
-    flat = cast_ids(flat, dtype)
+    flat = cast_tokens(flat, dtype)
     if eod is None:
         return flat, lengths
     return around_texts(flat, lengths, [], [eod], chosen=lengths > 0)

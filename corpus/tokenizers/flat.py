@@ -1,7 +1,8 @@
 """Flat batches: the ids of many texts in one integer array plus each text's count.
 
 This is the form the pipeline writes (no Python int per token). At a hundred MB/s of input every pass over
-the ids costs a measurable share of the run, so each helper here makes at most one copy of them.
+the ids costs a measurable share of the run, so ids are put around texts in one copy (the cast to the output
+dtype, with its range check, is :func:`corpus.indexed.cast_tokens`).
 """
 
 from __future__ import annotations
@@ -28,19 +29,3 @@ def around_texts(flat: np.ndarray, lengths: np.ndarray, before: list[int], after
     new_lengths[which] += count
     return np.insert(flat, positions, values), new_lengths
 
-
-def cast_ids(flat: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """``flat`` as ``dtype``, refusing ids it cannot hold (a view, not a copy, where only the sign differs and
-    every id fits)."""
-    dtype = np.dtype(dtype)
-    if flat.dtype == dtype or not flat.size:
-        return flat.astype(dtype, copy=False)
-    if not np.can_cast(flat.dtype, dtype):
-        limits = np.iinfo(dtype)
-        low = int(flat.min()) if flat.dtype.kind == "i" else 0
-        high = int(flat.max())
-        if low < limits.min or high > limits.max:
-            raise ValueError(f"token ids [{low}, {high}] do not fit {dtype} (the vocabulary needs a wider dtype)")
-    if flat.dtype.kind in "iu" and dtype.kind in "iu" and flat.dtype.itemsize == dtype.itemsize:
-        return flat.view(dtype)
-    return flat.astype(dtype)

@@ -20,6 +20,7 @@ from corpus.indexed import (
     IndexedReader,
     IndexedWriter,
     IndexFormatError,
+    cast_tokens,
     token_dtype_for_vocab,
 )
 from tests.conftest import REPO
@@ -106,6 +107,19 @@ def test_token_dtype_rule() -> None:
     assert token_dtype_for_vocab(65499) == np.uint16
     assert token_dtype_for_vocab(65500) == np.int32
     assert token_dtype_for_vocab(None) == np.int32
+
+
+def test_cast_tokens_views_when_only_the_sign_differs_and_refuses_what_does_not_fit() -> None:
+    flat = np.array([11, 12, 13, 14, 15, 16, 17, 18, 19], dtype=np.uint32)
+    as_int32 = cast_tokens(flat, np.dtype(np.int32))
+    assert as_int32.dtype == np.int32 and np.shares_memory(as_int32, flat) and as_int32.tolist() == flat.tolist()
+    assert cast_tokens(flat, np.dtype(np.uint16)).tolist() == flat.tolist()
+    with pytest.raises(ValueError, match=r"\[0, 70000\] does not fit uint16"):
+        cast_tokens(np.array([0, 70000], dtype=np.uint32), np.dtype(np.uint16))
+    with pytest.raises(ValueError, match=r"\[-1, 5\] does not fit uint16"):
+        cast_tokens(np.array([-1, 5], dtype=np.int64), np.dtype(np.uint16))
+    with pytest.raises(ValueError, match="does not fit int32"):
+        cast_tokens(np.array([1 << 31], dtype=np.uint32), np.dtype(np.int32))
 
 
 def test_ids_that_do_not_fit_the_dtype_are_refused(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""Flat batches (``corpus.tokenizers.flat``) and ``encode_batch_flat``: the pipeline's flat ids equal
-``encode_batch``'s lists, affixes included."""
+"""Flat batches (``corpus.tokenizers.flat``: ids put around texts) and ``encode_batch_flat``: the pipeline's flat
+ids equal ``encode_batch``'s lists, affixes included."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from corpus.tokenizers import TokenizerConfig, build_tokenizer
-from corpus.tokenizers.flat import around_texts, cast_ids
+from corpus.tokenizers.flat import around_texts
 from tests.conftest import REPO
 
 ROWS = [[], [11, 12, 13], [], [14], [15, 16, 17, 18, 19], []]
@@ -33,19 +33,6 @@ def test_around_texts_matches_the_list_construction(before, after, only_nonempty
 def test_around_texts_of_an_empty_batch():
     out, lengths = around_texts(np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int64), [1], [2])
     assert out.size == 0 and lengths.size == 0
-
-
-def test_cast_ids_views_when_only_the_sign_differs_and_refuses_what_does_not_fit():
-    flat, _ = _flat(ROWS)
-    as_int32 = cast_ids(flat, np.dtype(np.int32))
-    assert as_int32.dtype == np.int32 and np.shares_memory(as_int32, flat) and as_int32.tolist() == flat.tolist()
-    assert cast_ids(flat, np.dtype(np.uint16)).tolist() == flat.tolist()
-    with pytest.raises(ValueError, match=r"\[0, 70000\] do not fit uint16"):
-        cast_ids(np.array([0, 70000], dtype=np.uint32), np.dtype(np.uint16))
-    with pytest.raises(ValueError, match=r"\[-1, 5\] do not fit uint16"):
-        cast_ids(np.array([-1, 5], dtype=np.int64), np.dtype(np.uint16))
-    with pytest.raises(ValueError, match="do not fit int32"):
-        cast_ids(np.array([1 << 31], dtype=np.uint32), np.dtype(np.int32))
 
 
 @pytest.mark.parametrize("encoder", ["reference", "gigatoken"])
