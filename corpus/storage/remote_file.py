@@ -13,6 +13,7 @@ Seeks (Parquet's footer, a shard starting mid-file) just move the position; bloc
 
 from __future__ import annotations
 
+import bisect
 import io
 import os
 import threading
@@ -61,33 +62,29 @@ class RemoteReader(io.RawIOBase):
         self.name, self.size = found.path, found.size
         self._found, self._fs = found, filesystem(found.path)
         self._block_bytes, self._ahead = block_bytes, ahead
-        self._ramp = []  # the sizes of the growing blocks before the uniform ones
+        self._ramp_starts = [0]  # where the growing blocks before the uniform ones start, and where they end
         size = min(first_block_bytes, block_bytes)
         while size < block_bytes:
-            self._ramp.append(size)
+            self._ramp_starts.append(self._ramp_starts[-1] + size)
             size *= 2
-        self._ramp_end = sum(self._ramp)
+        self._ramp_blocks, self._ramp_end = len(self._ramp_starts) - 1, self._ramp_starts[-1]
+        self._last = self._locate(self.size - 1)
         self._position = 0
         self._current, self._in_order = -1, 0  # the block being read; blocks read in order up to it
         self._blocks: OrderedDict[int, Future] = OrderedDict()
         self._pool = ThreadPoolExecutor(max(1, ahead), thread_name_prefix="blendforge-read")
 
-    def _span(self, index: int) -> tuple[int, int]:
-        """Bytes ``[start, end)`` of block ``index``."""
-        if index < len(self._ramp):
-            start = sum(self._ramp[:index])
-            return start, min(self.size, start + self._ramp[index])
-        start = self._ramp_end + (index - len(self._ramp)) * self._block_bytes
-        return start, min(self.size, start + self._block_bytes)
+    def _start(self, index: int) -> int:
+        """Where block ``index`` starts."""
+        if index <= self._ramp_blocks:
+            return self._ramp_starts[index]
+        return self._ramp_end + (index - self._ramp_blocks) * self._block_bytes
 
     def _locate(self, position: int) -> int:
         """The index of the block holding byte ``position``."""
-        start = 0
-        for index, size in enumerate(self._ramp):
-            if position < start + size:
-                return index
-            start += size
-        return len(self._ramp) + (position - self._ramp_end) // self._block_bytes
+        if position < self._ramp_end:
+            return bisect.bisect_right(self._ramp_starts, position) - 1
+        return self._ramp_blocks + (position - self._ramp_end) // self._block_bytes
 
     def readable(self) -> bool:
         return True
@@ -104,7 +101,7 @@ class RemoteReader(io.RawIOBase):
         return self._position
 
     def _fetch(self, index: int) -> bytes:
-        start, end = self._span(index)
+        start, end = self._start(index), min(self.size, self._start(index + 1))
         if index:
             return read_range(self._found, start, end, self._fs)
         key = (self._found.path, self._found.size, self._found.version, end)
@@ -123,8 +120,7 @@ class RemoteReader(io.RawIOBase):
         if index != self._current:
             self._in_order = self._in_order + 1 if index == self._current + 1 else 0
             self._current = index
-        last = self._locate(self.size - 1)
-        for wanted in range(index, min(last, index + min(self._ahead, self._in_order)) + 1):
+        for wanted in range(index, min(self._last, index + min(self._ahead, self._in_order)) + 1):
             if wanted not in self._blocks:
                 self._blocks[wanted] = self._pool.submit(self._fetch, wanted)
         for stale in [i for i in self._blocks if i < index - 1 or i > index + self._ahead]:
@@ -137,7 +133,7 @@ class RemoteReader(io.RawIOBase):
         while self._position < end:
             index = self._locate(self._position)
             block = self._block(index)
-            inside = self._position - self._span(index)[0]
+            inside = self._position - self._start(index)
             piece = block[inside : inside + end - self._position]
             pieces.append(piece)
             self._position += len(piece)
