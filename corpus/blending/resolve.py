@@ -56,6 +56,10 @@ class ResolvedBlend:
                     result.append((key, source))
         return result
 
+    def recorded_eod_id(self) -> int | None:
+        """The EOD id the sources' ``.meta.json`` record (the first that records one), else None."""
+        return next((source.info.eod_id for _, source in self.all_sources() if source.info.eod_id is not None), None)
+
 
 def resolve_blend(config: BlendConfig, tokenizer_eod: int | None = None) -> ResolvedBlend:
     """Open every source of ``config`` and check them; raises BlendError naming file, key and fix.
@@ -151,7 +155,7 @@ def _fill_facts(resolved: ResolvedBlend, tokenizer_eod: int | None) -> None:
     resolved.dtype = infos[0].dtype
     resolved.tokenizer = next((i.tokenizer for i in infos if i.tokenizer), None)
     resolved.vocab_size = next((i.vocab_size for i in infos if i.vocab_size is not None), None)
-    resolved.eod_id = next((eod for eod in (config.samples.eod_id, *(i.eod_id for i in infos), tokenizer_eod)
+    resolved.eod_id = next((eod for eod in (config.samples.eod_id, resolved.recorded_eod_id(), tokenizer_eod)
                             if eod is not None), None)
     if resolved.eod_id is None and config.tokenizer is not None:
         resolved.eod_id = _named_eod(resolved)

@@ -210,11 +210,6 @@ def _flag_tokenizer(config: TrainConfig) -> TextTokenizer | None:
                                             vocab_size=config.model.vocab_size if _sizes_tokenizer(data) else None))
 
 
-def _recorded_eod(resolved: ResolvedBlend) -> int | None:
-    """The EOD id the sources' sidecars record (None without one)."""
-    return next((source.info.eod_id for _, source in resolved.all_sources() if source.info.eod_id is not None), None)
-
-
 def _check_flag_tokenizer(tokenizer: TextTokenizer, resolved: ResolvedBlend) -> None:
     """The flags' tokenizer must be the one the sidecars record (family, file contents and EOD id), when they
     record one."""
@@ -230,7 +225,7 @@ def _check_flag_tokenizer(tokenizer: TextTokenizer, resolved: ResolvedBlend) -> 
                           f"records {record.get('model') or record.get('vocab_file')}, sha256 "
                           f"{record['fingerprint'][:12]}…, these files {described['fingerprint'][:12]}…); drop the "
                           "tokenizer flags or give the data's files")
-    recorded = _recorded_eod(resolved)
+    recorded = resolved.recorded_eod_id()
     if recorded is not None and tokenizer.eod is not None and tokenizer.eod != recorded:
         raise ConfigError(f"--tokenizer-type {described['type']}: its EOD id is {tokenizer.eod}, but the data's "
                           f".meta.json records EOD id {recorded}; drop the tokenizer flags (the sidecars name the "
