@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -80,10 +81,20 @@ def tokenize(source: str, prefix: str, work: Path) -> float:
     return time.perf_counter() - began
 
 
-def loader_pass(prefix: str, samples: int) -> tuple[float, int]:
-    """(seconds, tokens) of one pass of a BlendLoader over a one-source blend on ``prefix`` (maps built first),
-    timed from its first batch on: opening the pair (for a remote one, a HEAD per file: tens of ms, once per
-    process) is the first batch's, measured apart by :func:`first_batch`."""
+class Pass(NamedTuple):
+    """One loader pass: seconds and tokens from its first batch on, tokens/s over the whole pass (first batch
+    included), and the first batch's seconds."""
+
+    seconds: float
+    tokens: int
+    whole_rate: float
+    first_batch_seconds: float
+
+
+def loader_pass(prefix: str, samples: int) -> Pass:
+    """One pass of a BlendLoader over a one-source blend on ``prefix`` (maps built first), timed from its first
+    batch on: opening the pair (for a remote one, a HEAD per file: tens of ms, once per process) is the first
+    batch's, measured apart."""
     from corpus.blending.datasets import SampleCounts
     from corpus.blending.loader import BlendLoader, build_datasets
     from corpus.blending.schema import blend_from_dict
@@ -97,14 +108,7 @@ def loader_pass(prefix: str, samples: int) -> tuple[float, int]:
     began = time.perf_counter()
     tokens = sum(batch["tokens"].numel() for batch in batches)
     ended = time.perf_counter()
-    _whole_pass[prefix] = (first + tokens) / (ended - opened)
-    _first_batch_seconds[prefix] = began - opened
-    return ended - began, tokens
-
-
-#: Of the last pass on each prefix: tokens/s over the whole pass (first batch included), the first batch's seconds.
-_whole_pass: dict[str, float] = {}
-_first_batch_seconds: dict[str, float] = {}
+    return Pass(ended - began, tokens, (first + tokens) / (ended - opened), began - opened)
 
 
 def copy_first(work: Path, pair: str, samples: int) -> float:
@@ -117,7 +121,7 @@ def copy_first(work: Path, pair: str, samples: int) -> float:
     began = time.perf_counter()
     storage.download(f"s3://{BUCKET}/out/prose{pair}.bin", work / "copy" / f"out{pair}.bin")
     copied = time.perf_counter() - began
-    return copied + loader_pass(str(work / "copy" / f"out{pair}"), samples)[0]
+    return copied + loader_pass(str(work / "copy" / f"out{pair}"), samples).seconds
 
 
 def measure(args: argparse.Namespace, work: Path) -> dict[str, list[float]]:
@@ -151,10 +155,11 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, list[float]]:
             if name == "loader s3 cold":
                 shutil.rmtree(work / "chunks", ignore_errors=True)
                 storage.local_file(f"{remote}.idx")  # the .idx copy is part of resolving, untimed
-            seconds, tokens = loader_pass(prefix, args.samples)
-            runs.setdefault(name, []).append(tokens / seconds)
-            runs.setdefault(f"{name} first batch", []).append(_first_batch_seconds[prefix])
-            runs.setdefault(f"{name} whole", []).append(_whole_pass[prefix])
+            done = loader_pass(prefix, args.samples)
+            tokens = done.tokens
+            runs.setdefault(name, []).append(done.tokens / done.seconds)
+            runs.setdefault(f"{name} first batch", []).append(done.first_batch_seconds)
+            runs.setdefault(f"{name} whole", []).append(done.whole_rate)
         runs.setdefault("loader s3 copy first", []).append(tokens / copy_first(work, pair, args.samples))
     runs["cached MB"] = [sum(p.stat().st_size for p in object_cache.cache_root().rglob("*.chunk")) / 1e6]
     return runs
