@@ -8,7 +8,6 @@ one log line; one that cannot stops with an error naming what to install.
 from __future__ import annotations
 
 import importlib
-import threading
 
 
 def missing(module: str) -> str | None:
@@ -22,18 +21,3 @@ def missing(module: str) -> str | None:
     except Exception as error:  # noqa: BLE001 - any failure to import means the package cannot be used
         return f"{module.split('.')[0]} does not import ({type(error).__name__}: {str(error)[:80]})"
     return None
-
-
-def import_ahead(module: str) -> None:
-    """Start importing ``module`` in a background thread, for a package a later call imports anyway.
-
-    Worth it where that call would otherwise hold every other stage up: gigatoken's first batch imports
-    awkward (~0.45 s) after encoding, while the encoder's threads wait. Begun early, the import runs beside
-    that first encode; an import that fails here fails again, with its message, where it is needed."""
-    def load() -> None:
-        try:
-            importlib.import_module(module)
-        except Exception:  # noqa: BLE001 - reported by the import that needs it
-            pass
-
-    threading.Thread(target=load, name=f"import-{module}", daemon=True).start()

@@ -42,12 +42,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
-from corpus.core.optional import import_ahead
 from corpus.tokenizers import spellings
 from corpus.tokenizers.base import TextTokenizer, build_tokenizer, library_version
 from corpus.tokenizers.config import TokenizerConfig
 from corpus.tokenizers.errors import TokenizeError
 from corpus.tokenizers.flat import around_texts
+from corpus.tokenizers.gigatoken_rows import flat_and_counts, without_awkward
 from corpus.tokenizers.huggingface import limit_rayon_threads
 from corpus.tokenizers.long_texts import CUT_RULES
 from corpus.tokenizers.tiktoken_vocab import OPENAI_ENCODINGS, PATTERNS
@@ -190,7 +190,6 @@ class GigatokenTextTokenizer(TextTokenizer):
         self.prefix, self.suffix = profile.prefix, profile.suffix
         self.cut_rule = CUT_RULES[profile.cut_rule] if profile.cut_rule else None
         self.backend = build_backend(source)
-        import_ahead("awkward")  # gigatoken's batch results are awkward arrays
         self.memory_budget, self.rebuild_min_chars = MEMORY_BUDGET, REBUILD_MIN_CHARS
         self.rebuilds, self._chars_since_rebuild, self._baseline_rss = 0, 0, None
         # None: gigatoken's own choice (parallel unless inside a multiprocessing worker).
@@ -238,7 +237,8 @@ class GigatokenTextTokenizer(TextTokenizer):
         routed = self._routed(texts)
         if routed:
             return _spliced_lists(texts, routed, self._encode_plain, self.reference._encode_plain)
-        ids = self.backend.encode_batch_list(texts, parallel=self.parallel)
+        with without_awkward():
+            ids = self.backend.encode_batch_list(texts, parallel=self.parallel)
         self._bound_caches(sum(map(len, texts)))
         if self.source.ranks:
             return [self._reference_ids(np.asarray(row, dtype=np.int64)).tolist() for row in ids]
@@ -248,19 +248,18 @@ class GigatokenTextTokenizer(TextTokenizer):
         return self.prefix, self.suffix
 
     def _encode_batch_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """gigatoken's own flat result (an awkward array): no Python int per token."""
+        """gigatoken's own flat result (:mod:`~corpus.tokenizers.gigatoken_rows`): no Python int per token."""
         routed = self._routed(texts)
         if routed:
             return _spliced_flat(texts, routed, self._encode_batch_flat, self.reference._encode_batch_flat)
         try:
-            ids = self.backend.encode_batch(texts, parallel=self.parallel)
+            with without_awkward():
+                result = self.backend.encode_batch(texts, parallel=self.parallel)
         except Exception:  # noqa: BLE001 - a text it refuses: the list path names it (TokenizeError)
             return super()._encode_batch_flat(texts)
-        import awkward
-
+        ids, counts = flat_and_counts(result)  # ids stay uint32: the writer casts them once
         self._bound_caches(sum(map(len, texts)))
-        flat = self._reference_ids(awkward.to_numpy(awkward.flatten(ids)))  # uint32: the writer casts once
-        return around_texts(flat, awkward.to_numpy(awkward.num(ids)).astype(np.int64), self.prefix, self.suffix)
+        return around_texts(self._reference_ids(ids), counts, self.prefix, self.suffix)
 
     def _bound_caches(self, chars: int) -> None:
         """Rebuild the backend (dropping its encode caches) once RSS outgrows the budget."""
