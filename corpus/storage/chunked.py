@@ -5,8 +5,9 @@ cache (:mod:`corpus.storage.object_cache`), memory-maps it, and queues the next 
 around to the start: the loader's shuffled samples come from everywhere) for background fetching, each run of
 consecutive missing chunks in one ranged read: fewer, larger requests. Later reads of a cached chunk are slices of
 a memory map, as for a local file; a read that spans chunks is stitched together. So a cold cache streams the
-object at the store's bandwidth while samples are served, and a warm cache costs about what a local memory map
-does. Measured side by side: ``bench/object_storage.py`` (results in ``bench/RESULTS.md``).
+object at the store's bandwidth while samples are served. An object whose every chunk is cached when it is opened
+is one array over the chunk files mapped side by side (:mod:`corpus.storage.side_by_side`): a warm cache costs
+what a local memory map does. Measured side by side: ``bench/object_storage.py`` (results in ``bench/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from corpus.storage.object_cache import claim, object_dir, release, store, touch
 from corpus.storage.objects import ObjectInfo, info
 from corpus.storage.paths import is_remote, local_form
 from corpus.storage.remote_file import read_range
+from corpus.storage.side_by_side import map_side_by_side
 
 #: Bytes per chunk (a ranged read of a few MB: latency small next to transfer; a multiple of every itemsize).
 CHUNK_BYTES = 4 << 20
@@ -52,12 +54,12 @@ class ChunkedArray:
 
     ndim = 1
 
-    def __init__(self, found: ObjectInfo, dtype: np.dtype, fs=None, chunk_bytes: int = CHUNK_BYTES) -> None:
-        self.found, self.dtype, self.chunk_bytes = found, np.dtype(dtype), chunk_bytes
+    def __init__(self, found: ObjectInfo, dtype: np.dtype, fs=None, chunk_bytes: int | None = None) -> None:
+        self.found, self.dtype, self.chunk_bytes = found, np.dtype(dtype), chunk_bytes or CHUNK_BYTES
         self._fs = fs or filesystem(found.path)
         self._count = found.size // self.dtype.itemsize
-        self._per_chunk = chunk_bytes // self.dtype.itemsize
-        self._chunks = -(-found.size // chunk_bytes)
+        self._per_chunk = self.chunk_bytes // self.dtype.itemsize
+        self._chunks = -(-found.size // self.chunk_bytes)
         self._folder = object_dir(found)
         self._maps: OrderedDict[int, np.ndarray] = OrderedDict()
         self._pending: dict[int, Future] = {}
@@ -77,7 +79,7 @@ class ChunkedArray:
         return (self._count,)
 
     def _path(self, index: int) -> Path:
-        return self._folder / f"{index:08d}.chunk"
+        return chunk_path(self._folder, index)
 
     def _fetch(self, index: int) -> None:
         """Put chunk ``index`` in the cache unless it is there (or another process is writing it)."""
@@ -197,6 +199,29 @@ class ChunkedArray:
         return whole.astype(dtype) if dtype is not None else whole
 
 
+def chunk_path(folder: Path, index: int) -> Path:
+    """Where chunk ``index`` of the object cached in ``folder`` is kept."""
+    return folder / f"{index:08d}.chunk"
+
+
+def _cached_whole(found: ObjectInfo, dtype: np.dtype) -> np.ndarray | None:
+    """The tokens of ``found`` as one array over its chunk files when every chunk is cached (else None)."""
+    folder = object_dir(found)
+    try:
+        present = set(os.listdir(folder))
+    except FileNotFoundError:
+        return None
+    paths = [chunk_path(folder, index) for index in range(-(-found.size // CHUNK_BYTES))]
+    if not all(path.name in present for path in paths):
+        return None
+    whole = map_side_by_side(paths, CHUNK_BYTES, found.size)
+    if whole is None:
+        return None
+    for path in paths:  # used now: the cache's pruning goes by last use
+        touch(path)
+    return whole[: len(whole) - len(whole) % dtype.itemsize].view(dtype)
+
+
 def _runs(indices: list[int]) -> list[list[int]]:
     """``indices`` cut into runs of consecutive numbers, in order (``[7, 8, 0, 1]`` -> ``[[7, 8], [0, 1]]``)."""
     runs: list[list[int]] = []
@@ -210,10 +235,13 @@ def _runs(indices: list[int]) -> list[list[int]]:
 
 def map_array(path: str | os.PathLike, dtype: np.dtype) -> np.ndarray | ChunkedArray:
     """The whole tokens of a ``.bin`` (a partial trailing token is left out): a read-only memory map of a local
-    file, a :class:`ChunkedArray` of an object. ``FileNotFoundError`` when there is none."""
+    file; for an object, one array over its cached chunks when all are cached, else a :class:`ChunkedArray`.
+    ``FileNotFoundError`` when there is none."""
     dtype, text = np.dtype(dtype), str(path)
     if is_remote(text):
-        return ChunkedArray(info(text), dtype)
+        found = info(text)
+        whole = _cached_whole(found, dtype)
+        return whole if whole is not None else ChunkedArray(found, dtype)
     count = os.stat(local_form(text)).st_size // dtype.itemsize
     if not count:
         return np.empty(0, dtype=dtype)

@@ -4,6 +4,7 @@ chunk cache, retries through injected faults, and one-line errors for every way 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -125,6 +126,22 @@ def test_chunked_arrays_read_like_the_local_file_and_serve_warm_reads_from_the_c
     assert np.array_equal(remote[picks], tokens[picks]) and np.array_equal(np.asarray(remote), tokens)
     storage.delete(f"{bucket}/t.bin")  # a new reader of the same version needs nothing from the store
     assert np.array_equal(np.asarray(chunked.ChunkedArray(found, np.uint16, chunk_bytes=64 << 10)), tokens)
+
+
+def test_a_wholly_cached_object_is_one_array_over_its_chunk_files(bucket, tmp_path, monkeypatch):
+    monkeypatch.setattr(chunked, "CHUNK_BYTES", 64 << 10)
+    tokens = _tokens(100_001)  # three whole chunks and a short one
+    (tmp_path / "t.bin").write_bytes(tokens.tobytes())
+    storage.upload(tmp_path / "t.bin", f"{bucket}/t.bin")
+    cold = storage.map_array(f"{bucket}/t.bin", np.uint16)
+    assert isinstance(cold, chunked.ChunkedArray) and np.array_equal(np.asarray(cold), tokens)  # fills the cache
+    warm = storage.map_array(f"{bucket}/t.bin", np.uint16)
+    assert type(warm) is np.ndarray and not warm.flags.writeable and np.array_equal(warm, tokens)
+    boundary = (64 << 10) // 2
+    assert np.array_equal(warm[boundary - 3 : boundary + 3], tokens[boundary - 3 : boundary + 3])
+    shutil.rmtree(object_cache.object_dir(storage.info(f"{bucket}/t.bin")))  # pruned meanwhile: still readable
+    assert np.array_equal(warm, tokens)
+    assert isinstance(storage.map_array(f"{bucket}/t.bin", np.uint16), chunked.ChunkedArray)
 
 
 def _read_all(found: storage.ObjectInfo) -> bytes:
