@@ -115,10 +115,11 @@ def list_objects(spec: str) -> list[ObjectInfo]:
     fs, protocol = filesystem(spec), protocol_of(spec)
     if has_magic(spec):
         found = call("list", spec, fs.glob, fs._strip_protocol(spec), detail=True)
-    elif isdir(spec):
-        found = call("list", spec, fs.find, fs._strip_protocol(spec.rstrip("/")), detail=True)
     else:
-        return [info(spec)]
+        named = info(spec.rstrip("/"))  # one request tells an object from a key prefix
+        if named.kind != "directory":
+            return [named]
+        found = call("list", spec, fs.find, fs._strip_protocol(spec.rstrip("/")), detail=True)
     return sorted((_record_info(_url(protocol, name), record) for name, record in found.items()
                    if record.get("type") != "directory"), key=lambda found: found.path)
 

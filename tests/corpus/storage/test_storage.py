@@ -47,6 +47,18 @@ def test_objects_round_trip_and_list_with_their_versions(bucket):
     assert after[1] == before[1] and after[0] != before[0] and after[0][0] == 5
 
 
+def test_one_filesystem_and_client_serve_a_process(bucket):
+    """botocore rewrites the retry options it is given; the next call must still find the same filesystem (a
+    second one would build a second client)."""
+    from corpus.storage.filesystems import DEFAULTS, filesystem
+
+    defaults = repr(DEFAULTS)
+    first = filesystem(bucket)
+    storage.write_bytes(f"{bucket}/one", b"1")
+    assert storage.list_objects(f"{bucket}/one")[0].size == 1
+    assert filesystem(bucket) is first and repr(DEFAULTS) == defaults
+
+
 def test_local_copies_follow_the_object_version(bucket):
     url = f"{bucket}/x.idx"
     storage.write_bytes(url, b"one")
