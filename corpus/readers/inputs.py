@@ -44,6 +44,10 @@ class InputFile:
     version: str | None = None
     """An object's ETag or version id (None for a local file)."""
 
+    def listed(self) -> storage.ObjectInfo | None:
+        """An object as its listing described it (None for a local file): opening it then needs no HEAD."""
+        return storage.ObjectInfo(self.path, self.size, self.mtime_ns, self.version) if self.version else None
+
     def identity(self) -> dict:
         """Path, size, modification time (and an object's version): a resumed run refuses inputs that changed."""
         identity = {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns}

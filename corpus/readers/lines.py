@@ -150,7 +150,7 @@ def read_lines(piece: Slice, slice_index: int, resume: ResumePoint, options: Rea
     ``options.batch_bytes`` bytes (a single longer line makes a batch of its own)."""
     batch_size, batch_bytes = options.batch_size, options.batch_bytes
     path, size = piece.file.path, piece.file.size
-    with storage.open_binary(path) as handle:
+    with storage.open_binary(path, piece.file.listed()) as handle:
         lines, line_number = _open_lines(handle, piece, resume)
         batch, numbers, held, blank, next_offset = [], [], 0, 0, resume.offset or 0
 

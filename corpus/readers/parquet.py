@@ -97,7 +97,7 @@ def read_rows(piece: Slice, slice_index: int, resume: ResumePoint, options: Read
 
     path, size = piece.file.path, max(piece.file.size, 1)
     try:
-        handle = pq.ParquetFile(storage.open_binary(path) if storage.is_remote(path) else path)
+        handle = pq.ParquetFile(storage.open_binary(path, piece.file.listed()) if storage.is_remote(path) else path)
     except storage.StorageError:
         raise
     except Exception as error:  # pyarrow raises ArrowInvalid/OSError for a corrupt or non-Parquet file

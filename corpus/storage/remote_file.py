@@ -156,9 +156,11 @@ class RemoteReader(io.RawIOBase):
         super().close()
 
 
-def open_binary(path: str | os.PathLike):
-    """A readable, seekable binary file: ``open(path, "rb")`` locally; a :class:`RemoteReader` for a URL."""
+def open_binary(path: str | os.PathLike, listed: ObjectInfo | None = None):
+    """A readable, seekable binary file: ``open(path, "rb")`` locally; a :class:`RemoteReader` for a URL.
+
+    ``listed``: the object as a listing described it (size and version), which spares a HEAD request."""
     text = str(path)
     if not is_remote(text):
         return open(local_form(text), "rb")
-    return RemoteReader(info(text))
+    return RemoteReader(listed if listed is not None and listed.path == text else info(text))
