@@ -19,8 +19,21 @@ pytestmark = pytest.mark.skipif(find_spec("gigatoken") is None, reason="gigatoke
 
 @pytest.fixture
 def no_awkward(monkeypatch):
-    """A process where nothing has imported awkward yet (restored afterwards)."""
-    monkeypatch.delitem(sys.modules, "awkward", raising=False)
+    """A process where nothing has imported awkward yet (restored afterwards). Gives a function returning the real
+    package: the one imported before the test, else a fresh import (awkward can be imported only once a process:
+    it registers a pyarrow extension type)."""
+    imported = {name: module for name, module in sys.modules.items()
+                if name == "awkward" or name.startswith("awkward.")}
+    for name in imported:
+        monkeypatch.delitem(sys.modules, name)
+
+    def real_awkward():
+        sys.modules.update(imported)
+        import awkward
+
+        return awkward
+
+    return real_awkward
 
 
 def test_stand_in_rows_equal_awkwards(tokenizer_files, conformance_texts, no_awkward):
@@ -31,8 +44,7 @@ def test_stand_in_rows_equal_awkwards(tokenizer_files, conformance_texts, no_awk
     with without_awkward():
         rows = backend.encode_batch(texts)
     assert isinstance(rows, FlatRows) and "awkward" not in sys.modules
-    import awkward  # noqa: F401 - the real package, now that the encoder is done
-
+    no_awkward()  # the real package, now that the encoder is done
     real = backend.encode_batch(texts)
     assert type(real).__module__.startswith("awkward")
     expected = flat_and_counts(real)
