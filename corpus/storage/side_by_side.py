@@ -13,6 +13,7 @@ available, :func:`map_side_by_side` returns None and the caller reads chunk by c
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import os
 import sys
@@ -27,6 +28,7 @@ _SUPPORTED = sys.platform in ("linux", "darwin") and hasattr(mmap, "MAP_ANONYMOU
 _FAILED = ctypes.c_void_p(-1).value
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
