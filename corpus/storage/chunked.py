@@ -143,7 +143,7 @@ class ChunkedArray:
             except FileNotFoundError:  # pruned between fetch and map (only when the budget is tiny): fetch again
                 continue
         touch(target)
-        mapped = raw[: len(raw) - len(raw) % self.dtype.itemsize].view(self.dtype)  # a torn last token is not one
+        mapped = _whole_tokens(raw, self.dtype)
         with self._lock:
             self._maps[index] = mapped
             while len(self._maps) > MAPPED_CHUNKS:
@@ -199,6 +199,11 @@ class ChunkedArray:
         return whole.astype(dtype) if dtype is not None else whole
 
 
+def _whole_tokens(raw: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The bytes ``raw`` viewed as tokens of ``dtype`` (a torn last token is not one)."""
+    return raw[: len(raw) - len(raw) % dtype.itemsize].view(dtype)
+
+
 def chunk_path(folder: Path, index: int) -> Path:
     """Where chunk ``index`` of the object cached in ``folder`` is kept."""
     return folder / f"{index:08d}.chunk"
@@ -219,7 +224,7 @@ def _cached_whole(found: ObjectInfo, dtype: np.dtype) -> np.ndarray | None:
         return None
     for path in paths:  # used now: the cache's pruning goes by last use
         touch(path)
-    return whole[: len(whole) - len(whole) % dtype.itemsize].view(dtype)
+    return _whole_tokens(whole, dtype)
 
 
 def _runs(indices: list[int]) -> list[list[int]]:
