@@ -1,10 +1,12 @@
 """Running the trainer on several CPU processes (gloo) inside a test, and comparing metrics files.
 
 Ranks are started with ``torch.multiprocessing`` on a free port of 127.0.0.1, one intra-op thread each (the
-machine has 2 cores for every rank of every test). They are forked from the test process where they can be
-(:func:`~tests.trainer.conftest.fork_or_spawn`): a fresh interpreter would import torch and the trainer again
-(~6 s of CPU a rank, most of it the Dynamo that registering the Triton ops pulls in). A group of ranks runs
-several training runs in a row over one process group, which saves the start-up of 2–8 processes per run.
+machine has 2 cores for every rank of every test). Each rank is a fresh interpreter (``spawn``): a rank forked
+from the test process inherits the state of every native library the session used before (OpenMP's idle
+workers among them), and a 2-rank group forked late in the slow step once died in one rank of heap corruption
+("malloc(): unaligned tcache chunk detected"); a spawned rank starts clean. A fresh rank imports torch and
+the trainer again (~6 s of CPU), so a group of ranks runs several training runs in a row over one process
+group, which saves the start-up of 2–8 processes per run.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from tests.trainer.conftest import fork_or_spawn, read_metrics, tiny_overrides
+from tests.trainer.conftest import read_metrics, tiny_overrides
 
 #: Stated tolerance of TP/PP/DP runs against one process (fp32 on CPU): only the order of floating-point
 #: reductions differs (sums split over ranks, other bucket sizes), so per-step losses and gradient norms
@@ -61,13 +63,10 @@ def _worker(rank: int, world: int, port: int, jobs: list) -> None:
         dist.destroy_process_group()
 
 
-def run_ranks(world: int, jobs: list, start_method: str | None = None) -> None:
-    """Run each job in turn on ``world`` CPU ranks: a dict of flag-style overrides is trained with
-    ``trainer.run.loop.train``; a ``(function, kwargs)`` pair (an importable function) is called. Ranks are
-    forked where :func:`~tests.trainer.conftest.fork_or_spawn` allows; jobs that compile need
-    ``start_method="spawn"``: Inductor's compile workers and caches belong to the process that started them."""
-    mp.start_processes(_worker, args=(world, free_port(), jobs), nprocs=world,
-                       start_method=start_method or fork_or_spawn())
+def run_ranks(world: int, jobs: list) -> None:
+    """Run each job in turn on ``world`` fresh CPU ranks: a dict of flag-style overrides is trained with
+    ``trainer.run.loop.train``; a ``(function, kwargs)`` pair (an importable function) is called."""
+    mp.start_processes(_worker, args=(world, free_port(), jobs), nprocs=world, start_method="spawn")
 
 
 def layout_overrides(folder: Path, steps: int = 20, **parallel) -> dict:

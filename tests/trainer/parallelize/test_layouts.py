@@ -228,7 +228,7 @@ def test_compiled_fp8_blocks_under_sequence_parallelism_match_one_process(tmp_pa
     fp8 = merge(FP8_COMPILED, {"fp8": {"fp8_recipe": recipe}})
     runs = {name: merge(layout_overrides(tmp_path / name, steps=6, **layout), fp8)
             for name, layout in (("one", {}), ("tp2_sp", LAYOUTS["tp2_sequence_parallel"]))}
-    run_ranks(1, [(train_fp8_on_cpu, {"overrides": runs["one"]})], start_method="spawn")
-    run_ranks(2, [(train_fp8_on_cpu, {"overrides": runs["tp2_sp"]})], start_method="spawn")
+    run_ranks(1, [(train_fp8_on_cpu, {"overrides": runs["one"]})])
+    run_ranks(2, [(train_fp8_on_cpu, {"overrides": runs["tp2_sp"]})])
     assert_same_curve(curve(tmp_path / "tp2_sp" / "metrics.jsonl"), curve(tmp_path / "one" / "metrics.jsonl"),
                       rel=FP8_TOLERANCE)
