@@ -29,6 +29,7 @@ from typing import Iterator, Sequence
 from corpus.autotune.report import AutotuneResult, Candidate, Run, recommend, run_rates, typical
 from corpus.autotune.sample import Sample, write_sample
 from corpus.autotune.trial import MIN_BATCHES_PER_WORKER, TrialError, lanes, route_signals, run_trial
+from corpus.core.cores import available_cores
 from corpus.core.errors import UserError
 from corpus.tokenize.config import TokenizeConfig
 
@@ -46,13 +47,6 @@ class AutotuneConfigError(UserError):
 
 class AutotuneError(UserError):
     """The sweep cannot measure anything useful (sample too small, a trial failed)."""
-
-
-def available_cores() -> int:
-    """Cores this process may run on (its CPU affinity: a Slurm or container limit counts)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def default_workers(cores: int) -> list[int]:

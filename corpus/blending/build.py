@@ -11,7 +11,6 @@ every ``.idx`` (so a copied dataset hits the cache and a rewritten one misses it
 from __future__ import annotations
 
 import logging
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ from corpus.blending import packing
 from corpus.blending.map_cache import Entry, cache_key
 from corpus.blending.plan import MemberPlan, SplitPlan
 from corpus.blending.resolve import ResolvedBlend
+from corpus.core.cores import available_cores
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def build_split_maps(resolved: ResolvedBlend, plan: SplitPlan) -> SplitMaps:
     kind = "packed" if resolved.config.packing == "best_fit" else "gpt"
     if not all(resolved.cache.has(kind, member_key(resolved, member)) for member in plan.members):
         maps.prepare_kernels()
-    workers = min(len(plan.members), os.cpu_count() or 1)
+    workers = min(len(plan.members), available_cores())
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="maps") as pool:
         entries = list(pool.map(lambda member: member_entry(resolved, member, plan.split), plan.members))
     built = sum(entry.built for entry in entries) + sum(member.maps_built for member in plan.members)

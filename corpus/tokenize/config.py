@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from corpus.core.cores import available_cores
 from corpus.core.errors import ConfigError
 from corpus.core.typed_config import build
 from corpus.tokenizers.config import TokenizerConfig
@@ -104,7 +105,7 @@ class TokenizeConfig:
         """Threads per batch call: ``threads_per_worker``, else the cores divided among the workers."""
         if self.threads_per_worker is not None:
             return self.threads_per_worker
-        return max(1, (os.cpu_count() or 1) // max(self.workers, 1))
+        return max(1, available_cores() // max(self.workers, 1))
 
     def replace(self, **changes) -> "TokenizeConfig":
         """A copy with some options changed (validated again)."""

@@ -7,12 +7,12 @@ and call it from a thread pool (tiktoken releases the GIL).
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import tiktoken
 
+from corpus.core.cores import available_cores
 from corpus.tokenizers.base import TextTokenizer, library_version
 from corpus.tokenizers.config import TokenizerConfig, existing_file
 from corpus.tokenizers.long_texts import REGEX_PRETOKENIZER
@@ -34,7 +34,7 @@ class TikTokenTextTokenizer(TextTokenizer):
             special_tokens=vocabulary.specials)
         # NOTE: with no special token allowed and none disallowed, tiktoken encodes their strings as plain text.
         self.allowed_special = frozenset(vocabulary.specials) if vocabulary.specials_in_text else frozenset()
-        self.threads = (os.cpu_count() or 1) if threads is None else threads
+        self.threads = available_cores() if threads is None else threads
         self._pool: ThreadPoolExecutor | None = None
         self.encoder_name = library_version("tiktoken")
         super().__init__(config, vocabulary.vocab_size, eod=vocabulary.eod, bos=vocabulary.bos)

@@ -21,11 +21,11 @@ from corpus.autotune.search import (
     AutotuneConfigError,
     AutotuneError,
     autotune,
-    available_cores,
     default_workers,
     parse_candidates,
 )
 from corpus.autotune.trial import TrialReport, _BatchClock, _DeadlineReached, _measure, run_trial, steady_window
+from corpus.core.cores import available_cores
 from corpus.readers import LinePayload, extract
 from corpus.tokenize.stats import Counters
 from tests.corpus.tokenize.support import TOKENIZER, WEB, config, hf_tokenizer
