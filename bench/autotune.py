@@ -19,7 +19,6 @@ fastest) and over the defaults', and a short table last.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -30,8 +29,9 @@ from statistics import median
 
 from bench.data import build
 from bench.tokenizer_families import FAMILIES, files
+from corpus.core.cores import available_cores
 
-CORES = os.cpu_count() or 1
+CORES = available_cores()
 
 
 def tune(corpus: Path, tokenizer: dict, args: argparse.Namespace):

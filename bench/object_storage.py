@@ -43,6 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.data import CACHE  # noqa: E402
 from bench.tokenizer_families import files as tokenizer_files  # noqa: E402
+from corpus.core.cores import available_cores  # noqa: E402
 
 BUCKET = "bench"
 SEQ = 4096
@@ -210,7 +211,7 @@ def report(runs: dict[str, list[float]], args: argparse.Namespace) -> None:
                                                        "loader s3 copy first")}
     cores = "the server on its own cores" if args.client_cores else "the server on the same cores"
     print(f"\n{args.corpus}.jsonl {megabytes:.1f} MB, best of {args.rounds} (loader: of {args.loader_rounds}); "
-          f"cores {len(os.sched_getaffinity(0))} ({cores}), load {os.getloadavg()[0]:.1f}; "
+          f"cores {available_cores()} ({cores}), load {os.getloadavg()[0]:.1f}; "
           f"loader: seq {SEQ}, micro-batch {MICRO_BATCH}, "
           f"{args.samples:,} samples, "
           f"{runs['cached MB'][0]:.0f} MB in the chunk cache; outputs byte-identical")

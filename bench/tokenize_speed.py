@@ -43,8 +43,9 @@ from pathlib import Path
 
 from bench.data import CACHE, build
 from bench.tokenizer_families import FAMILIES, files
+from corpus.core.cores import available_cores
 
-CORES = os.cpu_count() or 1
+CORES = available_cores()
 
 
 def _config(tokenizer: dict, **changes):
