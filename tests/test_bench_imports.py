@@ -9,8 +9,10 @@ import pytest
 
 from tests.conftest import REPO
 
-MODULES = sorted(".".join(path.relative_to(REPO).with_suffix("").parts) for path in (REPO / "bench").rglob("*.py")
-                 if path.name != "__init__.py")
+#: The scripts, not what lies in hidden folders beside them (``bench/.cache``: data and whatever a run left there).
+_PARTS = [path.relative_to(REPO).with_suffix("").parts for path in (REPO / "bench").rglob("*.py")]
+MODULES = sorted(".".join(parts) for parts in _PARTS
+                 if parts[-1] != "__init__" and not any(part.startswith(".") for part in parts))
 
 
 @pytest.mark.parametrize("module", MODULES)
