@@ -23,4 +23,3 @@ def one_core():
 def test_a_process_bound_to_one_core_sizes_its_pools_for_one(one_core):
     assert available_cores() == 1
     assert config(Path("."), [WEB], workers=0, threads_per_worker=None).threads == 1
-

@@ -3,10 +3,10 @@
 Ranks are started with ``torch.multiprocessing`` on a free port of 127.0.0.1, one intra-op thread each (the
 machine has 2 cores for every rank of every test). Each rank is a fresh interpreter (``spawn``): a rank forked
 from the test process inherits the state of every native library the session used before (OpenMP's idle
-workers among them), and a 2-rank group forked late in the slow step once died in one rank of heap corruption
-("malloc(): unaligned tcache chunk detected"); a spawned rank starts clean. A fresh rank imports torch and
-the trainer again (~6 s of CPU), so a group of ranks runs several training runs in a row over one process
-group, which saves the start-up of 2–8 processes per run.
+workers among them), and forked ranks have died of heap corruption ("malloc(): unaligned tcache chunk
+detected"); a spawned rank starts clean. A fresh rank imports torch and the trainer again (~6 s of CPU), so a
+group of ranks runs several training runs in a row over one process group, which saves the start-up of 2–8
+processes per run.
 """
 
 from __future__ import annotations
