@@ -8,6 +8,8 @@ one log line; one that cannot stops with an error naming what to install.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 
 
 def missing(module: str) -> str | None:
@@ -21,3 +23,11 @@ def missing(module: str) -> str | None:
     except Exception as error:  # noqa: BLE001 - any failure to import means the package cannot be used
         return f"{module.split('.')[0]} does not import ({type(error).__name__}: {str(error)[:80]})"
     return None
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` is installed, found without importing it: for a package whose import is slow and which
+    is only needed later, if at all (one set to None in ``sys.modules`` counts as not installed)."""
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    return importlib.util.find_spec(module) is not None

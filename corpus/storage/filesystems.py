@@ -72,8 +72,8 @@ def current_options() -> dict:
     return dict(_options)
 
 
-def _merged(protocol: str) -> dict:
-    """A fresh copy of the defaults with the options in force over them.
+def options_for(protocol: str) -> dict:
+    """A fresh copy of the defaults of ``protocol`` with the options in force over them.
 
     A copy, because botocore rewrites the ``retries`` dict it is given (``max_attempts`` becomes
     ``total_max_attempts``): handed the shared one, the next call's options differ from the first's, so fsspec
@@ -105,7 +105,7 @@ def filesystem(url: str):
     import fsspec
 
     try:
-        return fsspec.filesystem(protocol, **_merged(protocol))
+        return fsspec.filesystem(protocol, **options_for(protocol))
     except (ValueError, ImportError) as error:
         raise MissingExtra(f"{url}: no filesystem for {protocol}:// ({error})") from None
     except TypeError as error:
