@@ -1,13 +1,15 @@
-"""One storage layer for every path a user gives: local files, and object stores through fsspec (``s3://`` with the
-``blendforge[s3]`` extra; ``gs://``, ``az://`` and the rest when their fsspec package is installed).
+"""One storage layer for every path a user gives: local files, and object stores (``s3://`` with the ``blendforge[s3]``
+extra; ``gs://``, ``az://`` and the rest when their fsspec package is installed).
 
-A local path keeps its plain code path (``open``, ``os.stat``, ``np.memmap``); only a URL goes through fsspec.
+A local path keeps its plain code path (``open``, ``os.stat``, ``np.memmap``); only a URL goes through a client.
 Modules: ``paths`` (is it remote, joining; no I/O), ``errors`` (one-line :class:`StorageError` naming the object and
-the fix), ``filesystems`` (the storage options, the filesystem of a URL, retries), ``objects`` (stat, list, read,
-write, upload of local-or-remote paths; :class:`ObjectPath`, the ``pathlib`` look-alike of a URL),
-``remote_file`` (a seekable streaming reader with read-ahead), ``object_cache`` (node-local copies and chunks of
-remote objects, shared by the processes of a node, bounded), ``chunked`` (a remote ``.bin`` as a token array over
-that cache) and ``staging`` (outputs written locally, then uploaded).
+the fix), ``filesystems`` (the storage options, the fsspec filesystem of a URL, retries), ``s3_client`` (S3 through
+botocore's own client, which starts in a fraction of s3fs's time), ``objects`` (stat, list, read, write, upload of
+local-or-remote paths; :class:`ObjectPath`, the ``pathlib`` look-alike of a URL), ``object_stream`` (one object read
+in order through one streaming GET), ``remote_file`` (a seekable reader: that stream, or blocks read ahead),
+``object_cache`` (node-local copies and chunks of remote objects, shared by the processes of a node, bounded),
+``chunked`` (a remote ``.bin`` as a token array over that cache) and ``staging`` (outputs written locally, then
+uploaded).
 """
 
 from corpus.storage.chunked import ChunkedArray, map_array

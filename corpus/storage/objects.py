@@ -1,8 +1,9 @@
 """Operations on a path that may be local or remote: stat, list, read, write, upload, delete, open.
 
 A local path goes straight to ``os``/``glob``/``open`` (the same calls the project made before it knew of object
-stores); a URL goes through its fsspec filesystem, every call retried and its failure made one line
-(:func:`corpus.storage.filesystems.call`). :class:`ObjectPath` lets code written against ``pathlib.Path``
+stores); an ``s3://`` URL goes through the S3 client (:mod:`corpus.storage.s3_client`), any other URL, or an
+``s3://`` one with options only s3fs knows, through its fsspec filesystem; every call is retried and its failure
+made one line (:func:`corpus.storage.filesystems.call`). :class:`ObjectPath` lets code written against ``pathlib.Path``
 (``.stat().st_size``, ``.is_file()``, ``.read_text()``) take a URL unchanged; :func:`as_path` picks the one
 that fits.
 """
@@ -19,6 +20,7 @@ from types import SimpleNamespace
 from corpus.storage.errors import ObjectNotFound
 from corpus.storage.filesystems import call, filesystem
 from corpus.storage.paths import basename, has_magic, is_remote, local_form, parent, protocol_of
+from corpus.storage.s3_client import s3_client
 
 #: Part size of multipart uploads (S3 needs >= 5 MiB; 10,000 parts of 64 MiB cover 640 GB).
 UPLOAD_PART_BYTES = 64 << 20
@@ -61,6 +63,9 @@ def info(path: str | os.PathLike) -> ObjectInfo:
             raise ObjectNotFound(f"{text}: no such file") from None
         kind = "directory" if os.path.isdir(local_form(text)) else "file"
         return ObjectInfo(text, stat.st_size, stat.st_mtime_ns, f"{stat.st_mtime_ns}-{stat.st_ino}", kind)
+    client = s3_client(text)
+    if client is not None:
+        return _record_info(text, call("stat", text, client.info, text))
     fs = filesystem(text)
     return _record_info(text, call("stat", text, fs.info, fs._strip_protocol(text)))
 
@@ -103,23 +108,36 @@ def glob(pattern: str, recursive: bool = False) -> list[str]:
     """Paths matching ``pattern`` (``glob.glob`` locally; the store's listing for a URL), unsorted."""
     if not is_remote(pattern):
         return _glob.glob(pattern, recursive=recursive)
-    fs, protocol = filesystem(pattern), protocol_of(pattern)
-    found = call("list", pattern, fs.glob, fs._strip_protocol(pattern), detail=True)
-    return [_url(protocol, name) for name, record in found.items() if record.get("type") != "directory"]
+    return [found.path for found in _matches(pattern)]
+
+
+def _matches(pattern: str) -> list[ObjectInfo]:
+    """The objects a remote glob matches, from the listing."""
+    protocol, client = protocol_of(pattern), s3_client(pattern)
+    if client is not None:
+        found = call("list", pattern, client.glob, pattern)
+    else:
+        fs = filesystem(pattern)
+        found = call("list", pattern, fs.glob, fs._strip_protocol(pattern), detail=True)
+    return [_record_info(_url(protocol, name), record) for name, record in found.items()
+            if record.get("type") != "directory"]
 
 
 def list_objects(spec: str) -> list[ObjectInfo]:
     """The objects a remote ``spec`` names, sorted by URL, with their sizes and versions from the listing (one
     request per 1,000 objects, not one per object): a glob (``**`` spans folders), every object under a key
     prefix at any depth, or one object. :class:`ObjectNotFound` when it names nothing."""
-    fs, protocol = filesystem(spec), protocol_of(spec)
     if has_magic(spec):
-        found = call("list", spec, fs.glob, fs._strip_protocol(spec), detail=True)
+        return sorted(_matches(spec), key=lambda found: found.path)
+    named = info(spec.rstrip("/"))  # one request tells an object from a key prefix
+    if named.kind != "directory":
+        return [named]
+    protocol, client, folder = protocol_of(spec), s3_client(spec), spec.rstrip("/")
+    if client is not None:
+        found = call("list", spec, client.find, folder)
     else:
-        named = info(spec.rstrip("/"))  # one request tells an object from a key prefix
-        if named.kind != "directory":
-            return [named]
-        found = call("list", spec, fs.find, fs._strip_protocol(spec.rstrip("/")), detail=True)
+        fs = filesystem(spec)
+        found = call("list", spec, fs.find, fs._strip_protocol(folder), detail=True)
     return sorted((_record_info(_url(protocol, name), record) for name, record in found.items()
                    if record.get("type") != "directory"), key=lambda found: found.path)
 
@@ -137,8 +155,12 @@ def identities(paths: list[str]) -> list[list]:
             stat = os.stat(local_form(path))
             rows[path] = [stat.st_size, stat.st_mtime_ns, stat.st_ino]
     for folder, members in remote.items():
-        fs, protocol = filesystem(folder), protocol_of(folder)
-        listing = call("list", folder, fs.ls, fs._strip_protocol(folder), detail=True)
+        protocol, client = protocol_of(folder), s3_client(folder)
+        if client is not None:
+            listing = call("list", folder, client.ls, folder)
+        else:
+            fs = filesystem(folder)
+            listing = call("list", folder, fs.ls, fs._strip_protocol(folder), detail=True)
         known = {_url(protocol, record["name"]): _record_info(folder, record) for record in listing}
         for path in members:
             found = known.get(path) or info(path)
@@ -151,6 +173,9 @@ def read_bytes(path: str | os.PathLike) -> bytes:
     text = str(path)
     if not is_remote(text):
         return Path(local_form(text)).read_bytes()
+    client = s3_client(text)
+    if client is not None:
+        return call("read", text, client.read, text)
     fs = filesystem(text)
     return call("read", text, fs.cat_file, fs._strip_protocol(text))
 
@@ -163,6 +188,10 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
         partial.write_bytes(data)
         os.replace(partial, local_form(text))
         return
+    client = s3_client(text)
+    if client is not None:
+        call("write", text, client.write, text, data)
+        return
     fs = filesystem(text)
     call("write", text, fs.pipe_file, fs._strip_protocol(text), data)
 
@@ -170,6 +199,10 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
 def upload(local: str | os.PathLike, url: str) -> None:
     """Copy a local file to ``url`` in one atomic step (a multipart upload for a large one: the object appears only
     once every part is in)."""
+    client = s3_client(url)
+    if client is not None:
+        call("upload", url, client.upload, str(local), url, UPLOAD_PART_BYTES)
+        return
     fs = filesystem(url)
     options = {"chunksize": UPLOAD_PART_BYTES} if protocol_of(url) in _CHUNKED_UPLOADS else {}
     call("upload", url, fs.put_file, str(local), fs._strip_protocol(url), **options)
@@ -177,6 +210,10 @@ def upload(local: str | os.PathLike, url: str) -> None:
 
 def download(url: str, local: str | os.PathLike) -> None:
     """Copy the object ``url`` to the local file ``local``."""
+    client = s3_client(url)
+    if client is not None:
+        call("download", url, client.download, url, str(local))
+        return
     fs = filesystem(url)
     call("download", url, fs.get_file, fs._strip_protocol(url), str(local))
 
@@ -187,9 +224,13 @@ def delete(path: str | os.PathLike, missing_ok: bool = True) -> None:
     if not is_remote(text):
         Path(local_form(text)).unlink(missing_ok=missing_ok)
         return
-    fs = filesystem(text)
+    client = s3_client(text)
     try:
-        call("delete", text, fs.rm_file, fs._strip_protocol(text))
+        if client is not None:
+            call("delete", text, client.delete, text, missing_ok)
+        else:
+            fs = filesystem(text)
+            call("delete", text, fs.rm_file, fs._strip_protocol(text))
     except ObjectNotFound:
         if not missing_ok:
             raise

@@ -1,0 +1,96 @@
+"""The S3 client gives what s3fs gives, on the real S3 server: the same objects for every kind of input spec,
+with the same identities (so caches keyed by identity serve either), the same answers for what is not there, and
+the same objects written; a multipart upload that fails leaves nothing behind."""
+
+from __future__ import annotations
+
+import pytest
+
+from corpus import storage
+from corpus.storage.s3_client import s3_client
+
+KEYS = ["data/a.jsonl", "data/b.jsonl", "data/x.parquet", "data/deeper/c.jsonl", "data/deeper/more/d.jsonl.zst",
+        "other/e.jsonl", "top.jsonl"]
+SPECS = ["data", "data/", "data/a.jsonl", "data/*.jsonl", "data/**/*.jsonl", "data/**", "data/deeper/*",
+         "*/a.jsonl", "**/*.zst", "data/[ab].jsonl", "data/?.jsonl", "*.jsonl"]
+S3FS_ONLY = {"version_aware": False}  # an option the S3 client leaves to s3fs
+
+
+def _outcome(function, *args):
+    """What ``function(*args)`` returns, or the type of the StorageError it raises."""
+    try:
+        return function(*args)
+    except storage.StorageError as error:
+        return type(error)
+
+
+def _both(url: str, function, *args) -> tuple:
+    """The outcome of ``function(*args)`` through the S3 client of ``url``'s store, then through s3fs."""
+    assert s3_client(url) is not None
+    direct = _outcome(function, *args)
+    storage.configure(S3FS_ONLY)
+    try:
+        assert s3_client(url) is None
+        return direct, _outcome(function, *args)
+    finally:
+        storage.configure({})
+
+
+def test_listings_and_identities_match_s3fs(bucket):
+    for number, key in enumerate(KEYS):
+        storage.write_bytes(f"{bucket}/{key}", b"x" * number)
+    for spec in SPECS:
+        url = f"{bucket}/{spec}"
+        direct, through_s3fs = _both(url, storage.list_objects, url)
+        assert direct == through_s3fs and isinstance(direct, list) and direct, spec
+        if storage.has_magic(spec):
+            direct, through_s3fs = _both(url, storage.glob, url)
+            assert sorted(direct) == sorted(through_s3fs) and direct, spec
+    for url in (f"{bucket}/data/a.jsonl", f"{bucket}/data", f"{bucket}/data/deeper", bucket):
+        direct, through_s3fs = _both(url, storage.info, url)
+        assert direct == through_s3fs and isinstance(direct, storage.ObjectInfo), url
+    paths = [f"{bucket}/{key}" for key in KEYS]
+    direct, through_s3fs = _both(bucket, storage.identities, paths)
+    assert direct == through_s3fs and direct[1] == [1, storage.info(paths[1]).version]
+    assert _both(bucket, storage.read_bytes, paths[3]) == (b"xxx", b"xxx")
+
+
+def test_absent_objects_prefixes_and_buckets_read_the_same(bucket):
+    storage.write_bytes(f"{bucket}/data/a.jsonl", b"x")
+    for url in (f"{bucket}/none", f"{bucket}/none/", f"{bucket}/none/*.jsonl", "s3://no-such-bucket-here/x"):
+        for function in (storage.list_objects, storage.info, storage.exists, storage.isdir, storage.read_bytes):
+            direct, through_s3fs = _both(url, function, url)
+            assert direct == through_s3fs, (url, function.__name__)
+    assert _both(bucket, storage.list_objects, f"{bucket}/none")[0] is storage.ObjectNotFound
+    with pytest.raises(storage.StorageError, match="bucket 'no-such-bucket-here' does not exist"):
+        storage.info("s3://no-such-bucket-here/x")
+
+
+def test_uploads_downloads_and_deletes_match_s3fs(bucket, tmp_path, monkeypatch):
+    monkeypatch.setattr(storage.objects, "UPLOAD_PART_BYTES", 5 << 20)
+    data = bytes(range(256)) * (45_000)  # 11.5 MB: three parts
+    (tmp_path / "big").write_bytes(data)
+    url = f"{bucket}/big"
+
+    def round_trip(name: str):
+        storage.upload(tmp_path / "big", f"{url}-{name}")
+        storage.download(f"{url}-{name}", tmp_path / f"back-{name}")
+        storage.delete(f"{url}-{name}")
+        return (tmp_path / f"back-{name}").read_bytes(), storage.exists(f"{url}-{name}")
+
+    assert _both(bucket, round_trip, "direct") == ((data, False), (data, False))
+    storage.upload(tmp_path / "big", url)
+    assert storage.info(url).version.endswith("-3")  # a multipart ETag: md5 of the parts, "-3"
+    with pytest.raises(storage.ObjectNotFound):  # s3fs deletes nothing without a word
+        storage.delete(f"{url}-none", missing_ok=False)
+
+
+def test_a_failed_multipart_upload_is_aborted(faults, bucket, tmp_path, monkeypatch, s3):
+    monkeypatch.setattr(storage.objects, "UPLOAD_PART_BYTES", 5 << 20)
+    (tmp_path / "big").write_bytes(b"x" * (11 << 20))
+    faults.fail("denied", every=1, methods=("PUT",))  # every part refused; the upload's start and abort pass
+    with pytest.raises(storage.StorageError, match="access denied"):
+        storage.upload(tmp_path / "big", f"{bucket}/big")
+    faults.fail(None)
+    assert not storage.exists(f"{bucket}/big")
+    assert not s3.client().list_multipart_uploads(Bucket=bucket.split("://")[1]).get("Uploads")
