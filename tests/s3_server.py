@@ -10,6 +10,7 @@ bucket. ``faults`` is an HTTP proxy in front of the server that answers chosen r
 
 from __future__ import annotations
 
+import collections
 import http.client
 import itertools
 import logging
@@ -86,14 +87,15 @@ def bucket(s3: S3Server) -> str:
 class FaultProxy:
     """Forwards HTTP requests to the S3 server and fails the ones its plan picks.
 
-    ``fail(fault, every=n)`` makes every n-th request (of the given methods) fail with ``fault``: ``"slowdown"``
-    (503 SlowDown), ``"denied"`` (403 AccessDenied) or ``"drop"`` (half the response body, then the connection
-    closes). ``injected`` counts the faults served."""
+    ``fail(fault, every=n)`` makes the first of every n requests (of the given methods) fail with ``fault``:
+    ``"slowdown"`` (503 SlowDown), ``"denied"`` (403 AccessDenied) or ``"drop"`` (half the response body, then the
+    connection closes). ``injected`` counts the faults served, ``requests`` the requests of each method since then."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
         self.fault, self.every, self.methods = None, 0, ()
         self.injected, self._seen = 0, 0
+        self.requests: collections.Counter = collections.Counter()
         self._lock = threading.Lock()
         proxy = self
 
@@ -115,16 +117,18 @@ class FaultProxy:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def fail(self, fault: str | None, every: int = 2, methods: tuple[str, ...] = ("GET", "PUT", "POST")) -> None:
-        """Fail every ``every``-th request of ``methods`` from now on (None: forward everything)."""
+        """Fail the first of every ``every`` requests of ``methods`` from now on (None: forward everything)."""
         with self._lock:
             self.fault, self.every, self.methods, self._seen, self.injected = fault, every, methods, 0, 0
+            self.requests.clear()
 
     def _pick(self, method: str) -> str | None:
         with self._lock:
+            self.requests[method] += 1
             if self.fault is None or method not in self.methods:
                 return None
             self._seen += 1
-            if self._seen % self.every:
+            if (self._seen - 1) % self.every:
                 return None
             self.injected += 1
             return self.fault

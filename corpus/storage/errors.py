@@ -34,10 +34,11 @@ _NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError", "CredentialR
 #: ... that the endpoint cannot be reached.
 _UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError", "ConnectionRefusedError",
                 "ClientConnectorDNSError", "ServerTimeoutError", "gaierror"}
-#: ... that a connection dropped or a read timed out mid-transfer (worth another try).
+#: ... that a connection dropped, a read timed out mid-transfer or the server was busy (worth another try).
 _DROPPED = {"ClientPayloadError", "IncompleteRead", "ServerDisconnectedError", "ConnectionResetError",
             "ReadTimeoutError", "ResponseStreamingError", "ProtocolError", "BrokenPipeError", "ShortRead",
-            "ClientOSError", "TimeoutError", "FSTimeoutError"}
+            "ClientOSError", "TimeoutError", "FSTimeoutError", "ServerBusy", "IncompleteReadError",
+            "ConnectionClosedError"}
 #: Words of a throttling or temporary server error (S3's 503 SlowDown, 500 InternalError).
 _THROTTLED = ("SlowDown", "reduce your request rate", "Service Unavailable", "ServiceUnavailable", "InternalError",
               "(503)", "RequestTimeout")
@@ -45,6 +46,10 @@ _THROTTLED = ("SlowDown", "reduce your request rate", "Service Unavailable", "Se
 
 class ShortRead(Exception):
     """A ranged read returned fewer bytes than asked (a connection closed early without an error)."""
+
+
+class ServerBusy(Exception):
+    """The store answered a request with a 5xx status (throttling, a temporary failure): worth another try."""
 
 
 def _chain(error: BaseException) -> list[BaseException]:

@@ -1,14 +1,18 @@
-"""A remote object as a seekable binary file, read in large ranges fetched ahead of the reader.
+"""A remote object as a seekable binary file: a sequential reader gets one streaming GET, any other large ranges
+fetched ahead.
 
-Streaming an object through small reads would pay one round trip per read; here the object is cut into blocks
-and, while the reader works on block ``i``, blocks ``i+1 … i+AHEAD`` are already being fetched by background
-threads (ranged GETs), so a sequential reader (JSONL, a compressed stream, ``corpus merge``) sees the store's
-bandwidth rather than its latency. Blocks grow from ``FIRST_BLOCK_BYTES`` to ``BLOCK_BYTES`` (doubling), and the
-read-ahead grows with each block read in order (none for the first): a reader that stops early (the first records
-of an input, a footer) fetches little and starts at once, and a long one makes few, large requests. The first
-block of the last objects opened is kept, so the run that follows a look at an input's first records does not
-fetch them again. Memory stays bounded: ``AHEAD + 2`` blocks at most per reader.
-Seeks (Parquet's footer, a shard starting mid-file) just move the position; blocks behind it are dropped.
+The first block of an object (``FIRST_BLOCK_BYTES``) is one ranged read, and the first block of the last objects
+opened is kept, so the run that follows a look at an input's first records does not fetch them again. A reader that
+goes on in order past it (JSONL, a compressed stream, ``corpus merge``) is served by an
+:class:`~corpus.storage.object_stream.ObjectStream` from there to the object's end: one GET received ahead by a
+thread: on a local S3 server one GET for 105 MB took three quarters of the wall time and about half the server's CPU
+of ranged blocks (``bench/object_storage.py`` reads the object both ways side by side). Where streaming does not
+apply (other stores, options a presigned GET would drop) or after a seek (Parquet's footer and column chunks, a
+shard starting mid-file), the object is cut into blocks growing from ``FIRST_BLOCK_BYTES`` to ``BLOCK_BYTES``
+(doubling) and, while the reader works on block ``i``, blocks ``i+1 … i+AHEAD`` are fetched by background threads
+(ranged GETs), with the read-ahead growing with each block read in order (none for the first): a reader that stops
+early fetches little and starts at once, a long one makes few, large requests. Memory stays bounded: ``AHEAD + 2``
+blocks at most per reader, or the stream's chunks.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from corpus.storage.errors import ShortRead
+from corpus.storage.errors import ShortRead, translate
 from corpus.storage.filesystems import call, filesystem
+from corpus.storage.object_stream import ObjectStream
 from corpus.storage.objects import ObjectInfo, info
 from corpus.storage.paths import is_remote, local_form
+from corpus.storage.s3_client import s3_client
 
 #: The largest ranged read: large enough that a request's latency and per-request cost are small next to its
 #: transfer (on a local S3 server 105 MB read in 16 MB ranges took 0.69-0.75 s, in 64 MB ranges 0.47-0.72 s).
@@ -40,12 +46,17 @@ _first_blocks_lock = threading.Lock()
 
 
 def read_range(found: ObjectInfo, start: int, end: int, fs=None) -> bytes:
-    """Bytes ``[start, end)`` of an object, retried on throttling, dropped connections and short reads."""
-    fs = fs or filesystem(found.path)
-    key = fs._strip_protocol(found.path)
+    """Bytes ``[start, end)`` of an object, retried on throttling, dropped connections and short reads; through
+    ``fs`` when given, else the store's read client (:mod:`corpus.storage.s3_client`) or its filesystem."""
+    client = None if fs is not None else s3_client(found.path)
+    if client is None:
+        fs = fs or filesystem(found.path)
 
     def fetch() -> bytes:
-        data = fs.cat_file(key, start=start, end=end)
+        if client is not None:
+            data = client.read(found.path, start, end)
+        else:
+            data = fs.cat_file(fs._strip_protocol(found.path), start=start, end=end)
         if len(data) != end - start:
             raise ShortRead(f"got {len(data)} of {end - start} bytes at offset {start}")
         return data
@@ -57,11 +68,17 @@ class RemoteReader(io.RawIOBase):
     """Read-only, seekable file over one object (see the module docstring)."""
 
     def __init__(self, found: ObjectInfo, block_bytes: int = BLOCK_BYTES, ahead: int = AHEAD,
-                 first_block_bytes: int = FIRST_BLOCK_BYTES) -> None:
+                 first_block_bytes: int = FIRST_BLOCK_BYTES, stream: bool | None = None) -> None:
+        """``stream``: serve reads in order past the first block by one streaming GET (None: where the
+        filesystem allows it)."""
         super().__init__()
         self.name, self.size = found.path, found.size
-        self._found, self._fs = found, filesystem(found.path)
-        self._block_bytes, self._ahead = block_bytes, ahead
+        self._found, self._client = found, s3_client(found.path)
+        self._streams = (self._client is not None and not self._client.proxies) if stream is None else stream
+        self._stream: ObjectStream | None = None
+        self._reached = 0  # where the last read ended: a read starting there goes on in order
+        self._block_bytes = block_bytes
+        self._ahead = 0 if self._streams else ahead  # reads in order are the stream's
         self._ramp_starts = [0]  # where the growing blocks before the uniform ones start, and where they end
         size = min(first_block_bytes, block_bytes)
         while size < block_bytes:
@@ -103,12 +120,12 @@ class RemoteReader(io.RawIOBase):
     def _fetch(self, index: int) -> bytes:
         start, end = self._start(index), min(self.size, self._start(index + 1))
         if index:
-            return read_range(self._found, start, end, self._fs)
+            return read_range(self._found, start, end)
         key = (self._found.path, self._found.size, self._found.version, end)
         with _first_blocks_lock:
             kept = _first_blocks.get(key)
         if kept is None:
-            kept = read_range(self._found, start, end, self._fs)
+            kept = read_range(self._found, start, end)
             with _first_blocks_lock:
                 _first_blocks[key] = kept
                 while len(_first_blocks) > KEPT_FIRST_BLOCKS:
@@ -118,7 +135,7 @@ class RemoteReader(io.RawIOBase):
     def _block(self, index: int) -> bytes:
         """Block ``index``, with up to ``ahead`` next blocks requested behind it."""
         if index != self._current:
-            self._in_order = self._in_order + 1 if index == self._current + 1 else 0
+            self._in_order = self._in_order + 1 if 0 <= self._current == index - 1 else 0
             self._current = index
         for wanted in range(index, min(self._last, index + min(self._ahead, self._in_order)) + 1):
             if wanted not in self._blocks:
@@ -127,16 +144,35 @@ class RemoteReader(io.RawIOBase):
             self._blocks.pop(stale).cancel()
         return self._blocks[index].result()
 
+    def _streaming(self) -> ObjectStream | None:
+        """The stream serving the position: the open one if it is there, a new one if the reader goes on in
+        order past the first block; None where blocks serve it."""
+        if self._stream is not None and self._stream.position != self._position:
+            self._stream.close()
+            self._stream = None
+        if (self._stream is None and self._streams and self._position == self._reached
+                and self._position >= self._start(1)):
+            self._stream = ObjectStream(self._client, self.name, self._position, self.size)
+        return self._stream
+
     def read(self, size: int = -1) -> bytes:
         end = self.size if size is None or size < 0 else min(self.size, self._position + size)
         pieces = []
         while self._position < end:
-            index = self._locate(self._position)
-            block = self._block(index)
-            inside = self._position - self._start(index)
-            piece = block[inside : inside + end - self._position]
+            stream = self._streaming()
+            if stream is not None:
+                piece = stream.read(end - self._position)
+                if not piece:
+                    raise translate(ShortRead(f"the object ended at byte {self._position} of {self.size}"),
+                                    self.name, "read")
+            else:
+                index = self._locate(self._position)
+                block = self._block(index)
+                inside = self._position - self._start(index)
+                piece = block[inside : inside + end - self._position]
             pieces.append(piece)
             self._position += len(piece)
+            self._reached = self._position
         return b"".join(pieces)
 
     def readinto(self, buffer) -> int:
@@ -153,6 +189,9 @@ class RemoteReader(io.RawIOBase):
                 future.cancel()
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._blocks.clear()
+            if self._stream is not None:
+                self._stream.close()
+                self._stream = None
         super().close()
 
 

@@ -111,11 +111,18 @@ def test_uploads_and_reads_survive_throttling_and_dropped_connections(faults, bu
     (tmp_path / "blob").write_bytes(data)
     faults.fail(fault, every=2)
     storage.upload(tmp_path / "blob", f"{bucket}/blob")
-    with RemoteReader(storage.info(f"{bucket}/blob"), block_bytes=256 << 10) as reader:
-        reader.seek(1000)
-        assert reader.read(10) == data[1000:1010]
-        assert reader.read() == data[1010:]
-    assert faults.injected >= 5
+    assert faults.injected == 1
+    found = storage.info(f"{bucket}/blob")
+    for stream in (False, True):
+        faults.fail(fault, every=2, methods=("GET",))
+        with RemoteReader(found, block_bytes=256 << 10, stream=stream) as reader:
+            reader.seek(1000)
+            assert reader.read(10) == data[1000:1010]
+            assert reader.read() == data[1010:]
+        if stream:  # one GET from the second block on (the first reader kept the first), failed once
+            assert faults.requests["GET"] == 2 and faults.injected == 1
+        else:  # twelve blocks of 256 KiB, each failed once at least
+            assert faults.injected >= 12
     faults.fail(None)
     assert storage.read_bytes(f"{bucket}/blob") == data
 
