@@ -8,7 +8,10 @@ cold and a warm chunk cache.
 
 Tokenize (fresh processes, cl100k tokenizer.json, ``--workers 0``): (a) local input, local output; (b) the same
 file from the S3 server, local output; (c) S3 input and S3 output (staged, then uploaded). MB/s are input bytes
-over the process's wall time; outputs are compared byte for byte.
+over the process's wall time; outputs are compared byte for byte. Beside them, the input object read front to back
+in this process (1 MB reads, as the JSONL reader makes) through one streaming GET, and through ranged blocks
+fetched ahead: wall time, the reader's CPU (all its threads) and the server's; and a fresh process's first answer
+from the store (import, client, a HEAD) through the S3 client and through s3fs.
 
 Loader (one process, seq 4096, micro-batch 8, index maps built before timing, every sample of the request read
 once, timed from the first batch on: the first batch, which opens the pair, is reported apart): a blend on the
@@ -29,6 +32,7 @@ Targets: tokenize from S3 >= 0.8x local, warm loader >= 0.9x local, cold >= 10 M
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import socket
@@ -106,6 +110,36 @@ def tokenize(source: str, prefix: str, work: Path, tokenizer: str) -> float:
     return time.perf_counter() - began
 
 
+def read_object(url: str, stream: bool) -> tuple[float, float]:
+    """(seconds, this process's CPU seconds) to read the object ``url`` front to back in 1 MB reads, as the JSONL
+    reader does: through one streaming GET, or ranged blocks fetched ahead (what other stores get)."""
+    from corpus import storage
+    from corpus.storage import remote_file
+
+    found = storage.info(url)
+    remote_file._first_blocks.clear()  # both ways fetch the first block
+    began, cpu = time.perf_counter(), time.process_time()
+    with remote_file.RemoteReader(found, stream=stream) as reader:
+        while reader.read(1 << 20):
+            pass
+    return time.perf_counter() - began, time.process_time() - cpu
+
+
+#: Storage options that leave S3 to s3fs (the S3 client does not take ``version_aware``).
+S3FS_ONLY = {"version_aware": False}
+
+
+def first_answer(url: str, options: dict) -> float:
+    """Seconds a fresh process takes from importing the storage layer to the first answer about ``url`` (a
+    HEAD): the start-up a command pays before its first byte, with the S3 client or with s3fs."""
+    script = ("import json, sys, time; began = time.perf_counter(); from corpus import storage; "
+              "storage.configure(json.loads(sys.argv[2])); storage.info(sys.argv[1]); "
+              "print(time.perf_counter() - began)")
+    done = subprocess.run([sys.executable, "-c", script, url, json.dumps(options)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
+    return float(done.stdout)
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds process ``pid`` has used so far (from /proc; 0 where there is none)."""
     try:
@@ -171,6 +205,14 @@ def measure(args: argparse.Namespace, work: Path, server_pid: int) -> dict[str, 
              ("tokenize s3 in", remote_input, str(work / "s3in" / "out")),
              ("tokenize s3 in+out", remote_input, f"s3://{BUCKET}/out/prose"))
     for _ in range(args.rounds):
+        for name, options in (("first answer client", {}), ("first answer s3fs", S3FS_ONLY)):
+            runs.setdefault(name, []).append(first_answer(remote_input, options))
+        for name, stream in (("read stream", True), ("read blocks", False)):
+            served = cpu_seconds(server_pid)
+            seconds, cpu = read_object(remote_input, stream)
+            runs.setdefault(name, []).append(seconds)
+            runs.setdefault(f"{name} cpu", []).append(cpu)
+            runs.setdefault(f"{name} server cpu", []).append(cpu_seconds(server_pid) - served)
         for name, given, prefix in cases:
             served = cpu_seconds(server_pid)
             runs.setdefault(name, []).append(tokenize(given, prefix, work, args.tokenizer))
@@ -204,6 +246,10 @@ def measure(args: argparse.Namespace, work: Path, server_pid: int) -> dict[str, 
     return runs
 
 
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
 def report(runs: dict[str, list[float]], args: argparse.Namespace) -> None:
     megabytes = runs["bytes"][0] / 1e6
     speed = {name: megabytes / min(runs[name]) for name in ("tokenize local", "tokenize s3 in", "tokenize s3 in+out")}
@@ -218,9 +264,16 @@ def report(runs: dict[str, list[float]], args: argparse.Namespace) -> None:
     print(f"{'case':<22} {'figure':>14} {'x local':>8}  target (loader: from its first batch on; the whole pass, "
           "first batch included, and that batch's median time beside it)")
     for name, target in (("tokenize local", ""), ("tokenize s3 in", ">= 0.8"), ("tokenize s3 in+out", ">= 0.8")):
-        server = sorted(runs[f"{name} server cpu"])[len(runs[name]) // 2]
+        server = _median(runs[f"{name} server cpu"])
         print(f"{name:<22} {speed[name]:>9.1f} MB/s {speed[name] / speed['tokenize local']:>8.2f}  {target:<18} "
               f"{min(runs[name]):.2f} s; the server's CPU {server:.2f} s")
+    client, s3fs = _median(runs["first answer client"]), _median(runs["first answer s3fs"])
+    print(f"{'first answer':<22} {client:>9.2f} s    {'':>8}  S3 client; s3fs {s3fs:.2f} s (import, client, a HEAD; "
+          "fresh processes, median)")
+    for name, how in (("read stream", "one streaming GET"), ("read blocks", "ranged blocks, read ahead")):
+        print(f"{name:<22} {megabytes / min(runs[name]):>9.1f} MB/s {'':>8}  {how:<26} {min(runs[name]):.2f} s; "
+              f"CPU: the reader's {_median(runs[f'{name} cpu']):.2f} s, the server's "
+              f"{_median(runs[f'{name} server cpu']):.2f} s")
     for name, target in (("loader local", ""), ("loader s3 cold", ">= 10 M (whole)"), ("loader s3 warm", ">= 0.9"),
                          ("loader s3 copy first", "(the alternative)")):
         firsts = sorted(runs.get(f"{name} first batch", []))
