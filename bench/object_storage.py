@@ -96,13 +96,17 @@ def start_server(work: Path, cores: set[int] | None = None) -> subprocess.Popen:
     return server
 
 
+def child_environment() -> dict[str, str]:
+    """This process's environment with the repository first on the children's import path."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
+
+
 def tokenize(source: str, prefix: str, work: Path, tokenizer: str) -> float:
     """Seconds of one ``corpus tokenize`` process."""
     command = [sys.executable, "-m", "cli.corpus", "tokenize", "--input", source, "--output-prefix", prefix,
                "--json-keys", "text", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", tokenizer,
                "--append-eod", "--quiet"]
-    path = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))
-    environment = {**os.environ, "PYTHONPATH": path, "BLENDFORGE_OBJECT_CACHE_DIR": str(work / "tok-cache")}
+    environment = {**child_environment(), "BLENDFORGE_OBJECT_CACHE_DIR": str(work / "tok-cache")}
     began = time.perf_counter()
     done = subprocess.run(command, env=environment, capture_output=True, text=True)
     if done.returncode:
@@ -136,7 +140,7 @@ def first_answer(url: str, options: dict) -> float:
               "storage.configure(json.loads(sys.argv[2])); storage.info(sys.argv[1]); "
               "print(time.perf_counter() - began)")
     done = subprocess.run([sys.executable, "-c", script, url, json.dumps(options)], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
+                          env=child_environment(), check=True)
     return float(done.stdout)
 
 
