@@ -20,11 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from corpus.storage.filesystems import filesystem
 from corpus.storage.object_cache import claim, object_dir, release, store, touch, wait_for
 from corpus.storage.objects import ObjectInfo, info
 from corpus.storage.paths import is_remote, local_form
-from corpus.storage.remote_file import read_range
+from corpus.storage.remote_file import read_range, store_of
 from corpus.storage.side_by_side import map_side_by_side
 
 #: Bytes per chunk (a ranged read of a few MB: latency small next to transfer; a multiple of every itemsize).
@@ -54,9 +53,11 @@ class ChunkedArray:
 
     ndim = 1
 
-    def __init__(self, found: ObjectInfo, dtype: np.dtype, fs=None, chunk_bytes: int | None = None) -> None:
+    def __init__(self, found: ObjectInfo, dtype: np.dtype, store=None, chunk_bytes: int | None = None) -> None:
+        """``store``: what reads the object (default: the S3 client or filesystem of the options in force);
+        kept, so an array handed to another process reads through the same store."""
         self.found, self.dtype, self.chunk_bytes = found, np.dtype(dtype), chunk_bytes or CHUNK_BYTES
-        self._fs = fs or filesystem(found.path)
+        self._store = store or store_of(found.path)
         self._count = found.size // self.dtype.itemsize
         self._per_chunk = self.chunk_bytes // self.dtype.itemsize
         self._chunks = -(-found.size // self.chunk_bytes)
@@ -66,10 +67,10 @@ class ChunkedArray:
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
-        return {"found": self.found, "dtype": self.dtype, "fs": self._fs, "chunk_bytes": self.chunk_bytes}
+        return {"found": self.found, "dtype": self.dtype, "store": self._store, "chunk_bytes": self.chunk_bytes}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["found"], state["dtype"], state["fs"], state["chunk_bytes"])
+        self.__init__(state["found"], state["dtype"], state["store"], state["chunk_bytes"])
 
     def __len__(self) -> int:
         return self._count
@@ -97,7 +98,7 @@ class ChunkedArray:
     def _store_run(self, first: int, last: int) -> None:
         """Fetch chunks ``first … last`` with one ranged read and store each (the caller claimed them)."""
         start, size = first * self.chunk_bytes, self.chunk_bytes
-        data = memoryview(read_range(self.found, start, min(self.found.size, (last + 1) * size), self._fs))
+        data = memoryview(read_range(self.found, start, min(self.found.size, (last + 1) * size), self._store))
         for index in range(first, last + 1):
             store(self._path(index), data[(index - first) * size : (index - first + 1) * size])
 

@@ -29,7 +29,7 @@ from corpus.storage.filesystems import call, filesystem
 from corpus.storage.object_stream import ObjectStream
 from corpus.storage.objects import ObjectInfo, info
 from corpus.storage.paths import is_remote, local_form
-from corpus.storage.s3_client import s3_client
+from corpus.storage.s3_client import S3Client, s3_client
 
 #: The largest ranged read: large enough that a request's latency and per-request cost are small next to its
 #: transfer (on a local S3 server 105 MB read in 16 MB ranges took 0.69-0.75 s, in 64 MB ranges 0.47-0.72 s).
@@ -45,18 +45,22 @@ _first_blocks: OrderedDict[tuple, bytes] = OrderedDict()
 _first_blocks_lock = threading.Lock()
 
 
-def read_range(found: ObjectInfo, start: int, end: int, fs=None) -> bytes:
-    """Bytes ``[start, end)`` of an object, retried on throttling, dropped connections and short reads; through
-    ``fs`` when given, else the store's read client (:mod:`corpus.storage.s3_client`) or its filesystem."""
-    client = None if fs is not None else s3_client(found.path)
-    if client is None:
-        fs = fs or filesystem(found.path)
+def store_of(url: str):
+    """What reads ``url``: the S3 client where it applies (:mod:`corpus.storage.s3_client`), else the fsspec
+    filesystem. Both pickle, for arrays handed to worker processes."""
+    return s3_client(url) or filesystem(url)
+
+
+def read_range(found: ObjectInfo, start: int, end: int, store=None) -> bytes:
+    """Bytes ``[start, end)`` of an object through ``store`` (default: :func:`store_of` its URL), retried on
+    throttling, dropped connections and short reads."""
+    store = store or store_of(found.path)
 
     def fetch() -> bytes:
-        if client is not None:
-            data = client.read(found.path, start, end)
+        if isinstance(store, S3Client):
+            data = store.read(found.path, start, end)
         else:
-            data = fs.cat_file(fs._strip_protocol(found.path), start=start, end=end)
+            data = store.cat_file(store._strip_protocol(found.path), start=start, end=end)
         if len(data) != end - start:
             raise ShortRead(f"got {len(data)} of {end - start} bytes at offset {start}")
         return data

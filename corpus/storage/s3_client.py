@@ -1,19 +1,20 @@
 """S3 through botocore's own client: every operation of the storage layer, without s3fs's start-up.
 
-s3fs is built on aiobotocore and aiohttp: importing it and making its first client costs a command several times
-what botocore's client costs (``bench/object_storage.py`` measures both side by side), and a run from S3 pays it
-before its first byte, in series with the tokenizer's build (both hold the GIL). So stat, listing, reads, byte
-ranges, presigned URLs for :mod:`corpus.storage.object_stream`, uploads (in parts when large), downloads and
-deletes of ``s3://`` paths go through this client, made from the same storage options (s3fs's keyword
-arguments, mapped by :func:`s3_client`). An option it does not know (requester pays, version-aware listings,
-extra request arguments) makes :func:`s3_client` None, and s3fs does the work, as it does for the chunk cache's
-reads, whose arrays carry their filesystem into worker processes.
+s3fs is built on aiobotocore and aiohttp: importing it and making its first client takes a command nearly twice as
+long as botocore's client (``bench/object_storage.py`` measures both side by side), and a run from S3 pays it before
+its first byte, in series with the tokenizer's build (both hold the GIL). So stat, listing, reads, byte ranges,
+presigned URLs for :mod:`corpus.storage.object_stream`, uploads (in parts when large), downloads and deletes of
+``s3://`` paths go through this client, made from the same storage options (s3fs's keyword arguments, mapped by
+:func:`s3_client`). An option it does not know (requester pays, version-aware listings, extra request arguments)
+makes :func:`s3_client` None, and s3fs does the work. A client pickles as its options (the chunk cache's arrays
+carry theirs into worker processes).
 Records use s3fs's key names (``name``, ``size``, ``ETag``, ``VersionId``, ``LastModified``, ``type``), so an
 object's identity (:class:`corpus.storage.objects.ObjectInfo`) is the same whichever client read it.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -31,8 +32,8 @@ _NO_EFFECT = {"use_listings_cache", "listings_expiry_time", "max_paths", "skip_i
 #: Keys of a listing page.
 PAGE = 1000
 
-_readers: dict[tuple, "S3Client"] = {}
-_readers_lock = threading.Lock()
+_clients: dict[tuple, "S3Client"] = {}
+_clients_lock = threading.Lock()
 
 
 def _split(url: str) -> tuple[str, str]:
@@ -56,13 +57,17 @@ class S3Client:
         self.proxies = "proxies" in options.get("config_kwargs", {})
         self._client = self._make_client()
 
+    def __reduce__(self):
+        """Pickled as its options: another process makes its own client (one per process and options)."""
+        return _client_for, (self.options,)
+
     def _make_client(self):
         import botocore.session
         from botocore import UNSIGNED
         from botocore.config import Config
 
         options = self.options
-        config = Config(**options.get("config_kwargs", {}))
+        config = Config(**copy.deepcopy(options.get("config_kwargs", {})))  # botocore rewrites its retries
         if options.get("anon"):
             config = config.merge(Config(signature_version=UNSIGNED))
         given = {"aws_access_key_id": options.get("key"), "aws_secret_access_key": options.get("secret"),
@@ -209,8 +214,13 @@ def s3_client(url: str) -> S3Client | None:
     options = options_for(protocol)
     if set(options) - _HONOURED - _NO_EFFECT:
         return None
+    return _client_for(options)
+
+
+def _client_for(options: dict) -> S3Client:
+    """This process's client for ``options``."""
     key = (os.getpid(), json.dumps(options, sort_keys=True, default=str))
-    with _readers_lock:
-        if key not in _readers:
-            _readers[key] = S3Client(options)
-        return _readers[key]
+    with _clients_lock:
+        if key not in _clients:
+            _clients[key] = S3Client(options)
+        return _clients[key]

@@ -94,3 +94,20 @@ def test_a_failed_multipart_upload_is_aborted(faults, bucket, tmp_path, monkeypa
     faults.fail(None)
     assert not storage.exists(f"{bucket}/big")
     assert not s3.client().list_multipart_uploads(Bucket=bucket.split("://")[1]).get("Uploads")
+
+
+def test_a_client_pickles_as_its_options_and_an_array_reads_through_it_after(bucket, tmp_path):
+    import pickle
+
+    import numpy as np
+
+    tokens = np.arange(100_000, dtype=np.uint16)
+    storage.write_bytes(f"{bucket}/t.bin", tokens.tobytes())
+    array = storage.ChunkedArray(storage.info(f"{bucket}/t.bin"), np.uint16, chunk_bytes=64 << 10)
+    client = s3_client(bucket)
+    assert pickle.loads(pickle.dumps(client)) is client  # the same process: its one client for these options
+    storage.configure({"endpoint_url": "http://127.0.0.1:9"})  # options in force now differ; the array's do not
+    try:
+        assert np.array_equal(np.asarray(pickle.loads(pickle.dumps(array))), tokens)
+    finally:
+        storage.configure({})
