@@ -12,6 +12,8 @@ import errno
 
 from corpus.core.errors import UserError
 
+#: What an answer that does not fit the object as listed means, and what to do.
+CHANGED = "the object changed while it was read: run again once nothing writes it"
 ENDPOINT_HINT = "AWS_ENDPOINT_URL or --storage-options '{\"endpoint_url\": …}' (storage_options in a blend)"
 
 
@@ -46,6 +48,10 @@ _THROTTLED = ("SlowDown", "reduce your request rate", "Service Unavailable", "Se
 
 class ShortRead(Exception):
     """A ranged read returned fewer bytes than asked (a connection closed early without an error)."""
+
+
+class ObjectChanged(Exception):
+    """The store's answer does not fit the object as it was listed (another size, a range that is gone)."""
 
 
 class ServerBusy(Exception):
@@ -87,6 +93,8 @@ def translate(error: BaseException, url: str, action: str) -> StorageError:
     if "NoSuchBucket" in names or "bucket does not exist" in detail.lower():
         return StorageError(f"{url}: bucket '{_bucket(url)}' does not exist (check the bucket name, and that "
                             f"{ENDPOINT_HINT} points at the store that holds it)")
+    if "ObjectChanged" in names or "InvalidRange" in names or "InvalidRange" in detail:
+        return StorageError(f"{url}: {CHANGED} ({detail})")
     if isinstance(error, FileNotFoundError) or "NoSuchKey" in names:
         return ObjectNotFound(f"{url}: no such object (check the path; `aws s3 ls` or the store's console lists "
                               "what is there)")

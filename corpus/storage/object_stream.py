@@ -22,18 +22,19 @@ import threading
 import urllib.error
 import urllib.request
 
-from corpus.storage.errors import ServerBusy, ShortRead
+from corpus.storage.errors import ObjectChanged, ServerBusy, ShortRead
 from corpus.storage.filesystems import call
 from corpus.storage.s3_client import S3Client
 
 #: Bytes received per chunk: large next to the per-read overhead, small next to the object.
 CHUNK_BYTES = 8 << 20
+#: The first chunk's size; each next one is as large as all before it, up to CHUNK_BYTES: a reader that looks at
+#: the first records gets them before a whole chunk has arrived.
+FIRST_CHUNK_BYTES = 1 << 20
 #: Chunks received ahead of the reader (memory: ``(DEPTH + 2) * CHUNK_BYTES`` at most per stream).
 DEPTH = 4
 #: How long a presigned URL stays valid; each (re)connection signs a new one.
 EXPIRES_S = 3600
-#: What an answer that does not fit the object as listed means, and what to do.
-CHANGED = "the object changed while it was read: run again once nothing writes it"
 #: Seconds a connect or a socket read may wait before the connection counts as dropped.
 TIMEOUT_S = 60
 
@@ -65,7 +66,7 @@ def _failure(error: urllib.error.HTTPError) -> Exception:
     if error.code >= 500:
         return ServerBusy(text)
     if error.code == 416:
-        return OSError(f"{text}: the object is shorter than when it was listed; {CHANGED}")
+        return ObjectChanged(f"it is shorter than when it was listed ({error.code})")
     return OSError(text)
 
 
@@ -73,8 +74,12 @@ class ObjectStream:
     """Bytes ``[start, end)`` of one object, read in order (see the module docstring)."""
 
     def __init__(self, client: S3Client, url: str, start: int, end: int, chunk_bytes: int = CHUNK_BYTES,
-                 depth: int = DEPTH) -> None:
-        self.url, self.position, self._end = url, start, end
+                 depth: int = DEPTH, keep_bytes: int = 0) -> None:
+        """``keep_bytes``: keep what is read while it is no more than this, so that :meth:`rewind` can go back
+        to ``start`` (a look at an object's first records, then a run over all of it: one GET)."""
+        self.url, self.start, self.position, self._end = url, start, start, end
+        self._kept: list[bytes] | None = [] if keep_bytes else None
+        self._keep_bytes = keep_bytes
         self._client, self._opener = client, _opener(client.verify)
         self._chunk_bytes = chunk_bytes
         self._chunks: queue.Queue = queue.Queue(depth)
@@ -98,8 +103,8 @@ class ObjectStream:
         whole = response.status == 200 and position == 0
         if (response.status != 206 and not whole) or length != self._end - position:
             response.close()
-            raise OSError(f"asked for bytes {position}-{self._end - 1}, the store answered {response.status} with "
-                          f"{length} bytes; {CHANGED}")
+            raise ObjectChanged(f"asked for bytes {position}-{self._end - 1}, the store answered "
+                                f"{response.status} with {length} bytes")
         return response
 
     def _next_chunk(self, position: int) -> bytearray:
@@ -110,7 +115,8 @@ class ObjectStream:
             raise _Closed()
         if self._response is None:
             self._response = self._connect(position)
-        chunk = bytearray(min(self._chunk_bytes, self._end - position))
+        ramp = max(FIRST_CHUNK_BYTES, position - self.start)
+        chunk = bytearray(min(self._chunk_bytes, ramp, self._end - position))
         view, filled = memoryview(chunk), 0
         try:
             while filled < len(chunk):
@@ -171,7 +177,17 @@ class ObjectStream:
             self._chunk, wanted = self._chunk[len(piece):], wanted - len(piece)
         data = b"".join(pieces)
         self.position += len(data)
+        if self._kept is not None:
+            self._kept = self._kept + [data] if self.position - self.start <= self._keep_bytes else None
         return data
+
+    def rewind(self) -> bool:
+        """Go back to ``start`` if all that was read is kept (else False, and nothing changes)."""
+        if self._kept is None or self._finished not in (False, True):
+            return False
+        self._chunk = memoryview(b"".join(self._kept) + self._chunk)
+        self.position, self._kept = self.start, []
+        return True
 
     def close(self) -> None:
         """Stop receiving; the thread ends after the read it is in (a daemon: it never holds the process)."""

@@ -38,11 +38,13 @@ BLOCK_BYTES = 64 << 20
 FIRST_BLOCK_BYTES = 4 << 20
 #: Blocks fetched ahead of the one being read (memory: ``(AHEAD + 2) * BLOCK_BYTES`` at most).
 AHEAD = 2
-#: Objects whose first block is kept after their reader closes.
+#: Objects whose first block (or, where they stream, whose stream from the start) is kept after their reader
+#: closes.
 KEPT_FIRST_BLOCKS = 2
 
 _first_blocks: OrderedDict[tuple, bytes] = OrderedDict()
 _first_blocks_lock = threading.Lock()
+_first_streams: OrderedDict[tuple, ObjectStream] = OrderedDict()
 
 
 def store_of(url: str):
@@ -58,7 +60,7 @@ def read_range(found: ObjectInfo, start: int, end: int, store=None) -> bytes:
 
     def fetch() -> bytes:
         if isinstance(store, S3Client):
-            data = store.read(found.path, start, end)
+            data = store.read(found.path, start, end, found.size)
         else:
             data = store.cat_file(store._strip_protocol(found.path), start=start, end=end)
         if len(data) != end - start:
@@ -73,16 +75,18 @@ class RemoteReader(io.RawIOBase):
 
     def __init__(self, found: ObjectInfo, block_bytes: int = BLOCK_BYTES, ahead: int = AHEAD,
                  first_block_bytes: int = FIRST_BLOCK_BYTES, stream: bool | None = None) -> None:
-        """``stream``: serve reads in order past the first block by one streaming GET (None: where the
-        filesystem allows it)."""
+        """``stream``: serve reads in order by one streaming GET (None: where the store's S3 client allows
+        it); then blocks, for reads after a seek, are ``first_block_bytes`` and never read ahead."""
         super().__init__()
         self.name, self.size = found.path, found.size
         self._found, self._client = found, s3_client(found.path)
         self._streams = (self._client is not None and not self._client.proxies) if stream is None else stream
         self._stream: ObjectStream | None = None
         self._reached = 0  # where the last read ended: a read starting there goes on in order
+        if self._streams:
+            block_bytes = first_block_bytes = min(block_bytes, first_block_bytes)
         self._block_bytes = block_bytes
-        self._ahead = 0 if self._streams else ahead  # reads in order are the stream's
+        self._ahead = 0 if self._streams else ahead
         self._ramp_starts = [0]  # where the growing blocks before the uniform ones start, and where they end
         size = min(first_block_bytes, block_bytes)
         while size < block_bytes:
@@ -148,15 +152,20 @@ class RemoteReader(io.RawIOBase):
             self._blocks.pop(stale).cancel()
         return self._blocks[index].result()
 
+    def _identity(self) -> tuple:
+        return self._found.path, self._found.size, self._found.version
+
     def _streaming(self) -> ObjectStream | None:
-        """The stream serving the position: the open one if it is there, a new one if the reader goes on in
-        order past the first block; None where blocks serve it."""
+        """The stream serving the position: the open one if it is there, else one if the reader goes on in order
+        (from the start: the one a reader that closed early left, if any); None where blocks serve it."""
         if self._stream is not None and self._stream.position != self._position:
             self._stream.close()
             self._stream = None
-        if (self._stream is None and self._streams and self._position == self._reached
-                and self._position >= self._start(1)):
-            self._stream = ObjectStream(self._client, self.name, self._position, self.size)
+        if self._stream is None and self._streams and self._position == self._reached:
+            with _first_blocks_lock:
+                kept = _first_streams.pop(self._identity(), None) if self._position == 0 else None
+            self._stream = kept or ObjectStream(self._client, self.name, self._position, self.size,
+                                                keep_bytes=FIRST_BLOCK_BYTES if self._position == 0 else 0)
         return self._stream
 
     def read(self, size: int = -1) -> bytes:
@@ -194,9 +203,20 @@ class RemoteReader(io.RawIOBase):
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._blocks.clear()
             if self._stream is not None:
-                self._stream.close()
+                self._keep_or_close(self._stream)
                 self._stream = None
         super().close()
+
+    def _keep_or_close(self, stream: ObjectStream) -> None:
+        """Keep a stream from the start that was read no further than its first block, back at the start, for
+        the next reader of the object (a run after a look at its first records); close any other."""
+        if stream.start != 0 or not stream.rewind():
+            stream.close()
+            return
+        with _first_blocks_lock:
+            _first_streams[self._identity()] = stream
+            while len(_first_streams) > KEPT_FIRST_BLOCKS:
+                _first_streams.popitem(last=False)[1].close()
 
 
 def open_binary(path: str | os.PathLike, listed: ObjectInfo | None = None):

@@ -21,7 +21,7 @@ import re
 import threading
 
 from corpus.core.optional import installed, missing
-from corpus.storage.errors import MissingExtra
+from corpus.storage.errors import MissingExtra, ObjectChanged
 from corpus.storage.filesystems import PACKAGES, options_for
 from corpus.storage.paths import protocol_of
 
@@ -136,11 +136,16 @@ class S3Client:
         records = self._objects(bucket, key + "/" if key else "", delimiter="/" if one_level else "")
         return {record["name"]: record for record in records if matches(record["name"])}
 
-    def read(self, url: str, start: int | None = None, end: int | None = None) -> bytes:
-        """An object's bytes, or its bytes ``[start, end)``."""
+    def read(self, url: str, start: int | None = None, end: int | None = None, size: int | None = None) -> bytes:
+        """An object's bytes, or its bytes ``[start, end)``; :class:`ObjectChanged` when the object is no longer
+        ``size`` bytes (as listed)."""
         bucket, key = _split(url)
         ranged = {} if start is None else {"Range": f"bytes={start}-{end - 1}"}
-        return self._client.get_object(Bucket=bucket, Key=key, **ranged)["Body"].read()
+        answer = self._client.get_object(Bucket=bucket, Key=key, **ranged)
+        total = answer.get("ContentRange", "").rpartition("/")[2]
+        if size is not None and total.isdigit() and int(total) != size:
+            raise ObjectChanged(f"it is {total} bytes, not {size} as listed")
+        return answer["Body"].read()
 
     def write(self, url: str, data: bytes) -> None:
         """Put a small object (a PUT is atomic)."""

@@ -27,23 +27,25 @@ def test_a_stream_gives_the_exact_bytes_from_any_offset_across_chunks(bucket):
         stream.close()
 
 
-def test_a_sequential_read_is_the_first_block_and_one_stream(faults, bucket):
+def test_a_sequential_read_is_one_get_and_a_look_at_the_start_before_it_costs_none(faults, bucket):
     data, found = _blob(bucket, 3 << 20)
     faults.fail(None)
-    with RemoteReader(found, first_block_bytes=256 << 10, block_bytes=1 << 20) as reader:
+    with RemoteReader(found) as look:
+        assert look.read(1000) == data[:1000]  # the first records, as a run's check of its input reads them
+    with RemoteReader(found) as reader:
         pieces = [reader.read(100_000) for _ in range(40)]
-    assert b"".join(pieces) == data and faults.requests["GET"] == 2
+    assert b"".join(pieces) == data and faults.requests["GET"] == 1
 
 
-def test_a_seek_away_from_the_stream_goes_back_to_blocks_and_a_read_in_order_streams_again(faults, bucket):
+def test_a_seek_away_from_the_stream_reads_a_small_block_and_reading_on_streams_again(faults, bucket):
     data, found = _blob(bucket, 3 << 20, "seeky")
     faults.fail(None)
-    with RemoteReader(found, first_block_bytes=256 << 10, block_bytes=1 << 20) as reader:
-        assert reader.read(300_000) == data[:300_000]  # the first block, then a stream
+    with RemoteReader(found, first_block_bytes=256 << 10) as reader:
+        assert reader.read(300_000) == data[:300_000]  # a stream from the start
         reader.seek(-8, 2)
-        assert reader.read(8) == data[-8:]  # a footer: the last block, as a ranged read
+        assert reader.read(8) == data[-8:]  # a footer: one block of 256 KiB, not the 64 MiB of BLOCK_BYTES
         reader.seek(100)
-        assert reader.read() == data[100:]  # the kept first block, then a stream again
+        assert reader.read() == data[100:]  # the first block, then a stream again
     assert faults.requests["GET"] == 4
 
 
@@ -59,11 +61,10 @@ def test_only_stores_with_an_s3_client_and_no_configured_proxy_stream(bucket):
     assert s3_client("gs://bucket/x") is None
 
 
-def test_denied_access_mid_read_is_one_line_naming_the_object(faults, bucket):
+def test_denied_access_when_a_stream_starts_is_one_line_naming_the_object(faults, bucket):
     _, found = _blob(bucket, 2 << 20, "secret")
-    with RemoteReader(found, first_block_bytes=256 << 10, block_bytes=1 << 20) as reader:
-        reader.read(256 << 10)
-        faults.fail("denied", every=1)
+    faults.fail("denied", every=1)
+    with RemoteReader(found) as reader:
         with pytest.raises(storage.StorageError, match="access denied while trying to read it") as denied:
             reader.read(10)
     assert f"{bucket}/secret" in str(denied.value) and "\n" not in str(denied.value)
@@ -71,16 +72,15 @@ def test_denied_access_mid_read_is_one_line_naming_the_object(faults, bucket):
 
 def test_an_object_replaced_or_deleted_while_read_is_a_clear_error(bucket):
     _, found = _blob(bucket, 2 << 20, "moving")
-    with RemoteReader(found, first_block_bytes=256 << 10, block_bytes=1 << 20) as reader:
-        reader.read(256 << 10)
-        storage.write_bytes(f"{bucket}/moving", b"shorter now")
-        with pytest.raises(storage.StorageError, match="changed while it was read"):
-            reader.read(10)
-    with RemoteReader(found, first_block_bytes=256 << 10, block_bytes=1 << 20) as reader:
-        reader.read(256 << 10)  # the kept first block: nothing asked of the store yet
-        storage.delete(f"{bucket}/moving")
-        with pytest.raises(storage.ObjectNotFound, match="no such object"):
-            reader.read(10)
+    storage.write_bytes(f"{bucket}/moving", b"shorter now")
+    with pytest.raises(storage.StorageError, match="changed while it was read"):
+        ObjectStream(s3_client(found.path), found.path, 256 << 10, found.size).read(10)  # a stream resuming
+    with RemoteReader(found) as reader, pytest.raises(storage.StorageError, match="changed while it was read"):
+        reader.seek(1 << 20)
+        reader.read(10)  # a block after a seek
+    storage.delete(f"{bucket}/moving")
+    with pytest.raises(storage.ObjectNotFound, match="no such object"):
+        ObjectStream(s3_client(found.path), found.path, 0, found.size).read(10)
 
 
 def test_closing_a_stream_stops_its_thread(bucket):
