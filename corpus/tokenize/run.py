@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -170,9 +171,19 @@ def prepare(config: TokenizeConfig) -> Job:
     shard = resolve_shard(config.shard_index, config.num_shards)
     slices = plan_slices(files, shard)
     prefix = shard.prefix(config.output_prefix)
-    sample = _sample(slices, config.json_keys, config.sample_records) if config.sample_records else _Sample()
+    # The first records are read while the tokenizer is built: from an object store their first bytes take a
+    # round trip or more, which the build (CPU) hides.
+    with ThreadPoolExecutor(1, thread_name_prefix="blendforge-sample") as pool:
+        sampling = pool.submit(_sample, slices, config.json_keys, config.sample_records) if config.sample_records \
+            else None
+        try:
+            tokenizer, reason = select_encoder(config.tokenizer, (), config.threads)
+        except Exception:
+            if sampling is not None:  # a bad first record is the first thing to fix, as when read first
+                _refuse_bad_sample(config, sampling.result(), prefix)
+            raise
+        sample = sampling.result() if sampling is not None else _Sample()
     _refuse_bad_sample(config, sample, prefix)
-    tokenizer, reason = select_encoder(config.tokenizer, (), config.threads)
     eod = tokenizer.require_eod() if config.append_eod else None
     dtype = token_dtype_for_vocab(tokenizer.vocab_size)
     check = None
