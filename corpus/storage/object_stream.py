@@ -177,8 +177,10 @@ class ObjectStream:
             self._chunk, wanted = self._chunk[len(piece):], wanted - len(piece)
         data = b"".join(pieces)
         self.position += len(data)
-        if self._kept is not None:
-            self._kept = self._kept + [data] if self.position - self.start <= self._keep_bytes else None
+        if self._kept is not None and self.position - self.start <= self._keep_bytes:
+            self._kept.append(data)
+        else:
+            self._kept = None
         return data
 
     def rewind(self) -> bool:
