@@ -125,9 +125,12 @@ class _Sample:
 
 
 def _sample(slices: list[Slice], keys: list[str], limit: int) -> _Sample:
-    """Read up to ``limit`` records (and :data:`SAMPLE_BYTES` of text) from the start of the input."""
+    """Read up to ``limit`` records (and :data:`SAMPLE_BYTES` of text) from the start of the input; none when
+    ``limit`` is 0 (``sample_records=0``: no look, as autotune's timed runs ask)."""
     sample, records, text_bytes = _Sample(), 0, 0
-    batches = read_slices(slices, ReadOptions(keys, max(limit, 1), SAMPLE_BYTES))
+    if not limit:
+        return sample
+    batches = read_slices(slices, ReadOptions(keys, limit, SAMPLE_BYTES))
     try:
         for batch in batches:
             extracted = extract(batch.payload, keys)
@@ -174,16 +177,13 @@ def prepare(config: TokenizeConfig) -> Job:
     # The first records are read while the tokenizer is built: from an object store their first bytes take a
     # round trip or more, which the build (CPU) hides.
     with ThreadPoolExecutor(1, thread_name_prefix="blendforge-sample") as pool:
-        sampling = pool.submit(_sample, slices, config.json_keys, config.sample_records) if config.sample_records \
-            else None
+        sampling = pool.submit(_sample, slices, config.json_keys, config.sample_records)
         try:
             tokenizer, reason = select_encoder(config.tokenizer, (), config.threads)
         except Exception:
-            if sampling is not None:  # a bad first record is the first thing to fix, as when read first
-                _refuse_bad_sample(config, sampling.result(), prefix)
+            _refuse_bad_sample(config, sampling.result(), prefix)  # a bad first record is the first thing to fix
             raise
-        sample = sampling.result() if sampling is not None else _Sample()
-    _refuse_bad_sample(config, sample, prefix)
+    _refuse_bad_sample(config, sampling.result(), prefix)
     eod = tokenizer.require_eod() if config.append_eod else None
     dtype = token_dtype_for_vocab(tokenizer.vocab_size)
     check = None
