@@ -1,6 +1,6 @@
 """A real S3 server on localhost for the tests, and a proxy in front of it that injects faults (a pytest plugin).
 
-The server is moto's (``moto[server]``, from the test extra), one per session, started on first use by the
+The server is moto's (its S3 backend and Flask app, from the test extra), one per session, started on first use by the
 ``s3`` fixture on a free port of 127.0.0.1; the session's environment then points the standard variables at it
 (``AWS_ENDPOINT_URL``, dummy ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``), so the
 processes tests start reach it exactly as a user's would reach their store. ``bucket`` gives each test a fresh
