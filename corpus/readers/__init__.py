@@ -20,8 +20,8 @@ from corpus.readers.batches import (
     describe_location,
 )
 from corpus.readers.inputs import InputError, InputFile, expand_inputs, format_of
-from corpus.readers.lines import read_lines
-from corpus.readers.parquet import read_rows
+from corpus.readers.lines import lines_before, read_lines
+from corpus.readers.parquet import read_rows, row_group_positions
 from corpus.readers.records import Extracted, extract
 
 #: The reader of each input format.
@@ -50,5 +50,6 @@ def read_slices(slices: list[Slice], options: ReadOptions, resume: ResumePoint |
 
 __all__ = [
     "ColumnPayload", "Extracted", "InputError", "InputFile", "LinePayload", "RawBatch", "ReadOptions", "ResumePoint",
-    "Slice", "describe_location", "expand_inputs", "extract", "format_of", "read_slices", "READERS",
+    "Slice", "describe_location", "expand_inputs", "extract", "format_of", "lines_before", "read_slices",
+    "row_group_positions", "READERS",
 ]

@@ -20,6 +20,10 @@ class Slice:
     file: InputFile
     start: int
     end: int
+    relative_lines: bool = False
+    """Lines are numbered from the slice's start, not the file's: a part of a run cut inside a JSONL file, whose
+    numbers the run shifts once the lines before it are counted (counting them in every part would read the file
+    again up to each cut)."""
 
     @property
     def size(self) -> int:
@@ -92,6 +96,9 @@ class RawBatch:
     error_number: int = 0
     blank_lines: int = 0
     record_bytes: int = 0
+    lines_read: int = 0
+    """JSONL: the number of the last physical line read by the end of this batch (blank lines included), in the
+    slice's numbering (see :attr:`Slice.relative_lines`)."""
 
     def location(self, number: int) -> dict:
         """A JSON-ready location for messages and the skipped-records file."""

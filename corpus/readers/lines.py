@@ -119,6 +119,13 @@ def _first_line_at_or_after(handle, start: int) -> int:
     return start - 1 + skipped
 
 
+def lines_before(path: str, offset: int) -> int:
+    """The number of lines of a plain JSONL file that start before byte ``offset`` (the lines before a slice
+    numbered from its own start)."""
+    with storage.open_binary(path) as handle:
+        return _count_lines(handle, _first_line_at_or_after(handle, offset))
+
+
 def _count_lines(handle, end: int) -> int:
     """Newlines in bytes ``[0, end)``: the line number where a mid-file slice begins."""
     handle.seek(0)
@@ -135,7 +142,7 @@ def _open_lines(handle, piece: Slice, resume: ResumePoint) -> tuple[Iterator[tup
     if fmt == "jsonl":
         if resume.offset is None:
             offset = _first_line_at_or_after(handle, piece.start)
-            line = _count_lines(handle, offset)
+            line = 0 if piece.relative_lines else _count_lines(handle, offset)
         else:
             offset, line = resume.offset, resume.line
         handle.seek(offset)
@@ -160,7 +167,7 @@ def read_lines(piece: Slice, slice_index: int, resume: ResumePoint, options: Rea
             after = ResumePoint(slice_index + 1) if last else ResumePoint(slice_index, next_offset, line_number)
             out = RawBatch(slice_index, path, "line", numbers, LinePayload(batch), after, progress_base + done,
                            read_error=error, error_number=line_number + 1, blank_lines=blank,
-                           record_bytes=held + len(batch))  # each line and its newline
+                           record_bytes=held + len(batch), lines_read=line_number)  # each line and its newline
             batch, numbers, held, blank = [], [], 0, 0
             return out
 

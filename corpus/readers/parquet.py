@@ -12,6 +12,7 @@ from typing import Iterator
 
 from corpus import storage
 from corpus.readers.batches import ColumnPayload, RawBatch, ReadOptions, ResumePoint, Slice
+from corpus.readers.inputs import InputFile
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,21 @@ def _text_bytes(values: list[list | None]) -> int:
     """UTF-8 bytes of the string values of a batch (what the records amount to once decompressed)."""
     return sum(len(value.encode("utf-8", "replace")) for column in values if column for value in column
                if isinstance(value, str))
+
+
+def row_group_positions(file: InputFile) -> list[int]:
+    """The position (``r * S // R``) of the first row of every row group but the first: where a Parquet file can be
+    cut so that no row group is read by two slices."""
+    import pyarrow.parquet as pq
+
+    source = storage.open_binary(file.path, file.listed()) if storage.is_remote(file.path) else file.path
+    with pq.ParquetFile(source) as handle:
+        metadata = handle.metadata
+        rows, positions, first = metadata.num_rows, [], 0
+        for group in range(metadata.num_row_groups - 1):
+            first += metadata.row_group(group).num_rows
+            positions.append(first * file.size // max(rows, 1))
+    return positions
 
 
 def _row_range(piece: Slice, rows: int) -> tuple[int, int]:
