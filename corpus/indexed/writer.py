@@ -19,6 +19,7 @@ import numpy as np
 from corpus import storage
 from corpus.core.disk import guard
 from corpus.indexed import sidecar
+from corpus.indexed.append import append_file
 from corpus.indexed.format import (
     _CHUNK,
     CODE_BY_DTYPE,
@@ -72,6 +73,16 @@ class _SyncBehind:
         self._stopping = True
         self._wake.set()
         self._thread.join()
+
+
+class _NoSyncBehind:
+    """In place of :class:`_SyncBehind` for files that are not kept."""
+
+    def wrote(self, size: int) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
 
 
 def _hash_prefix(path: Path, size: int) -> "hashlib._Hash":
@@ -169,9 +180,11 @@ class IndexedWriter:
     partial files.
     """
 
-    def __init__(self, prefix: str | os.PathLike, dtype: np.dtype | type, resume: dict | None = None) -> None:
+    def __init__(self, prefix: str | os.PathLike, dtype: np.dtype | type, resume: dict | None = None,
+                 background_sync: bool = True) -> None:
         """Start a new pair, or, with ``resume`` (a :meth:`checkpoint` result), continue the partial
-        files of an interrupted writer exactly where that checkpoint was taken."""
+        files of an interrupted writer exactly where that checkpoint was taken. ``background_sync=False`` for files
+        that are joined into another and deleted (:meth:`written`): nothing is written to disk ahead of need."""
         self.prefix = str(prefix)
         self.dtype = np.dtype(dtype)
         if self.dtype not in CODE_BY_DTYPE:
@@ -185,7 +198,7 @@ class IndexedWriter:
             else:
                 size = resume["num_tokens"] * self.dtype.itemsize
                 self._bin, self._digest = _reopen_at(self._partial_bin, size), _hash_prefix(self._partial_bin, size)
-        self._sync_behind = _SyncBehind(self._bin)
+        self._sync_behind = _SyncBehind(self._bin) if background_sync else _NoSyncBehind()
         if resume is None:
             self._lengths = _SpillBuffer(lengths, np.int32)
             self._doc_ends = _SpillBuffer(doc_ends, np.int64)
@@ -203,8 +216,24 @@ class IndexedWriter:
             _sync(self._bin)
         self._lengths.sync()
         self._doc_ends.sync()
+        return self.counts()
+
+    def counts(self) -> dict:
+        """Tokens, sequences and documents written so far (what :meth:`checkpoint` records)."""
         return {"num_tokens": self.num_tokens, "num_sequences": self.num_sequences,
                 "num_documents": self.num_documents}
+
+    def written(self) -> dict:
+        """Hand the partial files over as they are, for another writer's :meth:`append_written`: everything
+        flushed to the files (not synced), closed, with the counts and the sha256 of each file."""
+        with guard(self._partial_bin):
+            self._bin.flush()
+        self._lengths.flush()
+        self._doc_ends.flush()
+        self.close()
+        digests = {"bin": self._digest.hexdigest(), "lengths": _file_sha256(self._lengths.path),
+                   "docs": _file_sha256(self._doc_ends.path)}
+        return {**self.counts(), "sha256": digests}
 
     @property
     def num_sequences(self) -> int:
@@ -275,13 +304,36 @@ class IndexedWriter:
             docs = source.document_indices
             for start in range(1, len(docs), _CHUNK):
                 self._doc_ends.extend(offset + docs[start : start + _CHUNK])
-            with storage.open_binary(source.bin_file) as handle:
-                while block := handle.read(64 << 20):
-                    with guard(self._partial_bin):
-                        self._bin.write(block)
-                    self._sync_behind.wrote(len(block))
-                    self._digest.update(block)
+            if storage.is_remote(source.bin_file):
+                with storage.open_binary(source.bin_file) as handle:
+                    while block := handle.read(64 << 20):
+                        with guard(self._partial_bin):
+                            self._bin.write(block)
+                        self._sync_behind.wrote(len(block))
+                        self._digest.update(block)
+            else:
+                self._append_bin(source.bin_file, source.num_tokens * self.dtype.itemsize)
             self.num_tokens += source.num_tokens
+
+    def append_written(self, prefix: str | os.PathLike, written: dict) -> None:
+        """Append the documents another writer handed over with :meth:`written` under ``prefix`` (a part of a
+        tokenize run): its tokens copied by the kernel, its lengths as they are, its document index shifted."""
+        offset = self._lengths.count
+        self._append_bin(f"{prefix}.bin.partial", written["num_tokens"] * self.dtype.itemsize)
+        self.num_tokens += written["num_tokens"]
+        for chunk in _read_values(Path(f"{prefix}.lengths.partial"), np.int32, written["num_sequences"]):
+            self._lengths.extend(chunk)
+        for chunk in _read_values(Path(f"{prefix}.docs.partial"), np.int64, written["num_documents"], skip=1):
+            self._doc_ends.extend(offset + chunk)
+
+    def _append_bin(self, path: str | os.PathLike, size: int) -> None:
+        """Append ``size`` bytes of the file ``path`` to the ``.bin``, hashed, without reading them into Python."""
+        with guard(self._partial_bin):
+            self._bin.flush()
+            with open(path, "rb") as source:
+                append_file(source.fileno(), self._bin.fileno(), size, self._digest)
+            self._bin.seek(0, os.SEEK_END)  # the buffered file learns where the kernel left the descriptor
+        self._sync_behind.wrote(size)
 
     def finalize(self, meta: dict | None = None) -> None:
         """Write the index and (when ``meta`` is given) the sidecar, then rename everything into place.
@@ -363,6 +415,24 @@ class IndexedWriter:
     def __exit__(self, exc_type: type | None, *rest: object) -> None:
         if exc_type is not None:
             self.abort()
+
+
+def _file_sha256(path: Path) -> str:
+    """The sha256 of a whole (small) file."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _read_values(path: Path, dtype: type, count: int, skip: int = 0) -> Iterator[np.ndarray]:
+    """``count`` values of a spill file after its first ``skip``, chunk by chunk."""
+    with open(path, "rb") as handle:
+        handle.seek(skip * np.dtype(dtype).itemsize)
+        while count > 0:
+            chunk = np.fromfile(handle, dtype=dtype, count=min(count, _CHUNK))
+            if len(chunk) == 0:
+                raise IndexFormatError(path, f"ends {count} values early")
+            count -= len(chunk)
+            yield chunk
 
 
 def _document_facts(chunks: Iterator[np.ndarray], emit: Callable[[bytes], None]) -> tuple[int, int]:
