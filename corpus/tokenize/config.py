@@ -10,6 +10,7 @@ from typing import Any
 from corpus.core.cores import available_cores
 from corpus.core.errors import ConfigError
 from corpus.core.typed_config import build
+from corpus.tokenize.plan import MIN_PART_BYTES
 from corpus.tokenizers.config import TokenizerConfig
 
 ON_ERROR = ("fail", "skip")
@@ -34,15 +35,20 @@ class TokenizeConfig:
     append_eod: bool = False
     """``--append-eod``: add the EOD id after every document that encoded to at least one token."""
     workers: int = 0
-    """``--workers``: encoder processes (spawned); 0 (the default) encodes in the main process, which is
-    fastest when the library's batch call is itself multi-threaded (gigatoken, HF tokenizers, tiktoken)."""
+    """``--workers``: processes (this one and spawned ones) that each read, decode, encode and write a part of the
+    input, joined in order at the end; 0 (the default): one per core this process may use. An input that cannot be
+    cut (one ``.gz``/``.zst`` file) is read by this process and encoded by the workers; one under 48 MB, with the
+    default, by this process alone."""
     threads_per_worker: int | None = None
-    """``--threads-per-worker``: threads the tokenizer library may use inside each batch call; default:
-    the cores shared out between the workers (all of them with ``workers=0``)."""
+    """``--threads-per-worker``: threads the tokenizer library may use inside each batch call; default: the cores
+    shared out between the processes at work (1 with one process per core)."""
     batch_size: int = 1000
     """``--batch-size``: records per encode call (never changes the output)."""
     batch_bytes: int = 4 << 20
     """A batch also ends once it holds this many bytes of JSONL, so huge documents travel alone."""
+    min_part_bytes: int = MIN_PART_BYTES
+    """The smallest part (input bytes) the input is cut into for the workers, but the last (never changes the
+    output)."""
     on_error: str = "fail"
     """``--on-error``: ``fail`` stops at the first bad record (no output left); ``skip`` skips it and lists
     it in ``P.skipped.jsonl``."""
@@ -83,6 +89,7 @@ class TokenizeConfig:
                                    "--threads-per-worker must be at least 1"),
             "batch_size": (self.batch_size >= 1, "--batch-size must be at least 1"),
             "batch_bytes": (self.batch_bytes >= 1, "batch_bytes must be at least 1"),
+            "min_part_bytes": (self.min_part_bytes >= 1, "min_part_bytes must be at least 1"),
             "on_error": (self.on_error in ON_ERROR, f"--on-error must be one of {', '.join(ON_ERROR)}"),
             "checkpoint_interval": (self.checkpoint_interval >= 0, "--checkpoint-interval must be >= 0 seconds"),
             "log_interval": (self.log_interval > 0, "--log-interval must be > 0 seconds"),
@@ -101,11 +108,16 @@ class TokenizeConfig:
             raise TokenizeConfigError(f"tokenizer must be a TokenizerConfig, not {type(self.tokenizer).__name__}")
 
     @property
-    def threads(self) -> int:
-        """Threads per batch call: ``threads_per_worker``, else the cores divided among the workers."""
+    def processes(self) -> int:
+        """The processes asked for: ``workers``, else one per core this process may use."""
+        return self.workers or available_cores()
+
+    def threads_for(self, busy: int) -> int:
+        """Threads per batch call when ``busy`` processes encode at once: ``threads_per_worker``, else the cores
+        shared out between them."""
         if self.threads_per_worker is not None:
             return self.threads_per_worker
-        return max(1, available_cores() // max(self.workers, 1))
+        return max(1, available_cores() // max(busy, 1))
 
     def replace(self, **changes) -> "TokenizeConfig":
         """A copy with some options changed (validated again)."""

@@ -7,6 +7,7 @@ files: a remote output is written under its staging prefix and :func:`publish_ou
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -52,6 +53,30 @@ class SkippedLog:
             os.fsync(self._file.fileno())
         return self._file.tell()
 
+    def written(self) -> dict:
+        """Hand the list over (flushed, not synced, closed) for another run's :meth:`append`: its size and sha256."""
+        with guard(self.partial):
+            self._file.flush()
+            size = self._file.tell()
+            self._file.close()
+            with open(self.partial, "rb") as handle:
+                digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        return {"bytes": size, "sha256": digest}
+
+    def append(self, path: Path, size: int, shift: tuple[str, int] | None = None) -> None:
+        """Append the first ``size`` bytes of another list (a part's). ``shift = (file, lines)`` adds ``lines`` to
+        the line numbers of that file's entries: the part numbered them from a cut inside the file (see
+        :attr:`corpus.readers.Slice.relative_lines`)."""
+        with open(path, "rb") as source:
+            data = source.read(size)
+        if shift and shift[1]:
+            entries = [orjson.loads(line) for line in data.splitlines()]
+            data = b"".join(orjson.dumps({**entry, "line": entry["line"] + shift[1]} if entry["file"] == shift[0]
+                                         and "line" in entry else entry) + b"\n" for entry in entries)
+        with guard(self.partial):
+            self._file.write(data)
+        self.count_written += data.count(b"\n")
+
     def finalize(self, keep: bool) -> None:
         """Rename into place when ``keep`` (something was skipped); otherwise remove it and any stale
         list from an earlier run, which would otherwise be mistaken for this run's."""
@@ -79,11 +104,13 @@ class SkippedLog:
 class Outputs:
     """One writer per key plus the skipped log; opened fresh or at a checkpoint."""
 
-    def __init__(self, prefix: str, keys: list[str], dtype: np.dtype, state: dict | None = None) -> None:
+    def __init__(self, prefix: str, keys: list[str], dtype: np.dtype, state: dict | None = None,
+                 part: bool = False) -> None:
+        """``part``: the files of a part of a run, joined and deleted (see :meth:`written`)."""
         self.prefixes = {key: output_prefix_for(prefix, key) for key in keys}
         writers = (state or {}).get("writers", {})
-        self.writers = {key: IndexedWriter(p, dtype, resume=writers.get(key) if state else None)
-                        for key, p in self.prefixes.items()}
+        self.writers = {key: IndexedWriter(p, dtype, resume=writers.get(key) if state else None,
+                                           background_sync=not part) for key, p in self.prefixes.items()}
         self.skipped = SkippedLog(prefix, state["skipped_bytes"] if state else None)
 
     def add(self, tokens: list[np.ndarray], lengths: list[np.ndarray]) -> None:
@@ -95,6 +122,18 @@ class Outputs:
         """Make every file durable; the state that reopens them exactly here."""
         return {"writers": {key: writer.checkpoint() for key, writer in self.writers.items()},
                 "skipped_bytes": self.skipped.checkpoint()}
+
+    def written(self) -> dict:
+        """Hand every file over, flushed and closed, for the join of a run's parts (:meth:`append_written`)."""
+        return {"writers": {key: writer.written() for key, writer in self.writers.items()},
+                "skipped": self.skipped.written()}
+
+    def append_written(self, prefix: str, written: dict, shift: tuple[str, int] | None = None) -> None:
+        """Append what a part's outputs under ``prefix`` handed over with :meth:`written` (``shift``: see
+        :meth:`SkippedLog.append`)."""
+        for key, writer in self.writers.items():
+            writer.append_written(output_prefix_for(prefix, key), written["writers"][key])
+        self.skipped.append(Path(f"{prefix}.skipped.jsonl.partial"), written["skipped"]["bytes"], shift)
 
     def finalize(self, metas: dict[str, dict], keep_skipped: bool) -> None:
         """Write indexes and sidecars and rename everything into place."""

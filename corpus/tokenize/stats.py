@@ -38,6 +38,13 @@ class Counters:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def plus(self, other: "Counters") -> "Counters":
+        """The totals of two consecutive stretches of input (two parts of a run)."""
+        sums = {name: getattr(self, name) + getattr(other, name) for name in
+                ("records_read", "records_written", "records_skipped", "blank_lines", "input_bytes", "record_bytes")}
+        tokens = {key: self.tokens.get(key, 0) + other.tokens.get(key, 0) for key in {**self.tokens, **other.tokens}}
+        return Counters(**sums, tokens=tokens)
+
 
 @dataclass
 class RunStats:
@@ -59,6 +66,10 @@ class RunStats:
     peak_rss_mb: float
     peak_worker_rss_mb: float
     skipped_file: str | None = None
+    processes: int = 1
+    """Processes that wrote the run (this one included), or that encoded its one part."""
+    parts: int = 1
+    """Parts the input was cut into."""
     startup_seconds: float = 0.0
     """Of ``seconds``, the start-up: inputs listed, tokenizer built, fast encoder checked."""
 

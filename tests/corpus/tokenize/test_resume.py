@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import corpus.indexed.writer
-import corpus.tokenize.run
+import corpus.tokenize.part
 from corpus.core.disk import OutputError
 from corpus.tokenize.resume_state import ResumeError, state_path
 from corpus.tokenize.run import tokenize
@@ -35,7 +35,7 @@ def uninterrupted(tmp_path_factory):
 def interrupt_after(monkeypatch, batches: int, checkpoint_every: int) -> None:
     """Stop the run with KeyboardInterrupt after ``batches`` batches were written, checkpointing only
     every ``checkpoint_every`` batches so data past the last checkpoint is on disk when it stops."""
-    writing = corpus.tokenize.run._Writing
+    writing = corpus.tokenize.part.PartWriting
     original_consume, original_checkpoint = writing.consume, writing.checkpoint
     calls = {"consume": 0, "checkpoint": 0}
 
@@ -50,8 +50,8 @@ def interrupt_after(monkeypatch, batches: int, checkpoint_every: int) -> None:
         if phase != "running" or (calls["checkpoint"] - 1) % checkpoint_every == 0:
             original_checkpoint(self, resume, phase)
 
-    monkeypatch.setattr(corpus.tokenize.run._Writing, "consume", consume)
-    monkeypatch.setattr(corpus.tokenize.run._Writing, "checkpoint", checkpoint)
+    monkeypatch.setattr(corpus.tokenize.part.PartWriting, "consume", consume)
+    monkeypatch.setattr(corpus.tokenize.part.PartWriting, "checkpoint", checkpoint)
 
 
 @pytest.mark.parametrize("batches", [1, 5, 17, 40])

@@ -1,0 +1,149 @@
+"""A run of several parts: processes write them side by side while a thread joins them in order.
+
+Parts are handed out in input order to whichever process asks first (this one's thread is ready at once, spawned
+workers once they have built the tokenizer), so the first parts are joined while later ones are written and the
+processes finish together. Progress is the sum of every part's counters. A bad record under ``--on-error fail``
+stops the run with the first bad record in input order (the parts before the failing one are finished first, since
+one of them may hold an earlier one), naming its true line; any other failure stops it at once, keeping every
+checkpoint for ``--resume``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from pathlib import Path
+from typing import Callable
+
+from corpus.core.disk import OutputError
+from corpus.readers import lines_before
+from corpus.tokenize.ending import RESUME_HINT, abandon, finish
+from corpus.tokenize.input_check import EncoderMismatch
+from corpus.tokenize.job import Job
+from corpus.tokenize.join import Joiner, part_prefix, parts_folder
+from corpus.tokenize.outputs import Outputs
+from corpus.tokenize.part import BadRecordError
+from corpus.tokenize.pool import Event, PartPool, WorkerDied
+from corpus.tokenize.progress import Progress
+from corpus.tokenize.stats import Counters
+from corpus.tokenize.worker import BatchEncoder
+
+log = logging.getLogger("corpus.tokenize.run")
+
+#: Seconds between looks at the joiner and the progress when no worker says anything.
+_POLL_S = 0.2
+
+
+def _located(error: BadRecordError) -> BadRecordError:
+    """The error with the record's true line, when its part numbered lines from a cut inside the file."""
+    if error.slice_start is None or "line" not in error.location:
+        return error
+    location = {**error.location, "line": error.location["line"] + lines_before(error.location["file"],
+                                                                                  error.slice_start)}
+    return BadRecordError(location, error.reason, error.prefix)
+
+
+class _Run:
+    """The event loop of a run of several parts (see the module docstring)."""
+
+    def __init__(self, job: Job, state: dict | None, on_batch: Callable | None) -> None:
+        self.job, self.on_batch = job, on_batch
+        parts_folder(job.stage).mkdir(parents=True, exist_ok=True)
+        self.outputs = Outputs(job.stage, job.keys, job.dtype, state)
+        self.joiner = Joiner(job.stage, self.outputs, job.parts, state, job.config.checkpoint_interval, job.save)
+        if state is None:
+            self.joiner.checkpoint()
+        self.start = self.joiner.counters
+        self.waiting = deque(range(self.joiner.joined, len(job.parts)))
+        self.running: dict[int, int] = {}
+        """Part -> the worker writing it."""
+        self.counters: dict[int, Counters] = {}
+        self.failures: dict[int, BaseException] = {}
+        self.worker_rss_kb = 0
+
+    def total(self) -> Counters:
+        total = self.start
+        for counters in self.counters.values():
+            total = total.plus(counters)
+        return total
+
+    def handle(self, pool: PartPool, event: Event) -> None:
+        if event.kind == "ready":
+            if self.waiting and not self.failures:
+                index = self.waiting.popleft()
+                self.running[index] = event.worker
+                pool.assign(event.worker, self.job.task(index, part_prefix(self.job.stage, index)))
+        elif event.kind == "progress":
+            self.counters[event.part], peak_rss_kb = event.value
+            self.worker_rss_kb = max(self.worker_rss_kb, peak_rss_kb)
+        elif event.kind == "done":
+            self.running.pop(event.part)
+            self.counters[event.part] = event.value.counters
+            self.worker_rss_kb = max(self.worker_rss_kb, event.value.peak_rss_kb)
+            self.joiner.offer(event.part, event.value)
+        elif event.kind == "failed":
+            self.running.pop(event.part, None)
+            if not isinstance(event.value, BadRecordError):
+                raise event.value
+            self.failures[event.part] = event.value
+        else:
+            raise WorkerDied(f"a tokenize worker ({pool.describe(event.worker)}) ended abruptly (out of memory or "
+                             "killed?); rerun with --resume to continue from the last checkpoints")
+
+    def first_failure(self) -> BaseException | None:
+        """The bad record to report, once no part before the first failing one is still running."""
+        if not self.failures:
+            return None
+        first = min(self.failures)
+        return None if any(index < first for index in self.running) else self.failures[first]
+
+    def loop(self, pool: PartPool, progress: Progress) -> None:
+        while not self.joiner.done:
+            for event in pool.events(_POLL_S):
+                self.handle(pool, event)
+            self.joiner.raise_error()
+            failure = self.first_failure()
+            if failure is not None:
+                raise failure
+            total = self.total()
+            progress.update(total)
+            if self.on_batch:
+                self.on_batch(total, self.worker_rss_kb)
+        self.joiner.wait()
+
+
+def write_parts(job: Job, state: dict | None, on_batch: Callable | None) -> tuple[Counters, Counters, int]:
+    """Write the outputs of a run of several parts from ``state`` on; returns the counters, the counters at the
+    start and the workers' largest peak RSS (KB)."""
+    run = _Run(job, state, on_batch)
+    workers = min(job.processes, len(run.waiting))
+    progress = Progress(sum(part.size for part in job.parts), run.start, job.config.quiet, job.config.log_interval,
+                        Path(job.prefix).name)
+    check = job.input_check
+    pool = PartPool(job.spec(), workers - 1, BatchEncoder(job.spec(), job.tokenizer), check.offer if check else None)
+    try:
+        run.loop(pool, progress)
+        pool.close()
+        counters = run.joiner.counters
+        finish(job, run.outputs, counters, run.joiner.record())
+    except (BadRecordError, EncoderMismatch) as error:
+        pool.close()
+        run.joiner.stop()
+        run.outputs.abort()
+        abandon(job, error)
+        if isinstance(error, BadRecordError):
+            raise _located(error) from None
+        raise
+    except OutputError as error:
+        pool.close()
+        run.joiner.stop()
+        run.outputs.close()
+        raise error.for_command("--output-prefix", RESUME_HINT) from None
+    except BaseException:
+        pool.close()
+        run.joiner.stop()
+        run.outputs.close()
+        raise
+    finally:
+        progress.close()
+    return counters, run.start, max(run.worker_rss_kb, run.joiner.peak_rss_kb)

@@ -1,0 +1,186 @@
+"""The processes that write a run's parts side by side: this process (a thread) and spawned workers.
+
+Each worker builds the run's tokenizer once, then asks for a part, writes it (:func:`corpus.tokenize.part.run_part`),
+reports progress after every batch, says when it is done and asks for the next. What they say arrives as
+:class:`Event` s in the order it happens; the run decides which part goes where. The calling process takes parts too,
+in a thread with the tokenizer it built at start-up, so a run never waits for a process to start before encoding.
+
+NOTE: workers are *spawned* (a forked child would inherit the rayon thread pools of the tokenizer libraries without
+their threads, and hang), and each asks the kernel to kill it when the process that started it dies, so a worker
+never outlives a run killed with ``kill -9`` and never writes beside the run that resumes it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from corpus.core.errors import UserError
+from corpus.tokenize.part import Offer, PartTask, run_part
+from corpus.tokenize.stats import Counters
+from corpus.tokenize.worker import BatchEncoder, WorkerSpec
+
+log = logging.getLogger(__name__)
+
+#: ``prctl`` option asking the kernel to signal this process when its parent dies (Linux).
+_PR_SET_PDEATHSIG = 1
+
+
+class WorkerDied(UserError):
+    """A worker process ended abruptly (killed, out of memory)."""
+
+
+class _Stopped(BaseException):
+    """Raised in the local worker's thread to stop its part when the run stops."""
+
+
+@dataclass
+class Event:
+    """What a worker said: ``kind`` is ``ready`` (it wants a part), ``progress`` (``value``: the part's counters and
+    the worker's peak RSS in KB),
+    ``done`` (``value``: the part's :class:`~corpus.tokenize.part.PartResult`), ``failed`` (``value``: the
+    exception) or ``died`` (the worker process ended without a word)."""
+
+    kind: str
+    worker: int
+    part: int = -1
+    value: Any = None
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel for SIGKILL when the parent process dies (where there is ``prctl``)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the request was made
+        os._exit(1)
+
+
+def _serve(connection: Connection, encoder: BatchEncoder, stop: threading.Event | None = None,
+           offer: Offer | None = None) -> None:
+    """A worker's loop: ask for a part, write it, say how it went, until told to end (None). ``stop``: a local
+    worker's signal to give up its part; ``offer``: the input check, in the process that holds it."""
+
+    def report(counters: Counters, peak_rss_kb: int) -> None:
+        if stop is not None and stop.is_set():
+            raise _Stopped
+        connection.send(("progress", task.part.index, (counters, peak_rss_kb)))
+
+    while True:
+        connection.send(("ready", -1, None))
+        task: PartTask | None = connection.recv()
+        if task is None:
+            return
+        try:
+            result = run_part(task, encoder, report, offer)
+        except _Stopped:
+            return
+        except UserError as error:
+            connection.send(("failed", task.part.index, error))
+            continue
+        except Exception as error:  # noqa: BLE001 - a bug: its traceback goes to the run, which raises it
+            text = "".join(traceback.format_exception(error))
+            connection.send(("failed", task.part.index, RuntimeError(f"a tokenize worker failed:\n{text}")))
+            continue
+        connection.send(("done", task.part.index, result))
+
+
+def _worker_main(connection: Connection, spec: WorkerSpec) -> None:
+    """Entry point of a spawned worker."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run, which stops its workers
+    try:
+        encoder = BatchEncoder(spec)
+    except Exception as error:  # noqa: BLE001 - the run built the same tokenizer: report whatever went wrong
+        connection.send(("failed", -1, RuntimeError(f"a tokenize worker could not build its tokenizer: {error}")))
+        return
+    _serve(connection, encoder)
+
+
+class PartPool:
+    """``processes`` spawned workers plus, with ``local``, a thread of this process encoding with that encoder (and
+    handing what it writes to ``offer``, the input check)."""
+
+    def __init__(self, spec: WorkerSpec, processes: int, local: BatchEncoder | None, offer: Offer | None = None
+                 ) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.connections: list[Connection] = []
+        self.processes: list[multiprocessing.Process | None] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if local is not None:
+            mine, theirs = multiprocessing.Pipe()
+            self._thread = threading.Thread(target=_serve, args=(theirs, local, self._stop, offer), daemon=True,
+                                            name="blendforge-part")
+            self._thread.start()
+            self.connections.append(mine)
+            self.processes.append(None)
+        for _ in range(processes):
+            mine, theirs = context.Pipe()
+            process = context.Process(target=_worker_main, args=(theirs, spec), daemon=True,
+                                      name="blendforge-part-worker")
+            process.start()
+            theirs.close()
+            self.connections.append(mine)
+            self.processes.append(process)
+        self._sentinels = {process.sentinel: index for index, process in enumerate(self.processes) if process}
+        self._gone: set[int] = set()
+
+    def events(self, timeout: float | None = None) -> list[Event]:
+        """What the workers said since the last call (waiting up to ``timeout`` seconds for something)."""
+        listening = [connection for index, connection in enumerate(self.connections) if index not in self._gone]
+        ready = wait([*listening, *self._sentinels], timeout)
+        found = []
+        for item in ready:
+            if item in self._sentinels:
+                worker = self._sentinels[item]
+                if not self.connections[worker].poll():  # its last words are read first
+                    self._gone.add(worker)
+                    del self._sentinels[item]
+                    found.append(Event("died", worker))
+                continue
+            worker = self.connections.index(item)
+            try:
+                kind, part, value = item.recv()
+            except (EOFError, OSError):
+                continue  # the sentinel reports the death
+            found.append(Event(kind, worker, part, value))
+        return found
+
+    def assign(self, worker: int, task: PartTask) -> None:
+        """Give a part to a worker that said it is ready."""
+        self.connections[worker].send(task)
+
+    def describe(self, worker: int) -> str:
+        process = self.processes[worker]
+        if process is None:
+            return "this process"
+        process.join(1)
+        return f"worker process {process.pid}, exit code {process.exitcode}"
+
+    def close(self) -> None:
+        """End every worker: the idle ones are told to, the busy ones killed (their parts keep their checkpoints)."""
+        self._stop.set()
+        for worker, process in enumerate(self.processes):
+            if process is not None and process.is_alive():
+                process.kill()
+        if self._thread is not None:
+            try:
+                self.connections[0].send(None)
+            except OSError:
+                pass
+            self._thread.join()
+        for process in self.processes:
+            if process is not None:
+                process.join()
+        for connection in self.connections:
+            connection.close()
