@@ -52,8 +52,8 @@ def _command(ctx: click.Context, best) -> str:
               help="About how long the whole sweep may take; trials stop early to fit (default: each runs "
                    "the whole sample).")
 @click.option("--workers-to-check", cls=GreedyOption,
-              help="Worker counts to measure (0: encode in this process), e.g. 0 1 2 4 or 0,1,2,4 (default: 0, 1, "
-                   "2, 4, ... up to the cores available), each with corpus tokenize's default threads for it.")
+              help="Process counts to measure, e.g. 1 2 4 or 1,2,4 (default: 1, 2, 4, ... up to the cores "
+                   "available), each with corpus tokenize's default threads for it.")
 @click.option("--batch-sizes-to-check", cls=GreedyOption, help="Batch sizes to measure (default: 250 1000 4000).")
 @click.option("--threads-per-worker-to-check", cls=GreedyOption,
               help="Library threads per worker to try at the fastest workers and batch size (default: half and "

@@ -44,7 +44,7 @@ class Run:
     mb_per_s: float
     tokens_per_s: float
     peak_rss_mb: float
-    """Main process peak + workers x the largest worker's peak (each process's own kernel-kept peak)."""
+    """Main process peak + the other workers x the largest worker's peak (each process's own kernel-kept peak)."""
     timed_s: float
     """Length of the steady window the rates come from."""
     startup_s: float
@@ -62,7 +62,8 @@ def run_rates(report: TrialReport, workers: int) -> Run | None:
     if seconds <= 0:
         return None
     return Run((docs1 - docs0) / seconds, (bytes1 - bytes0) / 1e6 / seconds, (tokens1 - tokens0) / seconds,
-               report.main_rss_mb + workers * report.worker_rss_mb, seconds, report.points[0][0] - report.launched)
+               report.main_rss_mb + (workers - 1) * report.worker_rss_mb, seconds,
+               report.points[0][0] - report.launched)
 
 
 def typical(runs: list[Run]) -> Run:

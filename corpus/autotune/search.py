@@ -5,7 +5,7 @@ machine, this tokenizer and this input, measured before a long ``corpus tokenize
         group each, outputs in a temporary folder) -> steady-state rates -> noise -> recommendation
 
 The search is staged so every candidate of every list is measured without running the whole grid:
-each worker count (0 = encoding in the main process) with ``corpus tokenize``'s default batch size and
+each worker count (processes writing parts of the input) with ``corpus tokenize``'s default batch size and
 threads for it, then each batch size at the fastest, then each thread count there, then the fastest
 configuration again (``repeats`` times) to measure the noise. Nothing is written outside the temporary
 folder, which is removed on success, error, Ctrl-C, SIGTERM or SIGHUP.
@@ -50,8 +50,8 @@ class AutotuneError(UserError):
 
 
 def default_workers(cores: int) -> list[int]:
-    """0 (encoding in the main process, ``corpus tokenize``'s default), 1, 2, 4, ... below ``cores``, then ``cores``."""
-    return [0] + [2**i for i in range(cores.bit_length()) if 2**i < cores] + [cores]
+    """1, 2, 4, ... below ``cores``, then ``cores`` (``corpus tokenize``'s default)."""
+    return [2**i for i in range(cores.bit_length()) if 2**i < cores] + [cores]
 
 
 def parse_candidates(values: Sequence[str], flag: str) -> list[int]:
@@ -92,8 +92,8 @@ class AutotuneConfig:
     """The run to tune: inputs, json keys, EOD and tokenizer. Its workers, batch size and threads are
     what gets tuned; its output prefix only appears in the recommendation (nothing is written there)."""
     workers_to_check: list[int] | None = None
-    """``--workers-to-check``: worker counts, 0 = encoding in the main process (default: 0, 1, 2, 4, ...
-    and the cores available). Each is first measured with ``corpus tokenize``'s default threads for it."""
+    """``--workers-to-check``: process counts (default: 1, 2, 4, ... and the cores available, ``corpus tokenize``'s
+    default). Each is first measured with ``corpus tokenize``'s default threads for it."""
     batch_sizes_to_check: list[int] | None = None
     """``--batch-sizes-to-check`` (default: 250, 1000, 4000, those the sample can fill)."""
     threads_per_worker_to_check: list[int] | None = None
@@ -131,7 +131,7 @@ class AutotuneConfig:
         if self.batch_sizes_to_check is None:
             self.batch_sizes_to_check = [b for b in DEFAULT_BATCH_SIZES if b <= largest_batch] or [largest_batch]
         cores_why = f"this process may use {cores} core(s), more cannot be faster"
-        _check_candidates("--workers-to-check", self.workers_to_check, 0, cores, cores_why)
+        _check_candidates("--workers-to-check", self.workers_to_check, 1, cores, cores_why)
         if self.threads_per_worker_to_check is not None:
             _check_candidates("--threads-per-worker-to-check", self.threads_per_worker_to_check, 1, cores, cores_why)
         _check_candidates("--batch-sizes-to-check", self.batch_sizes_to_check, 1, largest_batch,
@@ -175,7 +175,7 @@ class _Sweep:
         largest = documents // needed
         fix = f"batch sizes of {largest} or less" if largest else "a larger input"
         more = "" if self.sample.whole_input else " or raise --max-documents"
-        who = f"{workers} worker(s) need" if workers else "encoding in the main process needs"
+        who = f"{workers} worker(s) need"
         return (f"the sample's {documents:,} documents make {batches} batch(es) of {candidate.batch_size:,}, and "
                 f"{who} {needed} or more (check {fix}{more})")
 
@@ -233,7 +233,7 @@ class _Sweep:
 
 def _default_threads(config: AutotuneConfig, workers: int) -> int:
     """The threads ``corpus tokenize --workers N`` uses when not told (the cores shared out)."""
-    return config.tokenize.replace(workers=workers, threads_per_worker=None).threads
+    return config.tokenize.replace(threads_per_worker=None).threads_for(workers)
 
 
 def _thread_counts(config: AutotuneConfig, fastest: Candidate) -> list[int]:

@@ -57,7 +57,7 @@ class TrialReport:
     main_rss_mb: float
     """Peak RSS of the trial's main process (reader, writers, the start-up tokenizer)."""
     worker_rss_mb: float
-    """Peak RSS of its largest pool worker (0 without workers)."""
+    """Peak RSS of its largest worker process (0 with one process)."""
     skipped: int
     """Bad records of the sample (skipped, so the trial still measures)."""
     messages: list[str] = field(default_factory=list)
@@ -67,7 +67,7 @@ class TrialReport:
 
 
 def lanes(workers: int) -> int:
-    """Batches encoded at once: one per worker, or one in the main process with ``workers=0``."""
+    """Batches encoded at once: one per worker process."""
     return max(1, workers)
 
 
@@ -117,7 +117,7 @@ def _measure(config: TokenizeConfig, deadline: float | None) -> TrialReport:
         finished = False
     # NOTE: each worker's own VmHWM, as it reported it with its batches: not RUSAGE_CHILDREN, whose
     # maxrss starts at what the trial process held when the worker was forked (tokenizer included).
-    worker_rss_mb = clock.worker_rss_kb / 1024 if config.workers else 0.0
+    worker_rss_mb = clock.worker_rss_kb / 1024 if config.processes > 1 else 0.0
     return TrialReport(clock.points, finished, peak_rss_mb(), worker_rss_mb, clock.skipped)
 
 

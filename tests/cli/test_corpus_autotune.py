@@ -48,23 +48,23 @@ def test_json_recommends_a_measured_configuration_and_its_command_runs(tmp_path)
 
 
 def test_the_table_marks_the_best_and_prints_the_command(tmp_path):
-    result = run_cli("corpus", "autotune-workers", *SOURCE, *SMALL, "--workers-to-check", "0", "--repeats", "0",
+    result = run_cli("corpus", "autotune-workers", *SOURCE, *SMALL, "--workers-to-check", "1", "--repeats", "0",
                      env={"TMPDIR": str(tmp_path)})  # the default place: the system's temporary folder
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["workers", "batch", "size", "threads", "docs/s", "MB/s", "tokens/s", "peak", "RSS",
                                 "MB", "start", "s", "runs"]
     [best] = [line.split() for line in lines if line.endswith("<- best")]
-    assert best[:2] == ["0", "4"]
+    assert best[:2] == ["1", "4"]
     assert "noise: 2.0% (assumed: no configuration was run twice)" in result.stdout
     command = lines[lines.index("run:") + 1].strip()
     assert command.startswith("corpus tokenize --input") and command.endswith(
-        f"--output-prefix OUTPUT_PREFIX --workers 0 --batch-size 4 --threads-per-worker {best[2]}")
-    assert "trial 1: workers=0 batch_size=4" in result.stderr
+        f"--output-prefix OUTPUT_PREFIX --workers 1 --batch-size 4 --threads-per-worker {best[2]}")
+    assert "trial 1: workers=1 batch_size=4" in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("values, message", [
-    (["-1"], "--workers-to-check: -1 is not allowed, every value must be at least 0"),
+    (["0"], "--workers-to-check: 0 is not allowed, every value must be at least 1"),
     (["abc"], "--workers-to-check: 'abc' is not a whole number (give e.g. --workers-to-check 1 2 4 8)"),
     (["1", "2", "1"], "--workers-to-check: 1 given more than once; list each value once"),
     (["1,2,2"], "--workers-to-check: 2 given more than once"),

@@ -59,7 +59,7 @@ def test_a_word_that_is_not_a_number_is_named():
 
 
 @pytest.mark.parametrize("field, values, message", [
-    ("workers_to_check", [-1], r"--workers-to-check: -1 is not allowed, every value must be at least 0"),
+    ("workers_to_check", [0], r"--workers-to-check: 0 is not allowed, every value must be at least 1"),
     ("threads_per_worker_to_check", [0], r"--threads-per-worker-to-check: 0 is not allowed, .* at least 1"),
     ("workers_to_check", [1, 2, 1], r"--workers-to-check: 1 given more than once"),
     ("workers_to_check", [available_cores() + 1], r"--workers-to-check: \d+ is too many: this process may use"),
@@ -89,8 +89,8 @@ def test_other_options_are_checked(tmp_path, changes, message):
 
 
 def test_defaults_sweep_up_to_the_cores_and_fit_the_sample(tmp_path):
-    assert default_workers(1) == [0, 1] and default_workers(6) == [0, 1, 2, 4, 6]
-    assert default_workers(8) == [0, 1, 2, 4, 8]
+    assert default_workers(1) == [1] and default_workers(6) == [1, 2, 4, 6]
+    assert default_workers(8) == [1, 2, 4, 8]
     chosen = AutotuneConfig(config(tmp_path, [WEB]), max_documents=2000)
     assert chosen.workers_to_check == default_workers(available_cores())
     assert chosen.threads_per_worker_to_check is None  # derived from the fastest worker count
@@ -136,8 +136,8 @@ def test_rates_come_from_the_window_only():
     points.append((100.0, 100, 10_000, 1000))
     run = run_rates(TrialReport(points, True, 100.0, 50.0, 0, launched=4.0), workers=1)
     assert (run.docs_per_s, run.mb_per_s, run.tokens_per_s) == (10.0, 0.001, 100.0)
-    assert (run.timed_s, run.startup_s, run.peak_rss_mb) == (8.0, 6.0, 150.0)
-    assert run_rates(TrialReport(points, True, 100.0, 50.0, 0), workers=2).peak_rss_mb == 200.0
+    assert (run.timed_s, run.startup_s, run.peak_rss_mb) == (8.0, 6.0, 100.0)
+    assert run_rates(TrialReport(points, True, 100.0, 50.0, 0), workers=2).peak_rss_mb == 150.0
     assert run_rates(TrialReport(points[:3], True, 1.0, 1.0, 0), workers=1) is None
 
 
@@ -168,16 +168,16 @@ def test_noise_is_never_below_the_floor_and_ties_go_to_less_memory():
 
 def default_threads(workers: int) -> int:
     """What corpus tokenize --workers N uses without --threads-per-worker."""
-    return config(Path("."), [WEB], workers=workers, threads_per_worker=None).threads
+    return config(Path("."), [WEB], threads_per_worker=None).threads_for(workers)
 
 
 def test_the_recommendation_is_a_configuration_it_measured_and_nothing_is_left(tmp_path):
     before = all_files(WEB.parent)
-    result = autotune(tune(tmp_path, workers_to_check=[0, 2], batch_sizes_to_check=[4, 8]))
+    result = autotune(tune(tmp_path, workers_to_check=[1, 2], batch_sizes_to_check=[4, 8]))
     measured = {(r.workers, r.batch_size, r.threads_per_worker) for r in result.trials}
     assert (result.best.workers, result.best.batch_size, result.best.threads_per_worker) in measured
-    assert {(0, 4, default_threads(0)), (2, 4, default_threads(2))} <= measured  # each worker count, its default
-    assert measured <= {(w, b, t) for w in (0, 2) for b in (4, 8) for t in {1, default_threads(w)}}
+    assert {(1, 4, default_threads(1)), (2, 4, default_threads(2))} <= measured  # each worker count, its default
+    assert measured <= {(w, b, t) for w in (1, 2) for b in (4, 8) for t in {1, default_threads(w)}}
     assert result.best in result.trials and result.best.within_noise
     assert [r.mb_per_s for r in result.trials] == sorted((r.mb_per_s for r in result.trials), reverse=True)
     assert all(r.docs_per_s > 0 and r.tokens_per_s > r.docs_per_s and r.peak_rss_mb > 0 and r.startup_s > 0
@@ -243,7 +243,7 @@ def test_worker_memory_is_the_workers_own_not_what_the_trial_held_when_it_starte
     child maxrss that starts at the parent's size (what RUSAGE_CHILDREN reported)."""
     ballast = bytearray(600 * 2**20)  # touched: resident in this process before the pool starts
     ballast[::4096] = b"x" * len(ballast[::4096])
-    report = _measure(config(tmp_path, [WEB], workers=1, batch_size=8), deadline=None)
+    report = _measure(config(tmp_path, [WEB], workers=2, batch_size=8), deadline=None)
     assert report.finished and 5 < report.worker_rss_mb < 400
     assert report.main_rss_mb > 600
     del ballast

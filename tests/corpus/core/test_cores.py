@@ -22,4 +22,5 @@ def one_core():
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
 def test_a_process_bound_to_one_core_sizes_its_pools_for_one(one_core):
     assert available_cores() == 1
-    assert config(Path("."), [WEB], workers=0, threads_per_worker=None).threads == 1
+    default = config(Path("."), [WEB], workers=0, threads_per_worker=None)
+    assert default.processes == 1 and default.threads_for(default.processes) == 1
