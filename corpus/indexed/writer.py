@@ -7,10 +7,8 @@ sha256 of both files, the empty-document count and whether every document is one
 
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
-import threading
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -19,7 +17,7 @@ import numpy as np
 from corpus import storage
 from corpus.core.disk import guard
 from corpus.indexed import sidecar
-from corpus.indexed.append import append_file
+from corpus.indexed.append import Appender, BlockDigest, digest_of, file_tree_digest
 from corpus.indexed.format import (
     _CHUNK,
     CODE_BY_DTYPE,
@@ -31,144 +29,16 @@ from corpus.indexed.format import (
     cast_tokens,
     idx_path,
 )
+from corpus.indexed.partial_files import (
+    NoSyncBehind,
+    SpillBuffer,
+    SyncBehind,
+    close_quietly,
+    read_values,
+    reopen_at,
+    sync,
+)
 from corpus.indexed.reader import IndexedReader
-
-
-def _sync(handle) -> None:
-    handle.flush()
-    os.fsync(handle.fileno())
-
-
-class _SyncBehind:
-    """Makes a growing file durable in the background, a block behind the writer, so the fsync that publishes
-    it finds little left to write: the disk works while the encoder does, not after it (the final fsync of a
-    300 MB ``.bin`` otherwise holds the end of a run up by a quarter of a second)."""
-
-    def __init__(self, handle, every: int = 16 << 20) -> None:
-        self._handle, self._every, self._unsynced = handle, every, 0
-        self._wake, self._stopping = threading.Event(), False
-        self._thread = threading.Thread(target=self._run, name="blendforge-sync-behind", daemon=True)
-        self._thread.start()
-
-    def wrote(self, size: int) -> None:
-        """Count ``size`` more bytes handed to the file; wake the syncing thread every ``every`` bytes."""
-        self._unsynced += size
-        if self._unsynced >= self._every:
-            self._unsynced = 0
-            self._wake.set()
-
-    def _run(self) -> None:
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            if self._stopping:
-                return
-            try:
-                os.fdatasync(self._handle.fileno())
-            except (OSError, ValueError):  # a failing disk is reported by the writer's own fsync
-                return
-
-    def stop(self) -> None:
-        """End the thread before the file is closed (its descriptor must not be synced after that)."""
-        self._stopping = True
-        self._wake.set()
-        self._thread.join()
-
-
-class _NoSyncBehind:
-    """In place of :class:`_SyncBehind` for files that are not kept."""
-
-    def wrote(self, size: int) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
-
-
-def _hash_prefix(path: Path, size: int) -> "hashlib._Hash":
-    """sha256 of the first ``size`` bytes of ``path`` (a resumed writer continues the checksum from there)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while size and (block := handle.read(min(size, 64 << 20))):
-            digest.update(block)
-            size -= len(block)
-    return digest
-
-
-def _reopen_at(path: Path, size: int):
-    """Open a partial file of an interrupted writer for appending, cut back to its checkpointed ``size``
-    (bytes written after the checkpoint are discarded and will be written again)."""
-    try:
-        handle = open(path, "r+b")
-    except FileNotFoundError:
-        raise IndexFormatError(path,
-                               "cannot resume: this partial file is missing; start again without --resume") from None
-    actual = os.fstat(handle.fileno()).st_size
-    if actual < size:
-        handle.close()
-        raise IndexFormatError(path, f"cannot resume: {actual} bytes, fewer than the {size} checkpointed; "
-                                     "start again without --resume")
-    handle.truncate(size)
-    handle.seek(size)
-    return handle
-
-
-class _SpillBuffer:
-    """A growable int array that spills to a file every ``_CHUNK`` values, so a writer of
-    tens of millions of documents holds no per-document Python objects and bounded memory."""
-
-    def __init__(self, path: Path, dtype: type, resume_count: int | None = None) -> None:
-        self.path = path
-        self.dtype = np.dtype(dtype)
-        self._buffer = np.empty(_CHUNK, dtype=self.dtype)
-        self._used = 0
-        with guard(path):
-            if resume_count is None:
-                self.count, self._file = 0, open(path, "wb")
-            else:
-                self.count, self._file = resume_count, _reopen_at(path, resume_count * self.dtype.itemsize)
-
-    def extend(self, values: np.ndarray) -> None:
-        values = np.asarray(values, dtype=self.dtype)
-        while len(values):
-            take = min(len(values), _CHUNK - self._used)
-            self._buffer[self._used : self._used + take] = values[:take]
-            self._used += take
-            self.count += take
-            values = values[take:]
-            if self._used == _CHUNK:
-                self.flush()
-
-    def flush(self) -> None:
-        with guard(self.path):
-            self._file.write(self._buffer[: self._used].tobytes())
-        self._used = 0
-
-    def sync(self) -> None:
-        """Write the buffered values and make the file durable (a checkpoint)."""
-        self.flush()
-        with guard(self.path):
-            _sync(self._file)
-
-    def chunks(self) -> Iterator[np.ndarray]:
-        """Yield the stored values in order, chunk by chunk (after :meth:`close`)."""
-        with open(self.path, "rb") as handle:
-            while block := handle.read(_CHUNK * self.dtype.itemsize):
-                yield np.frombuffer(block, dtype=self.dtype)
-
-    def close(self) -> None:
-        self.flush()
-        with guard(self.path):
-            self._file.close()
-
-
-def _close_quietly(handle) -> None:
-    """Close a partial file, ignoring a failing flush (a full disk): ``--resume`` cuts every partial file back to
-    its checkpointed size, which was made durable before the checkpoint was recorded, so nothing is lost."""
-    try:
-        handle.close()
-    except OSError:
-        pass
 
 
 class IndexedWriter:
@@ -194,26 +64,31 @@ class IndexedWriter:
         with guard(self._partial_bin):
             Path(self.prefix).parent.mkdir(parents=True, exist_ok=True)
             if resume is None:
-                self._bin, self._digest = open(self._partial_bin, "wb"), hashlib.sha256()
+                self._bin, self._digest = open(self._partial_bin, "w+b"), BlockDigest()  # read back when appending
             else:
                 size = resume["num_tokens"] * self.dtype.itemsize
-                self._bin, self._digest = _reopen_at(self._partial_bin, size), _hash_prefix(self._partial_bin, size)
-        self._sync_behind = _SyncBehind(self._bin) if background_sync else _NoSyncBehind()
+                self._bin = reopen_at(self._partial_bin, size)
+                self._digest = digest_of(self._bin.fileno(), size)
+        self._appender: Appender | None = None
+        """Copies files into the ``.bin`` (:meth:`append_written`, :meth:`add_index`), in threads."""
+        self._sync_behind = SyncBehind(self._bin) if background_sync else NoSyncBehind()
         if resume is None:
-            self._lengths = _SpillBuffer(lengths, np.int32)
-            self._doc_ends = _SpillBuffer(doc_ends, np.int64)
+            self._lengths = SpillBuffer(lengths, np.int32)
+            self._doc_ends = SpillBuffer(doc_ends, np.int64)
             self._doc_ends.extend(np.zeros(1, dtype=np.int64))
             self.num_tokens = 0
         else:
-            self._lengths = _SpillBuffer(lengths, np.int32, resume_count=resume["num_sequences"])
-            self._doc_ends = _SpillBuffer(doc_ends, np.int64, resume_count=resume["num_documents"] + 1)
+            self._lengths = SpillBuffer(lengths, np.int32, resume_count=resume["num_sequences"])
+            self._doc_ends = SpillBuffer(doc_ends, np.int64, resume_count=resume["num_documents"] + 1)
             self.num_tokens = resume["num_tokens"]
 
     def checkpoint(self) -> dict:
         """Make everything written so far durable; the returned counts let ``IndexedWriter(prefix, dtype,
         resume=...)`` continue from exactly here after a crash (even ``kill -9``)."""
         with guard(self._partial_bin):
-            _sync(self._bin)
+            if self._appender:
+                self._appender.wait()
+            sync(self._bin)
         self._lengths.sync()
         self._doc_ends.sync()
         return self.counts()
@@ -231,8 +106,8 @@ class IndexedWriter:
         self._lengths.flush()
         self._doc_ends.flush()
         self.close()
-        digests = {"bin": self._digest.hexdigest(), "lengths": _file_sha256(self._lengths.path),
-                   "docs": _file_sha256(self._doc_ends.path)}
+        digests = {"bin": self._digest.hexdigest(), "lengths": file_tree_digest(self._lengths.path),
+                   "docs": file_tree_digest(self._doc_ends.path)}
         return {**self.counts(), "sha256": digests}
 
     @property
@@ -248,6 +123,7 @@ class IndexedWriter:
             data = np.ascontiguousarray(cast_tokens(tokens, self.dtype))
         except ValueError as error:
             raise ValueError(f"{self.prefix}: {error}") from None
+        self._finish_appends()
         with guard(self._partial_bin):
             self._bin.write(data)  # the array's own buffer: no bytes copy of it
         self._sync_behind.wrote(data.nbytes)
@@ -307,6 +183,7 @@ class IndexedWriter:
             if storage.is_remote(source.bin_file):
                 with storage.open_binary(source.bin_file) as handle:
                     while block := handle.read(64 << 20):
+                        self._finish_appends()
                         with guard(self._partial_bin):
                             self._bin.write(block)
                         self._sync_behind.wrote(len(block))
@@ -321,19 +198,28 @@ class IndexedWriter:
         offset = self._lengths.count
         self._append_bin(f"{prefix}.bin.partial", written["num_tokens"] * self.dtype.itemsize)
         self.num_tokens += written["num_tokens"]
-        for chunk in _read_values(Path(f"{prefix}.lengths.partial"), np.int32, written["num_sequences"]):
+        for chunk in read_values(Path(f"{prefix}.lengths.partial"), np.int32, written["num_sequences"]):
             self._lengths.extend(chunk)
-        for chunk in _read_values(Path(f"{prefix}.docs.partial"), np.int64, written["num_documents"], skip=1):
+        for chunk in read_values(Path(f"{prefix}.docs.partial"), np.int64, written["num_documents"], skip=1):
             self._doc_ends.extend(offset + chunk)
 
     def _append_bin(self, path: str | os.PathLike, size: int) -> None:
-        """Append ``size`` bytes of the file ``path`` to the ``.bin``, hashed, without reading them into Python."""
+        """Append ``size`` bytes of the file ``path`` to the ``.bin``: copied and hashed in threads, as the file
+        :class:`~corpus.indexed.append.Appender` says (waited for at a checkpoint and when finalizing)."""
         with guard(self._partial_bin):
-            self._bin.flush()
-            with open(path, "rb") as source:
-                append_file(source.fileno(), self._bin.fileno(), size, self._digest)
-            self._bin.seek(0, os.SEEK_END)  # the buffered file learns where the kernel left the descriptor
+            if self._appender is None:
+                self._bin.flush()
+                self._appender = Appender(self._bin.fileno(), self._bin.tell(), self._digest)
+            self._appender.append(path, size)
         self._sync_behind.wrote(size)
+
+    def _finish_appends(self) -> None:
+        """Wait for the copies and hashes under way before bytes are written here directly or the file ends."""
+        if self._appender is not None:
+            with guard(self._partial_bin):
+                self._appender.finish()
+                self._bin.seek(self._appender.end)  # the buffered file learns where the copies ended
+            self._appender = None
 
     def finalize(self, meta: dict | None = None) -> None:
         """Write the index and (when ``meta`` is given) the sidecar, then rename everything into place.
@@ -342,9 +228,10 @@ class IndexedWriter:
         facts and the checksums are filled in here. The old ``.idx`` is removed first and the new one renamed
         last, so a crash at any point leaves either no pair or a complete one.
         """
+        self._finish_appends()
         self._sync_behind.stop()
         with guard(self._partial_bin):
-            _sync(self._bin)
+            sync(self._bin)
             self._bin.close()
         self._lengths.close()
         self._doc_ends.close()
@@ -366,7 +253,7 @@ class IndexedWriter:
 
     def _write_index(self, out) -> dict:
         """Write the ``.idx`` bytes to ``out``; returns the facts the sidecar records about them."""
-        idx_digest = hashlib.sha256()
+        idx_digest = BlockDigest()
 
         def emit(data: bytes) -> None:
             out.write(data)
@@ -385,7 +272,7 @@ class IndexedWriter:
             running = int(pointers[-1] + sizes[-1])
         empty, widest = _document_facts(self._doc_ends.chunks(), emit)
         return {"num_empty_documents": empty, "one_sequence_per_document": widest <= 1,
-                "checksums": {"bin_sha256": self._digest.hexdigest(), "idx_sha256": idx_digest.hexdigest()}}
+                "checksums": {"bin_sha256_tree": self._digest.hexdigest(), "idx_sha256_tree": idx_digest.hexdigest()}}
 
     def _completed_meta(self, meta: dict, facts: dict) -> dict:
         return {
@@ -399,9 +286,12 @@ class IndexedWriter:
 
     def close(self) -> None:
         """Close the partial files, keeping them (an interrupted run that ``--resume`` will continue)."""
+        if self._appender is not None:
+            self._appender.close()
+            self._appender = None
         self._sync_behind.stop()
         for handle in (self._bin, self._lengths._file, self._doc_ends._file):
-            _close_quietly(handle)
+            close_quietly(handle)
 
     def abort(self) -> None:
         """Close and delete every partial file; nothing under the final names is touched."""
@@ -415,24 +305,6 @@ class IndexedWriter:
     def __exit__(self, exc_type: type | None, *rest: object) -> None:
         if exc_type is not None:
             self.abort()
-
-
-def _file_sha256(path: Path) -> str:
-    """The sha256 of a whole (small) file."""
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
-def _read_values(path: Path, dtype: type, count: int, skip: int = 0) -> Iterator[np.ndarray]:
-    """``count`` values of a spill file after its first ``skip``, chunk by chunk."""
-    with open(path, "rb") as handle:
-        handle.seek(skip * np.dtype(dtype).itemsize)
-        while count > 0:
-            chunk = np.fromfile(handle, dtype=dtype, count=min(count, _CHUNK))
-            if len(chunk) == 0:
-                raise IndexFormatError(path, f"ends {count} values early")
-            count -= len(chunk)
-            yield chunk
 
 
 def _document_facts(chunks: Iterator[np.ndarray], emit: Callable[[bytes], None]) -> tuple[int, int]:

@@ -30,6 +30,7 @@ from corpus.indexed import (
     sidecar,
     strip_suffix,
 )
+from corpus.indexed.append import file_tree_digest
 from corpus.inspect.stats import DOCUMENT_CHUNK, iter_document_bounds, iter_token_chunks
 
 log = logging.getLogger(__name__)
@@ -305,8 +306,17 @@ def _check_eod(pair: _Pair) -> list[Problem]:
     return found.problems()
 
 
+#: The checksums a sidecar may record, each with what computes it: the tree checksum every pair is written with now,
+#: and the plain sha256 of pairs written before it.
+CHECKSUMS: dict[str, Callable[[Path], str]] = {
+    "bin_sha256_tree": file_tree_digest, "idx_sha256_tree": file_tree_digest,
+    "bin_sha256": lambda path: sidecar.fingerprint_files([path]),
+    "idx_sha256": lambda path: sidecar.fingerprint_files([path]),
+}
+
+
 def _check_checksums(pair: _Pair) -> list[Problem]:
-    """With ``deep``: the sha256 of each file is the one the sidecar recorded when the pair was written."""
+    """With ``deep``: each file's checksum is the one the sidecar recorded when the pair was written."""
     recorded = (pair.meta or {}).get("checksums") or {}
     if pair.deep and not recorded:
         log.info("%s: checksums not compared: the sidecar records none (written by Megatron or an older version)",
@@ -314,9 +324,10 @@ def _check_checksums(pair: _Pair) -> list[Problem]:
     if not pair.deep or not recorded:
         return []
     problems = []
-    for key, path in (("bin_sha256", pair.bin_file), ("idx_sha256", pair.idx_file)):
+    for key, compute in CHECKSUMS.items():
+        path = pair.bin_file if key.startswith("bin") else pair.idx_file
         found = _Findings(pair, "checksum", path)
-        if key in recorded and path.exists() and sidecar.fingerprint_files([path]) != recorded[key]:
+        if key in recorded and path.exists() and compute(path) != recorded[key]:
             found.add_one(f"sha256 differs from the one the sidecar records ({key}): the file changed after it was "
                           "written; re-run corpus tokenize (or restore the file)")
         problems += found.problems()

@@ -4,6 +4,7 @@ stability, --plot with and without matplotlib, and bad inputs."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import shutil
@@ -265,6 +266,22 @@ def test_deep_check_compares_the_recorded_checksums(real, tmp_path: Path) -> Non
     assert "check: no problems" in inspect_cli(prefix, "--check").stdout
     result = inspect_cli(prefix, "--check", "--deep", check=False)
     assert result.returncode == 1
-    assert f"{prefix}: checksum: sha256 differs from the one the sidecar records (bin_sha256)" in result.stdout
-    assert "(idx_sha256)" not in result.stdout
+    assert f"{prefix}: checksum: sha256 differs from the one the sidecar records (bin_sha256_tree)" in result.stdout
+    assert "(idx_sha256_tree)" not in result.stdout
     assert "check: no problems" in inspect_cli(real[0], "--check", "--deep").stdout
+
+
+def test_deep_check_reads_the_plain_sha256_older_sidecars_record(real, tmp_path: Path) -> None:
+    """A pair written before the tree checksum records the sha256 of each whole file: still compared."""
+    prefix = copy_pair(real[0], tmp_path / "p")
+    meta_path = Path(f"{prefix}.meta.json")
+    meta = json.loads(meta_path.read_text())
+    meta["checksums"] = {name: hashlib.sha256(Path(f"{prefix}{suffix}").read_bytes()).hexdigest()
+                         for name, suffix in (("bin_sha256", ".bin"), ("idx_sha256", ".idx"))}
+    meta_path.write_text(json.dumps(meta))
+    assert "check: no problems" in inspect_cli(prefix, "--check", "--deep").stdout
+    tokens = np.memmap(f"{prefix}.bin", dtype=np.uint16, mode="r+")
+    tokens[[1, 2]] = tokens[[2, 1]]
+    tokens.flush()
+    result = inspect_cli(prefix, "--check", "--deep", check=False)
+    assert f"{prefix}: checksum: sha256 differs from the one the sidecar records (bin_sha256)" in result.stdout
