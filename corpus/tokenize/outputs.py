@@ -7,7 +7,6 @@ files: a remote output is written under its staging prefix and :func:`publish_ou
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import orjson
 
 from corpus.core.disk import guard
 from corpus.indexed import IndexedWriter, finish_interrupted_finalize
+from corpus.indexed.append import file_tree_digest
 from corpus.indexed.publish import publish_file, publish_pair
 
 
@@ -54,14 +54,13 @@ class SkippedLog:
         return self._file.tell()
 
     def written(self) -> dict:
-        """Hand the list over (flushed, not synced, closed) for another run's :meth:`append`: its size and sha256."""
+        """Hand the list over (flushed, not synced, closed) for another run's :meth:`append`: its size and checksum
+        (:func:`corpus.indexed.append.file_tree_digest`)."""
         with guard(self.partial):
             self._file.flush()
             size = self._file.tell()
             self._file.close()
-            with open(self.partial, "rb") as handle:
-                digest = hashlib.file_digest(handle, "sha256").hexdigest()
-        return {"bytes": size, "sha256": digest}
+        return {"bytes": size, "sha256": file_tree_digest(self.partial)}
 
     def append(self, path: Path, size: int, shift: tuple[str, int] | None = None) -> None:
         """Append the first ``size`` bytes of another list (a part's). ``shift = (file, lines)`` adds ``lines`` to

@@ -8,14 +8,13 @@ its files were made durable, so a part resumed after ``kill -9`` ends byte-ident
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from corpus.core.errors import UserError
+from corpus.indexed.append import file_tree_digest
 from corpus.readers import RawBatch, ReadOptions, describe_location, read_slices
 from corpus.tokenize import resume_state as checkpoints
 from corpus.tokenize.executor import encode_in_pool, encode_inline
@@ -173,21 +172,15 @@ def write_part(writing: PartWriting, encoder: BatchEncoder, state: dict | None, 
 
 
 def intact(prefix: str, written: dict) -> bool:
-    """Whether a done part's files still hold what it handed over (their sizes and sha256)."""
-    files = [(f"{prefix}.skipped.jsonl.partial", written["skipped"]["bytes"], written["skipped"]["sha256"])]
+    """Whether a done part's files still hold what it handed over (their checksums)."""
+    files = [(f"{prefix}.skipped.jsonl.partial", written["skipped"]["sha256"])]
     for key, record in written["writers"].items():
         key_prefix = output_prefix_for(prefix, key)
-        files += [(f"{key_prefix}.{name}.partial", None, digest) for name, digest in record["sha256"].items()]
-    for path, size, digest in files:
-        try:
-            with open(path, "rb") as handle:
-                if size is not None and os.fstat(handle.fileno()).st_size != size:
-                    return False
-                if hashlib.file_digest(handle, "sha256").hexdigest() != digest:
-                    return False
-        except FileNotFoundError:
-            return False
-    return True
+        files += [(f"{key_prefix}.{name}.partial", digest) for name, digest in record["sha256"].items()]
+    try:
+        return all(file_tree_digest(path) == digest for path, digest in files)
+    except FileNotFoundError:
+        return False
 
 
 def run_part(task: PartTask, encoder: BatchEncoder, report: Report | None = None, offer: Offer | None = None

@@ -138,23 +138,26 @@ class PartPool:
     def events(self, timeout: float | None = None) -> list[Event]:
         """What the workers said since the last call (waiting up to ``timeout`` seconds for something)."""
         listening = [connection for index, connection in enumerate(self.connections) if index not in self._gone]
-        ready = wait([*listening, *self._sentinels], timeout)
-        found = []
-        for item in ready:
-            if item in self._sentinels:
-                worker = self._sentinels[item]
-                if not self.connections[worker].poll():  # its last words are read first
-                    self._gone.add(worker)
-                    del self._sentinels[item]
-                    found.append(Event("died", worker))
+        sentinels = [sentinel for sentinel, index in self._sentinels.items() if index not in self._gone]
+        found: list[Event] = []
+        for item in wait([*listening, *sentinels], timeout):
+            worker = self._sentinels[item] if item in self._sentinels else self.connections.index(item)
+            if worker in self._gone or (item is self.connections[worker] and self._read(worker, found)):
                 continue
-            worker = self.connections.index(item)
-            try:
-                kind, part, value = item.recv()
-            except (EOFError, OSError):
-                continue  # the sentinel reports the death
-            found.append(Event(kind, worker, part, value))
+            while self.connections[worker].poll() and self._read(worker, found):  # its last words first
+                pass
+            self._gone.add(worker)
+            found.append(Event("died", worker))
         return found
+
+    def _read(self, worker: int, found: list[Event]) -> bool:
+        """Read one message of ``worker`` into ``found``; False when its end of the pipe is closed."""
+        try:
+            kind, part, value = self.connections[worker].recv()
+        except (EOFError, OSError):
+            return False
+        found.append(Event(kind, worker, part, value))
+        return True
 
     def assign(self, worker: int, task: PartTask) -> None:
         """Give a part to a worker that said it is ready."""

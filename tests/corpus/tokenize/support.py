@@ -73,8 +73,8 @@ class FullDisk:
     ends with ``suffix``, the next write to such a file raises ``OSError(ENOSPC)``, as a full disk does. The
     same for root (CI) as for anyone: no mount, no chmod."""
 
-    MODULES = ("corpus.indexed.writer", "corpus.indexed.sidecar", "corpus.tokenize.outputs",
-               "corpus.tokenize.resume_state")
+    MODULES = ("corpus.indexed.writer", "corpus.indexed.partial_files", "corpus.indexed.sidecar",
+               "corpus.tokenize.outputs", "corpus.tokenize.resume_state")
 
     def __init__(self, suffix: str, budget: int) -> None:
         self.suffix, self.budget, self.failures = suffix, budget, 0

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+from corpus.indexed.append import file_tree_digest
 from corpus.tokenize import resume_state
 from corpus.tokenize.join import parts_folder
 from corpus.tokenize.parallel import _Run
@@ -84,13 +85,14 @@ def one_process(request, tmp_path_factory):
     inputs = make_inputs(folder / "in", request.param)
     stats = tokenize(config(folder, inputs, json_keys=KEYS, workers=1, on_error="skip"))
     skipped = folder / "out.skipped.jsonl"
+    checksums = json.loads((folder / "out_text_document.meta.json").read_text())["checksums"]
     return request.param, inputs, output_bytes(folder / "out", KEYS), skipped.read_bytes() if skipped.exists() \
-        else None, stats.counters
+        else None, stats.counters, checksums
 
 
 @pytest.mark.parametrize("workers, batch_size, threads", [(3, 1000, None), (2, 7, 2)])
 def test_parts_are_the_bytes_of_one_process(tmp_path, one_process, workers, batch_size, threads):
-    kind, inputs, expected, skipped, counters = one_process
+    kind, inputs, expected, skipped, counters, checksums = one_process
     stats = tokenize(config(tmp_path, inputs, json_keys=KEYS, workers=workers, batch_size=batch_size,
                             threads_per_worker=threads, on_error="skip", min_part_bytes=SMALL_PARTS))
     assert stats.parts > workers and stats.processes == workers
@@ -99,7 +101,8 @@ def test_parts_are_the_bytes_of_one_process(tmp_path, one_process, workers, batc
     assert (tmp_path / "out.skipped.jsonl").read_bytes() == skipped if skipped else \
         not (tmp_path / "out.skipped.jsonl").exists()
     meta = json.loads((tmp_path / "out_text_document.meta.json").read_text())
-    assert meta["records"]["read"] == counters.records_read and meta["checksums"]["bin_sha256"]
+    assert meta["records"]["read"] == counters.records_read and meta["checksums"] == checksums
+    assert checksums["bin_sha256_tree"] == file_tree_digest(tmp_path / "out_text_document.bin")
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith((".bin", ".idx", ".meta.json"))) == \
         (["out.skipped.jsonl"] if skipped else [])
 
@@ -179,14 +182,15 @@ def joined(prefix: Path) -> int:
         return -1
 
 
-def parts_done(prefix: Path) -> int:
-    done = 0
+def parts_in_phase(prefix: Path, phase: str) -> int:
+    """How many parts' checkpoints are in ``phase`` (``running``, ``done``)."""
+    found = 0
     for path in parts_folder(str(prefix)).glob("*.tokenize-state.json"):
         try:
-            done += json.loads(path.read_text())["phase"] == "done"
-        except ValueError:
+            found += json.loads(path.read_text())["phase"] == phase
+        except (OSError, ValueError):
             pass
-    return done
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +209,7 @@ def test_kill_9_then_resume_is_byte_identical(tmp_path, killed_inputs, point):
     options = {"workers": 3, "min_part_bytes": SMALL_PARTS, "checkpoint_interval": 0 if point == "parts joined"
                else 3600, "batch_size": 4}
     ready = {"a part written": lambda: any(parts_folder(str(prefix)).glob("*.bin.partial")),
-             "parts done, none joined": lambda: parts_done(prefix) >= 2,
+             "parts done, none joined": lambda: parts_in_phase(prefix, "done") >= 2,
              "parts joined": lambda: joined(prefix) >= 2}[point]
     kill_when(run_in_process(tmp_path, inputs, **options), ready)
     assert not (tmp_path / "out_text_document.idx").exists()
@@ -222,14 +226,16 @@ def test_a_dying_worker_stops_the_run_and_resume_finishes_it(tmp_path, killed_in
                  batch_size=4)
     killed = []
 
-    def kill_a_worker(counters, rss_kb) -> None:
-        workers = [p for p in multiprocessing.active_children() if p.name == "blendforge-part-worker"]
-        if not killed and workers and counters.records_read > 100:
-            killed.append(workers[0].pid)
-            os.kill(workers[0].pid, signal.SIGKILL)
+    def kill_the_workers(counters, rss_kb) -> None:
+        """Once two parts are being written, one of them by a spawned worker (this process writes one at a time)."""
+        if not killed and parts_in_phase(tmp_path / "out", "running") >= 2:
+            for worker in multiprocessing.active_children():
+                if worker.name == "blendforge-part-worker":
+                    killed.append(worker.pid)
+                    os.kill(worker.pid, signal.SIGKILL)
 
     with pytest.raises(WorkerDied, match=r"worker process \d+, exit code -9.*--resume"):
-        tokenize(run, on_batch=kill_a_worker)
+        tokenize(run, on_batch=kill_the_workers)
     assert killed and not [p for p in multiprocessing.active_children() if p.name == "blendforge-part-worker"]
     tokenize(run.replace(resume=True))
     assert output_bytes(tmp_path / "out", KEYS) == expected
@@ -243,7 +249,7 @@ def test_a_done_part_damaged_before_the_resume_is_written_again(tmp_path, killed
                  checkpoint_interval=3600)
 
     def stop_after_parts(counters, rss_kb) -> None:
-        if parts_done(tmp_path / "out") >= 3:
+        if parts_in_phase(tmp_path / "out", "done") >= 3:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
