@@ -89,6 +89,11 @@ class MegatronEncoder:
 
 def megatron_style(family: str, path: str, out: str) -> dict:
     """(b): Pool.imap(chunksize=32) + IndexedDatasetBuilder, as Megatron's preprocess_data.py."""
+    return megatron_style_run(FAMILIES[family].fields(files()), path, out, CORES)
+
+
+def megatron_style_run(fields: dict, path: str, out: str, processes: int) -> dict:
+    """Megatron's preprocess_data.py pattern with the tokenizer ``fields`` in ``processes`` pool workers."""
     import multiprocessing
     import warnings
 
@@ -98,13 +103,13 @@ def megatron_style(family: str, path: str, out: str) -> dict:
     from corpus.indexed import token_dtype_for_vocab
     from corpus.tokenizers import build_tokenizer
 
-    fields = FAMILIES[family].fields(files())
     encoder = MegatronEncoder(fields)
     vocab_size = build_tokenizer(_config(fields, encoder="reference"), threads=1).vocab_size
     prefix = f"{out}/megatron_text_document"
     builder = IndexedDatasetBuilder(get_bin_path(prefix), dtype=token_dtype_for_vocab(vocab_size).type)
     tokens = 0
-    with open(path, encoding="utf-8") as lines, multiprocessing.Pool(CORES, initializer=encoder.initializer) as pool:
+    pool = multiprocessing.Pool(processes, initializer=encoder.initializer)
+    with open(path, encoding="utf-8") as lines, pool:
         for ids, lengths, _ in pool.imap(encoder.encode, lines, 32):
             builder.add_document(ids, lengths)
             tokens += len(ids)

@@ -1,0 +1,275 @@
+"""``corpus tokenize`` on 1 to N cores, whole process, default settings, beside the engine's ceiling, gigatoken's own
+reader and a Megatron-style pipeline on the same cores.
+
+    python -m bench.installed_text --min-bytes 2e9          # once: ≥ 2 GB of installed sources and docs as JSONL
+    python -m bench.tokenize_scaling --tokenizer-model DIR/tokenizer.json --cores 1 2 4 8 16
+    python -m bench.tokenize_scaling --case zst --tokenizer-type SentencePieceTokenizer --tokenizer-model x.model
+
+Every measurement is a fresh process bound to the first K CPUs of an order that takes one thread of every physical
+core before a second (so 8 of 16 CPUs on 8 cores × 2 threads are 8 cores); the CPU topology is printed. Methods:
+
+- ``ours``: ``corpus tokenize`` with its default settings (``--variant "--workers 8"`` adds runs with options), its
+  outputs checked byte-identical across every run through the sidecar's sha256 of the ``.bin`` and ``.idx``;
+- ``engine``: the ceiling: gigatoken's batch encode, all threads of the CPUs, on the same texts already in memory
+  (decoding the JSON and everything else left out of the clock);
+- ``raw``: gigatoken's own JSONL reader, a fresh process, writing nothing (plain JSONL only);
+- ``megatron``: ``Pool(K).imap(chunksize=32)`` of per-document encodes with the reference library, written with
+  megatron-core's ``IndexedDatasetBuilder`` (Megatron's ``preprocess_data.py``), on the first ``--megatron-bytes``
+  of the text: it is compared by rate.
+
+Peak memory is the largest sum of the resident sets of the whole process tree (every worker), sampled every 20 ms.
+Cases: ``jsonl`` (one file, ``scaled.jsonl``) and ``zst`` (the same text in ~32 MB ``.jsonl.zst`` files). Results
+go to ``$OUT/tokenize_scaling.json``; a short table comes last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench.installed_text import FOLDER, build
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cpu_order() -> tuple[list[int], str]:
+    """The CPUs this process may use, one thread of each physical core first; and the topology in words."""
+    allowed = sorted(os.sched_getaffinity(0))
+    cores: dict[tuple[str, str], list[int]] = {}
+    for cpu in allowed:
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            key = ((topology / "physical_package_id").read_text().strip(), (topology / "core_id").read_text().strip())
+        except OSError:
+            key = ("?", str(cpu))
+        cores.setdefault(key, []).append(cpu)
+    order = [cpus[rank] for rank in range(max(map(len, cores.values()))) for cpus in cores.values()
+             if rank < len(cpus)]
+    threads = {len(cpus) for cpus in cores.values()}
+    return order, f"{len(allowed)} CPUs = {len(cores)} cores × {'/'.join(map(str, sorted(threads)))} thread(s)"
+
+
+class TreeMemory:
+    """The peak of the summed resident sets of a process and all its descendants, sampled in a thread."""
+
+    PAGE = os.sysconf("SC_PAGE_SIZE")
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak, self._done = pid, 0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _tree_bytes(self) -> int:
+        parents: dict[int, int] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    pass
+        tree, grew = {self.pid}, True
+        while grew:
+            grown = tree | {pid for pid, parent in parents.items() if parent in tree}
+            grew, tree = grown != tree, grown
+        total = 0
+        for pid in tree:
+            try:
+                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * self.PAGE
+            except (OSError, IndexError, ValueError):
+                pass
+        return total
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.02):
+            self.peak = max(self.peak, self._tree_bytes())
+
+    def stop(self) -> int:
+        self._done.set()
+        self._thread.join()
+        return self.peak
+
+
+def timed(command: list[str], cpus: list[int]) -> dict:
+    """Run ``command`` bound to ``cpus``; its wall time, the tree's peak memory and its last stdout line (JSON)."""
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    began = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment,
+                               preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+    memory = TreeMemory(process.pid)
+    out, err = process.communicate()
+    seconds = time.perf_counter() - began
+    peak = memory.stop()
+    if process.returncode:
+        raise SystemExit(f"{' '.join(command[:6])}… failed:\n{err[-3000:]}")
+    lines = out.strip().splitlines()
+    return {"seconds": seconds, "peak_tree_mb": peak / 1e6, **(json.loads(lines[-1]) if lines else {})}
+
+
+def _texts(inputs: list[str]) -> list[str]:
+    import orjson
+    import zstandard
+
+    texts = []
+    for path in inputs:
+        with open(path, "rb") as handle:
+            data = zstandard.ZstdDecompressor().stream_reader(handle).read() if path.endswith(".zst") else handle.read()
+        texts += [orjson.loads(line)["text"] for line in data.splitlines() if line.strip()]
+    return texts
+
+
+def _gigatoken(args: argparse.Namespace):
+    import gigatoken
+
+    if args.tokenizer_model.endswith(".model"):
+        return gigatoken.Tokenizer.from_sentencepiece(args.tokenizer_model)
+    return gigatoken.Tokenizer(args.tokenizer_model)
+
+
+def child_engine(args: argparse.Namespace) -> dict:
+    from corpus.tokenizers.gigatoken_rows import without_awkward
+
+    texts, tokenizer = _texts(args.inputs), _gigatoken(args)
+    began, tokens = time.perf_counter(), 0
+    with without_awkward():
+        for start in range(0, len(texts), 1000):
+            tokens += len(tokenizer.encode_batch(texts[start:start + 1000], parallel=True).flat)
+    return {"seconds": time.perf_counter() - began, "tokens": tokens}
+
+
+def child_raw(args: argparse.Namespace) -> dict:
+    import awkward
+    import gigatoken
+
+    ids = _gigatoken(args).encode_files(gigatoken.JsonlFileSource(args.inputs, field="text"))
+    return {"tokens": int(awkward.sum(awkward.num(ids)))}
+
+
+def child_megatron(args: argparse.Namespace) -> dict:
+    from bench.tokenize_speed import megatron_style_run
+
+    return megatron_style_run(_tokenizer_fields(args), args.inputs[0], args.out, len(os.sched_getaffinity(0)))
+
+
+CHILDREN = {"engine": child_engine, "raw": child_raw, "megatron": child_megatron}
+
+
+def _tokenizer_fields(args: argparse.Namespace) -> dict:
+    return {"type": args.tokenizer_type, "model": args.tokenizer_model}
+
+
+def _child_command(method: str, args: argparse.Namespace, inputs: list[str], out: str) -> list[str]:
+    return [sys.executable, "-m", "bench.tokenize_scaling", "--child", method, "--tokenizer-type", args.tokenizer_type,
+            "--tokenizer-model", args.tokenizer_model, "--out", out, "--inputs", *inputs]
+
+
+def ours(args: argparse.Namespace, inputs: list[str], out: str, cpus: list[int], variant: str) -> dict:
+    stats_file = f"{out}/stats.json"
+    command = [sys.executable, "-m", "cli.corpus", "tokenize", "--input", *inputs, "--output-prefix", f"{out}/ours",
+               "--tokenizer-type", args.tokenizer_type, "--tokenizer-model", args.tokenizer_model, "--append-eod",
+               "--quiet", "--stats-json", stats_file, *variant.split()]
+    result = timed(command, cpus)
+    stats = json.loads(Path(stats_file).read_text())
+    meta = json.loads(Path(f"{out}/ours_text_document.meta.json").read_text())
+    return {**result, "processes": stats["processes"], "parts": stats["parts"], "tokens": stats["counters"]["tokens"],
+            "startup": stats["startup_seconds"], "checksums": meta["checksums"]}
+
+
+def measure(args: argparse.Namespace, inputs: list[str], size: int, cores: int, cpus: list[int], out: str,
+            megatron_input: str) -> dict:
+    row: dict = {"cores": cores}
+    for variant in ["", *args.variant]:
+        if "ours" in args.methods:
+            row[f"ours {variant}".strip()] = ours(args, inputs, out, cpus, variant)
+    if "engine" in args.methods:
+        row["engine"] = timed(_child_command("engine", args, inputs, out), cpus)
+    if "raw" in args.methods and args.case == "jsonl":
+        row["raw"] = timed(_child_command("raw", args, inputs, out), cpus)
+    if "megatron" in args.methods and cores in args.megatron_cores:
+        row["megatron"] = timed(_child_command("megatron", args, [megatron_input], out), cpus)
+        row["megatron"]["bytes"] = os.path.getsize(megatron_input)
+    for method, result in row.items():
+        if isinstance(result, dict):
+            result["mb_per_s"] = result.get("bytes", size) / 1e6 / result["seconds"]
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def prefix_file(source: str, size: int, folder: str) -> str:
+    """The first ``size`` bytes of ``source``, whole lines, as a file of its own."""
+    target = Path(folder) / "megatron_input.jsonl"
+    with open(source, "rb") as lines, open(target, "wb") as out:
+        for line in lines:
+            out.write(line)
+            if out.tell() >= size:
+                break
+    return str(target)
+
+
+def print_table(rows: list[dict], topology: str, facts: dict, args: argparse.Namespace) -> None:
+    print(f"\n{args.case}: {facts['scaled_bytes'] / 1e9:.2f} GB ({facts['unique_bytes'] / 1e9:.2f} GB of unique "
+          f"installed text × {facts['copies']}), {args.tokenizer_type} {Path(args.tokenizer_model).name}; {topology}")
+    variants = [key for key in rows[0] if key.startswith("ours")]
+    two = next((row for row in rows if row["cores"] == 2), None)
+    print(f"{'cores':>5} | " + " ".join(f"{name + ' MB/s':>16}" for name in variants) +
+          f" | {'engine':>7} {'raw':>7} {'megatr.':>7} | {'/engine':>7} {'/raw':>6} {'/megatr.':>8} {'/2 cores':>8} | "
+          f"{'tree MB':>7} | same")
+    reference = rows[0][variants[0]]["checksums"]
+    for row in rows:
+        main = row[variants[0]]
+        rates = " ".join(f"{row[name]['mb_per_s']:16.1f}" for name in variants)
+        other = " ".join(f"{row[m]['mb_per_s']:7.1f}" if m in row else f"{'-':>7}" for m in ("engine", "raw",
+                                                                                               "megatron"))
+        ratios = [main["mb_per_s"] / row[m]["mb_per_s"] if m in row else None for m in ("engine", "raw", "megatron")]
+        ratios.append(main["mb_per_s"] / two[variants[0]]["mb_per_s"] if two else None)
+        shown = " ".join(f"{r:{w}.2f}" if r is not None else f"{'-':>{w}}" for r, w in zip(ratios, (7, 6, 8, 8)))
+        same = "yes" if all(row[name]["checksums"] == reference for name in variants) else "NO"
+        print(f"{row['cores']:>5} | {rates} | {other} | {shown} | {main['peak_tree_mb']:7.0f} | {same}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", choices=["jsonl", "zst"], default="jsonl")
+    parser.add_argument("--tokenizer-type", default="HuggingFaceTokenizer")
+    parser.add_argument("--tokenizer-model", required=True)
+    parser.add_argument("--cores", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--methods", nargs="+", default=["ours", "engine", "raw", "megatron"],
+                        choices=["ours", "engine", "raw", "megatron"])
+    parser.add_argument("--variant", action="append", default=[], help="extra corpus tokenize options to measure")
+    parser.add_argument("--min-bytes", type=float, default=2e9)
+    parser.add_argument("--megatron-bytes", type=float, default=64e6)
+    parser.add_argument("--megatron-cores", type=int, nargs="+", default=[2, 16])
+    parser.add_argument("--child", choices=list(CHILDREN), help=argparse.SUPPRESS)
+    parser.add_argument("--inputs", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(CHILDREN[args.child](args)))
+        return
+    facts = build(int(args.min_bytes))
+    order, topology = cpu_order()
+    inputs = ([str(FOLDER / "scaled.jsonl")] if args.case == "jsonl"
+              else sorted(str(path) for path in (FOLDER / "zst").iterdir()))
+    size = sum(os.path.getsize(path) for path in inputs) if args.case == "jsonl" else facts["scaled_bytes"]
+    # NOTE: a cache folder of this run's own, filled by one small run first, as every run after a user's first.
+    os.environ["BLENDFORGE_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-scaling-cache-")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-scaling-", dir=FOLDER) as out:
+        megatron_input = prefix_file(str(FOLDER / "scaled.jsonl"), int(args.megatron_bytes), out)
+        ours(args, [megatron_input], out, order, "")
+        for cores in args.cores:
+            rows.append(measure(args, inputs, size, cores, order[:cores], out, megatron_input))
+    from bench.timing import write_results
+
+    write_results(f"tokenize_scaling_{args.case}", {"topology": topology, "facts": facts, "rows": rows})
+    print_table(rows, topology, facts, args)
+
+
+if __name__ == "__main__":
+    main()
