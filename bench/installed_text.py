@@ -3,12 +3,13 @@ installed, as JSONL, for the tokenize benchmarks that need gigabytes (``bench/to
 
     python -m bench.installed_text --min-bytes 2e9     # bench/.cache/installed/: sources.jsonl and the rest
 
-Every file is taken once (by content), in path order: Python, C, C++ and CUDA sources and headers, Markdown,
-reStructuredText and plain-text documents of the running Python's packages and standard library, ``/usr/include``,
-CUDA's headers and ``/usr/share/doc``. Records are ``{"text": <file>, "title": <path>}``. When the unique text is
-less than ``--min-bytes``, ``scaled.jsonl`` repeats it whole as often as needed (the benchmark says how often: a
-repeated text flatters tokenizer caches, for every method alike); ``zst/`` holds the same records in files of about
-32 MB, each compressed with zstd. The files keep their packages' licences and are never committed.
+Every file is taken once (by content), in path order: sources and headers (Python, Cython, C, C++, CUDA, Rust, Go,
+Java, JavaScript, shell), Markdown, reStructuredText, HTML, TeX, plain-text and configuration documents of the running
+Python's packages and standard library, ``/usr/include``, CUDA's headers and ``/usr/share/doc``. Records are
+``{"text": <file>, "title": <path>}``. When the unique text is less than ``--min-bytes``, ``scaled.jsonl`` repeats it
+whole as often as needed (the benchmark says how often: a repeated text flatters tokenizer caches); ``zst/`` holds
+the same records in files of about 32 MB, each compressed with zstd. The files keep their packages' licences and are
+never committed.
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ import orjson
 from bench.data import CACHE, MB
 
 FOLDER = CACHE / "installed"
-EXTENSIONS = (".py", ".pyi", ".h", ".hh", ".hpp", ".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".md", ".rst", ".txt")
+EXTENSIONS = (".py", ".pyi", ".pyx", ".pxd", ".h", ".hh", ".hpp", ".inl", ".ipp", ".tcc", ".c", ".cc", ".cpp",
+              ".cxx", ".cu", ".cuh", ".rs", ".go", ".java", ".js", ".ts", ".sh", ".cmake", ".proto", ".html", ".css",
+              ".tex", ".md", ".rst", ".txt", ".yaml", ".yml", ".toml", ".cfg", ".ini")
 #: Larger files are generated tables more than text.
-LARGEST_FILE = 2 * MB
+LARGEST_FILE = 8 * MB
 ZST_FILE_BYTES = 32 * MB
 
 

@@ -213,8 +213,10 @@ def prefix_file(source: str, size: int, folder: str) -> str:
 
 
 def print_table(rows: list[dict], topology: str, facts: dict, args: argparse.Namespace) -> None:
-    print(f"\n{args.case}: {facts['scaled_bytes'] / 1e9:.2f} GB ({facts['unique_bytes'] / 1e9:.2f} GB of unique "
-          f"installed text × {facts['copies']}), {args.tokenizer_type} {Path(args.tokenizer_model).name}; {topology}")
+    text = (f"{facts['unique_bytes'] / 1e9:.2f} GB of unique installed text" if args.unique else
+            f"{facts['scaled_bytes'] / 1e9:.2f} GB ({facts['unique_bytes'] / 1e9:.2f} GB of unique installed text × "
+            f"{facts['copies']})")
+    print(f"\n{args.case}: {text}, {args.tokenizer_type} {Path(args.tokenizer_model).name}; {topology}")
     variants = [key for key in rows[0] if key.startswith("ours")]
     two = next((row for row in rows if row["cores"] == 2), None)
     print(f"{'cores':>5} | " + " ".join(f"{name + ' MB/s':>16}" for name in variants) +
@@ -236,6 +238,7 @@ def print_table(rows: list[dict], topology: str, facts: dict, args: argparse.Nam
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--case", choices=["jsonl", "zst"], default="jsonl")
+    parser.add_argument("--unique", action="store_true", help="jsonl: the unique text only, not repeated")
     parser.add_argument("--tokenizer-type", default="HuggingFaceTokenizer")
     parser.add_argument("--tokenizer-model", required=True)
     parser.add_argument("--cores", type=int, nargs="+", default=[1, 2, 4, 8, 16])
@@ -254,7 +257,7 @@ def main() -> None:
         return
     facts = build(int(args.min_bytes))
     order, topology = cpu_order()
-    inputs = ([str(FOLDER / "scaled.jsonl")] if args.case == "jsonl"
+    inputs = ([str(FOLDER / ("sources.jsonl" if args.unique else "scaled.jsonl"))] if args.case == "jsonl"
               else sorted(str(path) for path in (FOLDER / "zst").iterdir()))
     size = sum(os.path.getsize(path) for path in inputs) if args.case == "jsonl" else facts["scaled_bytes"]
     # NOTE: a cache folder of this run's own, filled by one small run first, as every run after a user's first.
@@ -267,7 +270,8 @@ def main() -> None:
             rows.append(measure(args, inputs, size, cores, order[:cores], out, megatron_input))
     from bench.timing import write_results
 
-    write_results(f"tokenize_scaling_{args.case}", {"topology": topology, "facts": facts, "rows": rows})
+    write_results(f"tokenize_scaling_{args.case}{'_unique' if args.unique else ''}",
+                  {"topology": topology, "facts": facts, "rows": rows})
     print_table(rows, topology, facts, args)
 
 

@@ -19,7 +19,8 @@ from corpus.tokenize import resume_state as checkpoints
 from corpus.tokenize.config import TokenizeConfig
 from corpus.tokenize.input_check import InputCheck
 from corpus.tokenize.part import BadRecordError, PartTask
-from corpus.tokenize.plan import MIN_PARALLEL_BYTES, Part, plan_parts
+from corpus.tokenize.plan import MIN_PARALLEL_BYTES, MIN_PARALLEL_CORES, Part, plan_parts
+from corpus.tokenize.pool import PartPool
 from corpus.tokenize.shards import Shard, plan_slices, resolve_shard
 from corpus.tokenize.stats import Counters
 from corpus.tokenize.worker import WorkerSpec
@@ -53,6 +54,8 @@ class Job:
     """The reference library's check of the first records, when the fast encoder was chosen."""
     state: dict | None = None
     """The checkpoint of the interrupted run to continue (``--resume``), whose parts this run keeps."""
+    pool: PartPool | None = None
+    """The worker processes of a run of several parts, started with the job."""
 
     @property
     def keys(self) -> list[str]:
@@ -164,14 +167,47 @@ def _refuse_bad_sample(config: TokenizeConfig, sample: _Sample, prefix: str) -> 
     raise BadRecordError(location, reason, prefix, message=unusable)
 
 
+def _parts(config: TokenizeConfig, slices: list[Slice]) -> list[Part]:
+    """The parts of a new run: for the workers asked for, else for every core when there are enough of them."""
+    if config.workers:
+        return plan_parts(slices, config.workers, config.min_part_bytes, 0)
+    if config.processes < MIN_PARALLEL_CORES:
+        return [Part(0, tuple(slices))]
+    return plan_parts(slices, config.processes, config.min_part_bytes)
+
+
 def _processes(config: TokenizeConfig, parts: list[Part], size: int) -> int:
     """Processes at work: one per part up to what was asked; for an input of one part that cannot be cut, encoder
     processes when asked for, or by default when it is large enough to repay their start."""
     if len(parts) > 1:
         return min(config.processes, len(parts))
-    if config.workers or size >= MIN_PARALLEL_BYTES:
+    if config.workers:
+        return config.workers
+    if config.processes >= MIN_PARALLEL_CORES and size >= MIN_PARALLEL_BYTES:
         return config.processes
     return 1
+
+
+def _tokenizer(config: TokenizeConfig, slices: list[Slice], prefix: str, threads: int
+               ) -> tuple[TextTokenizer, str, InputCheck | None]:
+    """The tokenizer, why it was chosen, and the check of the input when the fast encoder was chosen and the
+    reference library is loaded (or ``check_input`` asks to load it); a bad first record refused first."""
+    # The first records are read while the tokenizer is built: from an object store their first bytes take a
+    # round trip or more, which the build (CPU) hides.
+    with ThreadPoolExecutor(1, thread_name_prefix="blendforge-sample") as sampler:
+        sampling = sampler.submit(_sample, slices, config.json_keys, config.sample_records)
+        try:
+            tokenizer, reason = select_encoder(config.tokenizer, (), threads)
+        except Exception:
+            _refuse_bad_sample(config, sampling.result(), prefix)  # a bad first record is the first thing to fix
+            raise
+    _refuse_bad_sample(config, sampling.result(), prefix)
+    check = None
+    if config.sample_records and _fast_encoder(tokenizer) and (config.check_input or tokenizer.loaded_reference):
+        eod = tokenizer.require_eod() if config.append_eod else None
+        check = InputCheck(tokenizer.loaded_reference or config.tokenizer, config.json_keys, config.sample_records,
+                           SAMPLE_BYTES, tokenizer.encoder_name, eod, token_dtype_for_vocab(tokenizer.vocab_size))
+    return tokenizer, reason, check
 
 
 def prepare(config: TokenizeConfig) -> Job:
@@ -187,27 +223,22 @@ def prepare(config: TokenizeConfig) -> Job:
     if state is not None:
         parts = [Part.from_record(index, record) for index, record in enumerate(state["plan"])]
     else:
-        parts = plan_parts(slices, config.processes, config.min_part_bytes, 0 if config.workers else MIN_PARALLEL_BYTES)
+        parts = _parts(config, slices)
     processes = _processes(config, parts, size)
     threads = config.threads_for(processes)
-    # The first records are read while the tokenizer is built: from an object store their first bytes take a
-    # round trip or more, which the build (CPU) hides.
-    with ThreadPoolExecutor(1, thread_name_prefix="blendforge-sample") as pool:
-        sampling = pool.submit(_sample, slices, config.json_keys, config.sample_records)
-        try:
-            tokenizer, reason = select_encoder(config.tokenizer, (), threads)
-        except Exception:
-            _refuse_bad_sample(config, sampling.result(), prefix)  # a bad first record is the first thing to fix
-            raise
-    _refuse_bad_sample(config, sampling.result(), prefix)
-    eod = tokenizer.require_eod() if config.append_eod else None
-    dtype = token_dtype_for_vocab(tokenizer.vocab_size)
-    check = None
-    if config.sample_records and _fast_encoder(tokenizer) and (config.check_input or tokenizer.loaded_reference):
-        check = InputCheck(tokenizer.loaded_reference or config.tokenizer, config.json_keys, config.sample_records,
-                           SAMPLE_BYTES, tokenizer.encoder_name, eod, dtype)
+    # NOTE: the workers start now, so that their start (an interpreter, imports) overlaps this process's own.
+    pool = PartPool(processes - 1) if len(parts) > 1 else None
+    try:
+        tokenizer, reason, check = _tokenizer(config, slices, prefix, threads)
+        eod = tokenizer.require_eod() if config.append_eod else None
+    except BaseException:
+        if pool is not None:
+            pool.close()
+        raise
     if shard.count > 1:
         log.info("shard %d of %d (from %s): %d slice(s) of %d input file(s)", shard.index, shard.count,
                  shard.source, len(slices), len(files))
     log.info("encoder: %s", reason)
-    return Job(config, shard, prefix, slices, tokenizer, reason, dtype, eod, parts, processes, threads, check, state)
+    dtype = token_dtype_for_vocab(tokenizer.vocab_size)
+    return Job(config, shard, prefix, slices, tokenizer, reason, dtype, eod, parts, processes, threads, check, state,
+               pool)

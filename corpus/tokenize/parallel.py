@@ -116,11 +116,11 @@ def write_parts(job: Job, state: dict | None, on_batch: Callable | None) -> tupl
     """Write the outputs of a run of several parts from ``state`` on; returns the counters, the counters at the
     start and the workers' largest peak RSS (KB)."""
     run = _Run(job, state, on_batch)
-    workers = min(job.processes, len(run.waiting))
     progress = Progress(sum(part.size for part in job.parts), run.start, job.config.quiet, job.config.log_interval,
                         Path(job.prefix).name)
     check = job.input_check
-    pool = PartPool(job.spec(), workers - 1, BatchEncoder(job.spec(), job.tokenizer), check.offer if check else None)
+    pool = job.pool
+    pool.add_local(BatchEncoder(job.spec(), job.tokenizer), check.offer if check else None)
     try:
         run.loop(pool, progress)
         pool.close()

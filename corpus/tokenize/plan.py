@@ -26,6 +26,8 @@ MIN_PART_BYTES = 8 << 20
 #: Below this much input a run is one part in one process: the start-up of another process, importing Python and
 #: building the tokenizer, would cost more than it saves.
 MIN_PARALLEL_BYTES = 48 << 20
+#: With fewer cores one process with a multi-threaded encoder is as fast as parts (bench/RESULTS.md).
+MIN_PARALLEL_CORES = 3
 
 
 @dataclass(frozen=True)

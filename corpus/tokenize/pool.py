@@ -21,7 +21,7 @@ import threading
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, Callable
 
 from corpus.core.errors import UserError
 from corpus.tokenize.part import Offer, PartTask, run_part
@@ -65,10 +65,11 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _serve(connection: Connection, encoder: BatchEncoder, stop: threading.Event | None = None,
-           offer: Offer | None = None) -> None:
-    """A worker's loop: ask for a part, write it, say how it went, until told to end (None). ``stop``: a local
-    worker's signal to give up its part; ``offer``: the input check, in the process that holds it."""
+def _serve(connection: Connection, encoder_for: Callable[[WorkerSpec], BatchEncoder],
+           stop: threading.Event | None = None, offer: Offer | None = None) -> None:
+    """A worker's loop: ask for a part, write it, say how it went, until told to end (None). ``encoder_for(spec)``:
+    the encoder of a task's tokenizer; ``stop``: a local worker's signal to give up its part; ``offer``: the input
+    check, in the process that holds it."""
 
     def report(counters: Counters, peak_rss_kb: int) -> None:
         if stop is not None and stop.is_set():
@@ -81,7 +82,7 @@ def _serve(connection: Connection, encoder: BatchEncoder, stop: threading.Event 
         if task is None:
             return
         try:
-            result = run_part(task, encoder, report, offer)
+            result = run_part(task, encoder_for(task.spec), report, offer)
         except _Stopped:
             return
         except UserError as error:
@@ -94,46 +95,43 @@ def _serve(connection: Connection, encoder: BatchEncoder, stop: threading.Event 
         connection.send(("done", task.part.index, result))
 
 
-def _worker_main(connection: Connection, spec: WorkerSpec) -> None:
-    """Entry point of a spawned worker."""
+def _worker_main(connection: Connection) -> None:
+    """Entry point of a spawned worker: it builds the run's tokenizer when the first part comes (the run starts its
+    workers before it has built its own, so that their start-up overlaps its own)."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run, which stops its workers
-    try:
-        encoder = BatchEncoder(spec)
-    except Exception as error:  # noqa: BLE001 - the run built the same tokenizer: report whatever went wrong
-        connection.send(("failed", -1, RuntimeError(f"a tokenize worker could not build its tokenizer: {error}")))
-        return
-    _serve(connection, encoder)
+    built: dict[WorkerSpec, BatchEncoder] = {}
+    _serve(connection, lambda spec: built.get(spec) or built.setdefault(spec, BatchEncoder(spec)))
 
 
 class PartPool:
-    """``processes`` spawned workers plus, with ``local``, a thread of this process encoding with that encoder (and
-    handing what it writes to ``offer``, the input check)."""
+    """``processes`` spawned workers, started at once, and (:meth:`add_local`) a thread of this process."""
 
-    def __init__(self, spec: WorkerSpec, processes: int, local: BatchEncoder | None, offer: Offer | None = None
-                 ) -> None:
+    def __init__(self, processes: int) -> None:
         context = multiprocessing.get_context("spawn")
         self.connections: list[Connection] = []
         self.processes: list[multiprocessing.Process | None] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        if local is not None:
-            mine, theirs = multiprocessing.Pipe()
-            self._thread = threading.Thread(target=_serve, args=(theirs, local, self._stop, offer), daemon=True,
-                                            name="blendforge-part")
-            self._thread.start()
-            self.connections.append(mine)
-            self.processes.append(None)
         for _ in range(processes):
             mine, theirs = context.Pipe()
-            process = context.Process(target=_worker_main, args=(theirs, spec), daemon=True,
-                                      name="blendforge-part-worker")
+            process = context.Process(target=_worker_main, args=(theirs,), daemon=True, name="blendforge-part-worker")
             process.start()
             theirs.close()
             self.connections.append(mine)
             self.processes.append(process)
         self._sentinels = {process.sentinel: index for index, process in enumerate(self.processes) if process}
         self._gone: set[int] = set()
+
+    def add_local(self, encoder: BatchEncoder, offer: Offer | None = None) -> None:
+        """Write parts in a thread of this process too, with ``encoder`` (and hand what it writes to ``offer``, the
+        input check)."""
+        mine, theirs = multiprocessing.Pipe()
+        self._thread = threading.Thread(target=_serve, args=(theirs, lambda spec: encoder, self._stop, offer),
+                                        daemon=True, name="blendforge-part")
+        self._thread.start()
+        self.connections.append(mine)
+        self.processes.append(None)
 
     def events(self, timeout: float | None = None) -> list[Event]:
         """What the workers said since the last call (waiting up to ``timeout`` seconds for something)."""
@@ -171,14 +169,17 @@ class PartPool:
         return f"worker process {process.pid}, exit code {process.exitcode}"
 
     def close(self) -> None:
-        """End every worker: the idle ones are told to, the busy ones killed (their parts keep their checkpoints)."""
+        """End every worker: the processes are killed (a busy one's part keeps its checkpoint), the thread told to
+        stop after its current batch."""
+        if self._stop.is_set():
+            return
         self._stop.set()
-        for worker, process in enumerate(self.processes):
+        for process in self.processes:
             if process is not None and process.is_alive():
                 process.kill()
         if self._thread is not None:
             try:
-                self.connections[0].send(None)
+                self.connections[self.processes.index(None)].send(None)
             except OSError:
                 pass
             self._thread.join()

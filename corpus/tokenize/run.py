@@ -169,6 +169,8 @@ def tokenize(config: TokenizeConfig, on_batch: BatchHook | None = None) -> RunSt
     try:
         return _run(job, config, on_batch, began, startup)
     finally:
+        if job.pool:
+            job.pool.close()
         if job.input_check:
             job.input_check.close()
 
