@@ -17,7 +17,7 @@ core before a second (so 8 of 16 CPUs on 8 cores × 2 threads are 8 cores); the 
   megatron-core's ``IndexedDatasetBuilder`` (Megatron's ``preprocess_data.py``), on the first ``--megatron-bytes``
   of the text: it is compared by rate.
 
-Peak memory is the largest sum of the resident sets of the whole process tree (every worker), sampled every 20 ms.
+Peak memory is the largest sum of the resident sets of the whole process tree (every worker), sampled every 50 ms.
 Cases: ``jsonl`` (one file, ``scaled.jsonl``) and ``zst`` (the same text in ~32 MB ``.jsonl.zst`` files). Results
 go to ``$OUT/tokenize_scaling.json``; a short table comes last.
 """
@@ -87,7 +87,7 @@ class TreeMemory:
         return total
 
     def _sample(self) -> None:
-        while not self._done.wait(0.02):
+        while not self._done.wait(0.05):
             self.peak = max(self.peak, self._tree_bytes())
 
     def stop(self) -> int:
@@ -183,20 +183,27 @@ def ours(args: argparse.Namespace, inputs: list[str], out: str, cpus: list[int],
 
 def measure(args: argparse.Namespace, inputs: list[str], size: int, cores: int, cpus: list[int], out: str,
             megatron_input: str) -> dict:
-    row: dict = {"cores": cores}
-    for variant in ["", *args.variant]:
-        if "ours" in args.methods:
-            row[f"ours {variant}".strip()] = ours(args, inputs, out, cpus, variant)
-    if "engine" in args.methods:
-        row["engine"] = timed(_child_command("engine", args, inputs, out), cpus)
-    if "raw" in args.methods and args.case == "jsonl":
-        row["raw"] = timed(_child_command("raw", args, inputs, out), cpus)
+    """Every method on ``cores`` CPUs, in turn, ``--repeat`` times; the run of median time stands for each."""
+    runs: dict[str, list[dict]] = {}
+    variants = ["", *(variant.format(cores=cores, half=max(1, cores // 2), quarter=max(1, cores // 4))
+                      for variant in args.variant)] if "ours" in args.methods else []
+    variants = list(dict.fromkeys(variants))  # "--workers {half}" on 1 core is the default
+    for _ in range(args.repeat if cores in args.repeat_cores else 1):
+        for variant in variants:
+            runs.setdefault(f"ours {variant}".strip(), []).append(ours(args, inputs, out, cpus, variant))
+        if "engine" in args.methods:
+            runs.setdefault("engine", []).append(timed(_child_command("engine", args, inputs, out), cpus))
+        if "raw" in args.methods and args.case == "jsonl":
+            runs.setdefault("raw", []).append(timed(_child_command("raw", args, inputs, out), cpus))
     if "megatron" in args.methods and cores in args.megatron_cores:
-        row["megatron"] = timed(_child_command("megatron", args, [megatron_input], out), cpus)
-        row["megatron"]["bytes"] = os.path.getsize(megatron_input)
-    for method, result in row.items():
-        if isinstance(result, dict):
+        runs["megatron"] = [{**timed(_child_command("megatron", args, [megatron_input], out), cpus),
+                             "bytes": os.path.getsize(megatron_input)}]
+    row: dict = {"cores": cores}
+    for method, done in runs.items():
+        for result in done:
             result["mb_per_s"] = result.get("bytes", size) / 1e6 / result["seconds"]
+        row[method] = {**sorted(done, key=lambda r: r["seconds"])[(len(done) - 1) // 2],
+                       "all_mb_per_s": [round(r["mb_per_s"], 1) for r in done]}
     print(json.dumps(row), flush=True)
     return row
 
@@ -217,7 +224,7 @@ def print_table(rows: list[dict], topology: str, facts: dict, args: argparse.Nam
             f"{facts['scaled_bytes'] / 1e9:.2f} GB ({facts['unique_bytes'] / 1e9:.2f} GB of unique installed text × "
             f"{facts['copies']})")
     print(f"\n{args.case}: {text}, {args.tokenizer_type} {Path(args.tokenizer_model).name}; {topology}")
-    variants = [key for key in rows[0] if key.startswith("ours")]
+    variants = list(dict.fromkeys(key for row in rows for key in row if key.startswith("ours")))
     two = next((row for row in rows if row["cores"] == 2), None)
     print(f"{'cores':>5} | " + " ".join(f"{name + ' MB/s':>16}" for name in variants) +
           f" | {'engine':>7} {'raw':>7} {'megatr.':>7} | {'/engine':>7} {'/raw':>6} {'/megatr.':>8} {'/2 cores':>8} | "
@@ -225,13 +232,13 @@ def print_table(rows: list[dict], topology: str, facts: dict, args: argparse.Nam
     reference = rows[0][variants[0]]["checksums"]
     for row in rows:
         main = row[variants[0]]
-        rates = " ".join(f"{row[name]['mb_per_s']:16.1f}" for name in variants)
+        rates = " ".join(f"{row[name]['mb_per_s']:16.1f}" if name in row else f"{'-':>16}" for name in variants)
         other = " ".join(f"{row[m]['mb_per_s']:7.1f}" if m in row else f"{'-':>7}" for m in ("engine", "raw",
                                                                                                "megatron"))
         ratios = [main["mb_per_s"] / row[m]["mb_per_s"] if m in row else None for m in ("engine", "raw", "megatron")]
         ratios.append(main["mb_per_s"] / two[variants[0]]["mb_per_s"] if two else None)
         shown = " ".join(f"{r:{w}.2f}" if r is not None else f"{'-':>{w}}" for r, w in zip(ratios, (7, 6, 8, 8)))
-        same = "yes" if all(row[name]["checksums"] == reference for name in variants) else "NO"
+        same = "yes" if all(row[name]["checksums"] == reference for name in variants if name in row) else "NO"
         print(f"{row['cores']:>5} | {rates} | {other} | {shown} | {main['peak_tree_mb']:7.0f} | {same}")
 
 
@@ -244,7 +251,10 @@ def main() -> None:
     parser.add_argument("--cores", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--methods", nargs="+", default=["ours", "engine", "raw", "megatron"],
                         choices=["ours", "engine", "raw", "megatron"])
-    parser.add_argument("--variant", action="append", default=[], help="extra corpus tokenize options to measure")
+    parser.add_argument("--variant", action="append", default=[],
+                        help="extra corpus tokenize options to measure; {cores}, {half} and {quarter} are filled in")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each method, in turn; the median is shown")
+    parser.add_argument("--repeat-cores", type=int, nargs="+", default=[16], help="core counts --repeat applies to")
     parser.add_argument("--min-bytes", type=float, default=2e9)
     parser.add_argument("--megatron-bytes", type=float, default=64e6)
     parser.add_argument("--megatron-cores", type=int, nargs="+", default=[2, 16])

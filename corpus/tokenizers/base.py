@@ -113,6 +113,13 @@ class TextTokenizer(ABC):
         (:meth:`affixes`). Adapters that add such tokens override both."""
         return self._encode_batch(texts)
 
+    def _encode_plain_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_encode_plain` as one flat array and each text's count; adapters whose library hands back arrays
+        override it (a very long text's pieces then never become Python ints)."""
+        ids = self._encode_plain(texts)
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        return np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum())), lengths
+
     def affixes(self) -> tuple[list[int], list[int]]:
         """The ids put before and after every text's own ids (e.g. a post-processor's BOS)."""
         return [], []
@@ -126,23 +133,31 @@ class TextTokenizer(ABC):
 
     def _encode_with_long_texts(self, texts: list[str], long: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """The flat ids of a batch holding very long texts: the short ones in one library call, each
-        long one in pieces."""
-        parts: list[np.ndarray] = [np.empty(0, np.int64)] * len(texts)
-        short = sorted(set(range(len(texts))) - set(long))
+        long one in pieces, put back in order by slices of the short ones' ids (no array per text)."""
+        chosen = set(long)
+        short = [index for index in range(len(texts)) if index not in chosen]
+        flat, short_lengths = np.empty(0, np.int64), np.empty(0, np.int64)
         if short:
             try:
-                flat, lengths = self._encode_batch_flat([texts[index] for index in short])
+                flat, short_lengths = self._encode_batch_flat([texts[index] for index in short])
             except TokenizeError as error:
                 raise TokenizeError(short[error.index], error.reason) from None
-            for index, part in zip(short, np.split(flat, np.cumsum(lengths)[:-1])):
-                parts[index] = part
-        for index in long:
+        lengths = np.zeros(len(texts), dtype=np.int64)
+        lengths[short] = short_lengths
+        ends = np.cumsum(short_lengths)
+        pieces, taken = [], 0
+        for position, index in enumerate(long):  # the short texts before it, then it
+            before = ends[index - position - 1] if index > position else 0
+            pieces.append(flat[taken:before])
+            taken = before
             try:
-                parts[index] = self._encode_long(texts[index])
+                ids = self._encode_long(texts[index])
             except Exception as error:  # noqa: BLE001 - a library error on a piece names the whole text
                 raise TokenizeError(index, f"{self.config.type} could not encode the text: {error}") from None
-        lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-        return np.concatenate(parts).astype(np.int64, copy=False), lengths
+            pieces.append(ids.astype(flat.dtype, copy=False))  # ids of the vocabulary: they fit the library's type
+            lengths[index] = len(ids)
+        pieces.append(flat[taken:])
+        return np.concatenate(pieces), lengths
 
     def _encode_long(self, text: str) -> np.ndarray:
         """One very long text's ids: its pieces encoded a few per library call, the affixes added once."""
@@ -150,7 +165,7 @@ class TextTokenizer(ABC):
         arrays = [np.asarray(prefix, dtype=np.int64)]
         pieces = long_texts.pieces(text, self.cut_rule, self._same_ids_when_cut)
         while group := list(islice(pieces, long_texts.PIECES_PER_CALL)):
-            arrays += [np.asarray(ids, dtype=np.int64) for ids in self._encode_plain(group)]
+            arrays.append(self._encode_plain_flat(group)[0].astype(np.int64, copy=False))
         arrays.append(np.asarray(suffix, dtype=np.int64))
         return np.concatenate(arrays)
 

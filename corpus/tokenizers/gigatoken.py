@@ -249,17 +249,23 @@ class GigatokenTextTokenizer(TextTokenizer):
 
     def _encode_batch_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """gigatoken's own flat result (:mod:`~corpus.tokenizers.gigatoken_rows`): no Python int per token."""
-        routed = self._routed(texts)
-        if routed:
-            return _spliced_flat(texts, routed, self._encode_batch_flat, self.reference._encode_batch_flat)
         try:
-            with without_awkward():
-                result = self.backend.encode_batch(texts, parallel=self.parallel)
+            ids, counts = self._encode_plain_flat(texts)
+        except TokenizeError:
+            raise
         except Exception:  # noqa: BLE001 - a text it refuses: the list path names it (TokenizeError)
             return super()._encode_batch_flat(texts)
+        return around_texts(ids, counts, self.prefix, self.suffix)
+
+    def _encode_plain_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        routed = self._routed(texts)
+        if routed:
+            return _spliced_flat(texts, routed, self._encode_plain_flat, self.reference._encode_plain_flat)
+        with without_awkward():
+            result = self.backend.encode_batch(texts, parallel=self.parallel)
         ids, counts = flat_and_counts(result)  # ids stay uint32: the writer casts them once
         self._bound_caches(sum(map(len, texts)))
-        return around_texts(self._reference_ids(ids), counts, self.prefix, self.suffix)
+        return self._reference_ids(ids), counts
 
     def _bound_caches(self, chars: int) -> None:
         """Rebuild the backend (dropping its encode caches) once RSS outgrows the budget."""
