@@ -16,8 +16,8 @@ from cli.tokenize_options import input_options, shared_fields, tokenizer_options
 #: Megatron's ``preprocess_data.py`` options that do not apply to ``corpus tokenize``, and why.
 ONE_SEQUENCE_PER_DOCUMENT = ("corpus tokenize writes one sequence per document (Megatron's default); drop the "
                              "option")
-PARTITIONS = ("corpus tokenize streams every input in one pass (no partition files to merge); to split the work "
-              "over processes or nodes use --workers, or --shard-index/--num-shards and list the shards in a blend")
+PARTITIONS = ("corpus tokenize cuts the input into parts for its --workers itself and joins them in order (nothing "
+              "to merge); to split the work over nodes use --shard-index/--num-shards and list the shards in a blend")
 DATASET_IMPL = "corpus tokenize always writes Megatron's mmap .bin/.idx format; drop the option"
 KEEP_SEQUENTIAL_SAMPLES = ("records are always written in input order, whatever --workers (there are no --partitions "
                            "to reorder them); drop the option")
@@ -40,9 +40,10 @@ def _config(options: dict):
               "s3:// prefix: written locally, then uploaded, .idx last).")
 @tokenizer_options
 @click.option("--workers", type=int, default=0, show_default=True,
-              help="Encoder processes; 0 encodes in this process with a multi-threaded batch call.")
+              help="Processes that each read, encode and write parts of the input, joined in order; 0: one per core "
+                   "this process may use (small inputs and 1-2 cores: this process alone).")
 @click.option("--threads-per-worker", type=int,
-              help="Library threads per batch call [default: the cores divided among the workers].")
+              help="Library threads per batch call [default: the cores divided among the processes].")
 @click.option("--batch-size", type=int, default=1000, show_default=True, help="Records per encode call.")
 @click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
               help="Bad records: fail at the first (no output left), or skip and list them in PREFIX.skipped.jsonl.")
