@@ -76,6 +76,16 @@ def test_globs_and_objects_name_inputs_as_locally(tmp_path, inputs):
     assert remote.counters == local.counters
 
 
+def test_remote_inputs_cut_into_parts_equal_the_local_run_of_one_process(tmp_path, inputs):
+    """Parts that start inside an object (a JSONL cut, a Parquet row group) read it from there, in several processes."""
+    folder, url = inputs
+    local = tokenize(config(tmp_path, [folder], name="local", workers=1))
+    remote = tokenize(config(tmp_path, [url], name="remote", workers=3, min_part_bytes=40_000))
+    assert remote.parts > 3 and remote.processes == 3
+    assert output_bytes(tmp_path / "remote", ["text"]) == output_bytes(tmp_path / "local", ["text"])
+    assert remote.counters == local.counters
+
+
 def test_bad_records_are_located_by_url_and_line(tmp_path, bucket):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "fine"}\n{"text": 3}\n{"text": "also fine"}\n')
