@@ -6,7 +6,11 @@ import errno
 import importlib
 import json
 import os
+import signal
+import subprocess
+import time
 from pathlib import Path
+from typing import Callable
 
 from corpus.tokenize.config import TokenizeConfig
 from corpus.tokenizers import TokenizerConfig
@@ -28,6 +32,22 @@ def config(tmp: Path, inputs: list, name: str = "out", **changes) -> TokenizeCon
                    sample_records=16)
     options.update(changes)
     return TokenizeConfig(inputs=[str(p) for p in inputs], output_prefix=str(tmp / name), **options)
+
+
+def kill_when(command: list[str], ready: Callable[[], bool], timeout: float = 120) -> None:
+    """Start ``command`` (this checkout first on its import path) and SIGKILL its whole process group once
+    ``ready()`` is true; it must not have finished by then."""
+    process = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and process.poll() is None and not ready():
+            time.sleep(0.002)
+        assert process.poll() is None, f"finished before the kill point:\n{process.stderr.read().decode()}"
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def output_bytes(prefix: str | Path, keys: list[str]) -> dict[str, bytes]:

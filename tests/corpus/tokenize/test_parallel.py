@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,7 +24,7 @@ from corpus.tokenize.parallel import _Run
 from corpus.tokenize.pool import WorkerDied
 from corpus.tokenize.run import BadRecordError, tokenize
 from tests.conftest import REPO
-from tests.corpus.tokenize.support import config, output_bytes, sample_records, write_jsonl
+from tests.corpus.tokenize.support import config, kill_when, output_bytes, sample_records, write_jsonl
 
 KEYS = ["text", "title"]
 #: Parts of a few tens of kB: the example text makes a dozen or more.
@@ -158,21 +157,6 @@ def run_in_process(tmp_path: Path, inputs: list[Path], **options) -> list[str]:
             "from corpus.tokenize.run import tokenize\n"
             f"tokenize(config_from_mapping(json.loads({json.dumps(json.dumps(values))})))\n")
     return [sys.executable, "-c", code]
-
-
-def kill_when(command: list[str], ready, timeout: float = 120) -> None:
-    """Start ``command`` and SIGKILL its whole process group once ``ready()`` is true."""
-    process = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and process.poll() is None and not ready():
-            time.sleep(0.002)
-        assert process.poll() is None, f"finished before the kill point:\n{process.stderr.read().decode()}"
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 def joined(prefix: Path) -> int:

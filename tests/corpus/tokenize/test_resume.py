@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ from corpus.core.disk import OutputError
 from corpus.tokenize.resume_state import ResumeError, state_path
 from corpus.tokenize.run import tokenize
 from tests.conftest import REPO
-from tests.corpus.tokenize.support import CODE, TOKENIZER, WEB, FullDisk, config, output_bytes
+from tests.corpus.tokenize.support import CODE, TOKENIZER, WEB, FullDisk, config, kill_when, output_bytes
 
 KEYS = ["text", "title"]
 INPUTS = [WEB, CODE]
@@ -150,24 +148,14 @@ def cli_command(prefix: Path, *extra: str) -> list[str]:
 
 def kill_after_records(command: list[str], state: Path, records: int) -> None:
     """Start the CLI and SIGKILL its whole process group once a checkpoint has passed ``records``."""
-    environment = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = subprocess.Popen(command, env=environment, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                done = json.loads(state.read_text())["counters"]["records_read"]
-            except (FileNotFoundError, ValueError, KeyError):
-                done = -1
-            if done >= records:
-                break
-            time.sleep(0.005)
-        assert process.poll() is None, f"finished before the kill point:\n{process.stderr.read().decode()}"
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+
+    def passed() -> bool:
+        try:
+            return json.loads(state.read_text())["counters"]["records_read"] >= records
+        except (FileNotFoundError, ValueError, KeyError):
+            return False
+
+    kill_when(command, passed, timeout=300)
 
 
 @pytest.fixture(scope="module")
