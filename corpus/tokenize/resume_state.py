@@ -1,9 +1,12 @@
-"""The checkpoint of a running tokenize: ``<prefix>.tokenize-state.json``.
+"""The checkpoints of a running tokenize: ``<prefix>.tokenize-state.json`` for the run, and one per part of a run of
+several (in its parts folder).
 
-Written atomically (temporary name, fsync, rename) only after every output file was made durable, so
-the state never points past data that a crash could lose. It records where reading resumes, the sizes
-of the partial files, the counters, and a fingerprint of everything that changes the output bytes:
-resuming with other inputs or options is refused instead of silently mixing two runs.
+Written atomically (temporary name, fsync, rename) only after every output file was made durable, so a checkpoint
+never points past data that a crash could lose (a part marked done records its files' checksums instead, which a
+resumed run checks before it joins the part). The run's records its parts, where reading resumes (a run of one
+part) or how many parts are joined (a run of several), the sizes of the partial files, the counters, and a
+fingerprint of everything that changes the output bytes: resuming with other inputs or options is refused instead of
+silently mixing two runs. A checkpoint of an older layout is refused with the way out (start again).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from corpus.core.disk import discard, guard
 from corpus.core.errors import UserError
 from corpus.readers import ResumePoint
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 
 class ResumeError(UserError):

@@ -62,6 +62,18 @@ def test_a_difference_stops_the_run_before_anything_is_final(tmp_path, monkeypat
     assert f"gigatoken ids differed from the reference library at {source}:5 in an earlier run" in reason
 
 
+def test_in_a_run_of_parts_a_difference_stops_every_process_and_leaves_nothing(tmp_path, monkeypatch):
+    """The parts run in several processes; the first part, written by this one, is the one checked."""
+    records = sample_records(12)
+    records[4] = {"text": PLANTED + " " + records[4]["text"]}
+    source = write_jsonl(tmp_path / "in.jsonl", records)
+    _plant_a_difference(monkeypatch)
+    run = config(tmp_path, [source], workers=2, min_part_bytes=source.stat().st_size // 2, check_input=True)
+    with pytest.raises(EncoderMismatch, match=rf"{source}:5 \(key text"):
+        tokenize(run)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["cache", "in.jsonl"]
+
+
 def test_the_sidecar_says_what_was_checked(tmp_path):
     source = write_jsonl(tmp_path / "in.jsonl", sample_records(40))
     stats = tokenize(config(tmp_path, [source], sample_records=8))

@@ -129,6 +129,18 @@ def test_resume_refuses_changed_options_and_inputs(tmp_path, monkeypatch):
         tokenize(run.replace(resume=True))
 
 
+def test_a_checkpoint_of_an_older_layout_is_refused_with_the_way_out(tmp_path, monkeypatch):
+    run = config(tmp_path, INPUTS, json_keys=["text"], batch_size=3, checkpoint_interval=0)
+    with monkeypatch.context() as patch:
+        interrupt_after(patch, 4, checkpoint_every=1)
+        with pytest.raises(KeyboardInterrupt):
+            tokenize(run)
+    state = state_path(run.output_prefix)
+    state.write_text(json.dumps({**json.loads(state.read_text()), "version": 1}))
+    with pytest.raises(ResumeError, match="checkpoint version 1 is not 2; start again without --resume"):
+        tokenize(run.replace(resume=True))
+
+
 def test_without_resume_a_new_run_replaces_the_interrupted_one(tmp_path, monkeypatch, uninterrupted):
     run = config(tmp_path, INPUTS, json_keys=["text"], on_error="skip", batch_size=3, checkpoint_interval=0)
     with monkeypatch.context() as patch:
