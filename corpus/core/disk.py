@@ -68,6 +68,9 @@ class OutputError(UserError):
         self.path, self.error, self.needed, self.option, self.then = str(path), error, needed, option, then
         super().__init__(self._message())
 
+    def __reduce__(self):  # raised in a tokenize worker process, re-raised in the run's
+        return type(self), (self.path, self.error, self.needed, self.option, self.then)
+
     def for_command(self, option: str, then: str | None = None, needed: int | None = None) -> "OutputError":
         """The same error with the flag that chooses the place, the next step and the space needed filled in."""
         return OutputError(self.path, self.error, self.needed if needed is None else needed, option,

@@ -20,7 +20,7 @@ from corpus.tokenize.worker import BatchEncoder, EncodedBatch, WorkerSpec, encod
 
 
 class WorkerDied(UserError):
-    """A worker process ended abruptly (killed, out of memory)."""
+    """A worker process ended abruptly (killed, out of memory): an encoder here, or a part's (``pool``)."""
 
 
 def encode_inline(batches: Iterator[RawBatch], encoder: BatchEncoder) -> Iterator[tuple[RawBatch, EncodedBatch]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from corpus.tokenize.outputs import Outputs
-from corpus.tokenize.part import PartResult
+from corpus.tokenize.part import PartResult, fresh_counters
 from corpus.tokenize.plan import Part
 from corpus.tokenize.stats import Counters
 
@@ -45,8 +45,7 @@ class Joiner:
         checkpoint of the run (after the outputs were made durable)."""
         self.stage, self.outputs, self.parts, self.interval, self.save = stage, outputs, parts, interval, save
         self.joined = state["joined"] if state else 0
-        self.counters = Counters(**state["counters"]) if state else Counters(
-            tokens=dict.fromkeys(outputs.writers, 0))
+        self.counters = Counters(**state["counters"]) if state else fresh_counters(list(outputs.writers))
         self.line_ends: dict[str, int] = dict(state["line_ends"]) if state else {}
         """Per JSONL file, the number of the last line joined so far."""
         self.peak_rss_kb = 0

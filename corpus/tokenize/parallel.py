@@ -10,37 +10,23 @@ checkpoint for ``--resume``.
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from pathlib import Path
 from typing import Callable
 
-from corpus.core.disk import OutputError
-from corpus.readers import lines_before
-from corpus.tokenize.ending import RESUME_HINT, abandon, finish
-from corpus.tokenize.input_check import EncoderMismatch
+from corpus.tokenize.ending import failing_cleanly, finish
+from corpus.tokenize.executor import WorkerDied
 from corpus.tokenize.job import Job
 from corpus.tokenize.join import Joiner, part_prefix, parts_folder
 from corpus.tokenize.outputs import Outputs
 from corpus.tokenize.part import BadRecordError
-from corpus.tokenize.pool import Event, PartPool, WorkerDied
+from corpus.tokenize.pool import Event, PartPool
 from corpus.tokenize.progress import Progress
 from corpus.tokenize.stats import Counters
 from corpus.tokenize.worker import BatchEncoder
 
-log = logging.getLogger("corpus.tokenize.run")
-
 #: Seconds between looks at the joiner and the progress when no worker says anything.
 _POLL_S = 0.2
-
-
-def _located(error: BadRecordError) -> BadRecordError:
-    """The error with the record's true line, when its part numbered lines from a cut inside the file."""
-    if error.slice_start is None or "line" not in error.location:
-        return error
-    location = {**error.location, "line": error.location["line"] + lines_before(error.location["file"],
-                                                                                  error.slice_start)}
-    return BadRecordError(location, error.reason, error.prefix)
 
 
 class _Run:
@@ -55,8 +41,8 @@ class _Run:
             self.joiner.checkpoint()
         self.start = self.joiner.counters
         self.waiting = deque(range(self.joiner.joined, len(job.parts)))
-        self.running: dict[int, int] = {}
-        """Part -> the worker writing it."""
+        self.running: set[int] = set()
+        """The parts being written."""
         self.counters: dict[int, Counters] = {}
         self.failures: dict[int, BaseException] = {}
         self.worker_rss_kb = 0
@@ -71,18 +57,18 @@ class _Run:
         if event.kind == "ready":
             if self.waiting and not self.failures:
                 index = self.waiting.popleft()
-                self.running[index] = event.worker
+                self.running.add(index)
                 pool.assign(event.worker, self.job.task(index, part_prefix(self.job.stage, index)))
         elif event.kind == "progress":
             self.counters[event.part], peak_rss_kb = event.value
             self.worker_rss_kb = max(self.worker_rss_kb, peak_rss_kb)
         elif event.kind == "done":
-            self.running.pop(event.part)
+            self.running.remove(event.part)
             self.counters[event.part] = event.value.counters
             self.worker_rss_kb = max(self.worker_rss_kb, event.value.peak_rss_kb)
             self.joiner.offer(event.part, event.value)
         elif event.kind == "failed":
-            self.running.pop(event.part, None)
+            self.running.discard(event.part)
             if not isinstance(event.value, BadRecordError):
                 raise event.value
             self.failures[event.part] = event.value
@@ -121,29 +107,16 @@ def write_parts(job: Job, state: dict | None, on_batch: Callable | None) -> tupl
     check = job.input_check
     pool = job.pool
     pool.add_local(BatchEncoder(job.spec(), job.tokenizer), check.offer if check else None)
+
+    def stop() -> None:
+        pool.close()
+        run.joiner.stop()
+
     try:
-        run.loop(pool, progress)
-        pool.close()
-        counters = run.joiner.counters
-        finish(job, run.outputs, counters, run.joiner.record())
-    except (BadRecordError, EncoderMismatch) as error:
-        pool.close()
-        run.joiner.stop()
-        run.outputs.abort()
-        abandon(job, error)
-        if isinstance(error, BadRecordError):
-            raise _located(error) from None
-        raise
-    except OutputError as error:
-        pool.close()
-        run.joiner.stop()
-        run.outputs.close()
-        raise error.for_command("--output-prefix", RESUME_HINT) from None
-    except BaseException:
-        pool.close()
-        run.joiner.stop()
-        run.outputs.close()
-        raise
+        with failing_cleanly(job, run.outputs, run.total, stop):
+            run.loop(pool, progress)
+            pool.close()
+            finish(job, run.outputs, run.joiner.counters, run.joiner.record())
     finally:
         progress.close()
-    return counters, run.start, max(run.worker_rss_kb, run.joiner.peak_rss_kb)
+    return run.joiner.counters, run.start, max(run.worker_rss_kb, run.joiner.peak_rss_kb)

@@ -73,7 +73,7 @@ class PartTask:
 @dataclass
 class PartResult:
     """What a finished part wrote (its checkpoint once done): its counters, its outputs as
-    :meth:`corpus.tokenize.outputs.Outputs.written` handed them over (counts and sha256 of every file), the number
+    :meth:`corpus.tokenize.outputs.Outputs.written` handed them over (counts and the checksum of every file), the number
     of the last line of each of its slices in the slice's own numbering (JSONL), and its process's peak RSS."""
 
     counters: Counters
@@ -91,6 +91,7 @@ class PartResult:
 
 
 def fresh_counters(keys: tuple[str, ...] | list[str]) -> Counters:
+    """The counters of nothing written yet, one token count per key."""
     return Counters(tokens=dict.fromkeys(keys, 0))
 
 
@@ -207,7 +208,7 @@ def run_part(task: PartTask, encoder: BatchEncoder, report: Report | None = None
         outputs.close()
         raise
     result = writing.hand_over()
-    # NOTE: the files are not synced: a killed process leaves them in the page cache, and the run checks the sha256
+    # NOTE: the files are not synced: a killed process leaves them in the page cache, and the run checks the checksums
     # recorded here before it joins a part done before a resume, which catches a machine that went down.
     checkpoints.save(task.prefix, {"phase": "done", "result": result.record()})
     return result

@@ -13,9 +13,9 @@ never outlives a run killed with ``kill -9`` and never writes beside the run tha
 from __future__ import annotations
 
 import ctypes
-import logging
 import multiprocessing
 import os
+import pickle
 import signal
 import threading
 import traceback
@@ -28,14 +28,8 @@ from corpus.tokenize.part import Offer, PartTask, run_part
 from corpus.tokenize.stats import Counters
 from corpus.tokenize.worker import BatchEncoder, WorkerSpec
 
-log = logging.getLogger(__name__)
-
 #: ``prctl`` option asking the kernel to signal this process when its parent dies (Linux).
 _PR_SET_PDEATHSIG = 1
-
-
-class WorkerDied(UserError):
-    """A worker process ended abruptly (killed, out of memory)."""
 
 
 class _Stopped(BaseException):
@@ -45,9 +39,8 @@ class _Stopped(BaseException):
 @dataclass
 class Event:
     """What a worker said: ``kind`` is ``ready`` (it wants a part), ``progress`` (``value``: the part's counters and
-    the worker's peak RSS in KB),
-    ``done`` (``value``: the part's :class:`~corpus.tokenize.part.PartResult`), ``failed`` (``value``: the
-    exception) or ``died`` (the worker process ended without a word)."""
+    the worker's peak RSS in KB), ``done`` (``value``: the part's :class:`~corpus.tokenize.part.PartResult`),
+    ``failed`` (``value``: the exception) or ``died`` (the worker process ended without a word)."""
 
     kind: str
     worker: int
@@ -86,13 +79,23 @@ def _serve(connection: Connection, encoder_for: Callable[[WorkerSpec], BatchEnco
         except _Stopped:
             return
         except UserError as error:
-            connection.send(("failed", task.part.index, error))
+            connection.send(("failed", task.part.index, _portable(error)))
             continue
         except Exception as error:  # noqa: BLE001 - a bug: its traceback goes to the run, which raises it
             text = "".join(traceback.format_exception(error))
             connection.send(("failed", task.part.index, RuntimeError(f"a tokenize worker failed:\n{text}")))
             continue
         connection.send(("done", task.part.index, result))
+
+
+def _portable(error: UserError) -> UserError:
+    """``error`` as the run can receive it: itself when it survives pickling, else a :class:`UserError` with its
+    message (an error class whose constructor takes other arguments than its message cannot be rebuilt)."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:  # noqa: BLE001 - any failure to rebuild it
+        return UserError(str(error))
+    return error
 
 
 def _worker_main(connection: Connection) -> None:

@@ -25,8 +25,7 @@ from corpus.indexed import exists, sidecar
 from corpus.indexed.sidecar import options_hash
 from corpus.tokenize import resume_state as checkpoints
 from corpus.tokenize.config import TokenizeConfig
-from corpus.tokenize.ending import RESUME_HINT, abandon, finalize, finish
-from corpus.tokenize.input_check import EncoderMismatch
+from corpus.tokenize.ending import RESUME_HINT, failing_cleanly, finalize, finish
 from corpus.tokenize.job import Job, prepare
 from corpus.tokenize.join import remove_parts
 from corpus.tokenize.outputs import Outputs, output_prefix_for, unfinished_keys
@@ -40,9 +39,6 @@ log = logging.getLogger(__name__)
 
 #: ``on_batch(counters, largest worker peak RSS in KB so far)``, called after each written batch.
 BatchHook = Callable[[Counters, int], None]
-
-#: Index and spill bytes per document and key while writing (lengths, pointers, document index).
-INDEX_BYTES_PER_DOCUMENT = 32
 
 __all__ = ["BadRecordError", "BatchHook", "RESUME_HINT", "tokenize"]
 
@@ -71,9 +67,8 @@ def _write_one_part(job: Job, state: dict | None, on_batch: BatchHook | None) ->
     """A run of one part: read, encode and write straight into the outputs from the checkpoint on; returns the
     counters, the counters at the start (to measure this process's own rates) and the encoders' peak RSS."""
     outputs = Outputs(job.stage, job.keys, job.dtype, state)
-    save = job.save
     check = job.input_check
-    writing = PartWriting(job.task(0, job.stage), outputs, state, save, check.offer if check else None)
+    writing = PartWriting(job.task(0, job.stage), outputs, state, job.save, check.offer if check else None)
     start = Counters(**{**writing.counters.to_dict(), "tokens": dict(writing.counters.tokens)})
     progress = Progress(job.parts[0].size, start, job.config.quiet, job.config.log_interval, Path(job.prefix).name)
 
@@ -83,33 +78,12 @@ def _write_one_part(job: Job, state: dict | None, on_batch: BatchHook | None) ->
             on_batch(counters, peak_rss_kb)
 
     try:
-        write_part(writing, BatchEncoder(job.spec(), job.tokenizer), state, report)
-        finish(job, outputs, writing.counters, {"resume": {"slice_index": len(job.parts[0].slices)}})
-    except (BadRecordError, EncoderMismatch) as error:
-        outputs.abort()
-        abandon(job, error)
-        raise
-    except OutputError as error:
-        outputs.close()
-        raise error.for_command("--output-prefix", RESUME_HINT, _bytes_still_needed(job, writing.counters)) from None
-    except BaseException:
-        outputs.close()
-        raise
+        with failing_cleanly(job, outputs, lambda: writing.counters):
+            write_part(writing, BatchEncoder(job.spec(), job.tokenizer), state, report)
+            finish(job, outputs, writing.counters, {"resume": {"slice_index": len(job.parts[0].slices)}})
     finally:
         progress.close()
     return writing.counters, start, writing.worker_rss_kb
-
-
-def _bytes_still_needed(job: Job, counters: Counters) -> int | None:
-    """About how many more bytes the outputs need: what was written per input byte, times the input left (None
-    before any input was done, or when none is left: then the writer's own figure stands)."""
-    total = sum(piece.size for piece in job.slices)
-    done = counters.input_bytes
-    if not done or done >= total:
-        return None
-    written = (counters.total_tokens * job.dtype.itemsize
-               + INDEX_BYTES_PER_DOCUMENT * counters.records_written * len(job.keys))
-    return int(written * (total - done) / done)
 
 
 def _stats(job: Job, counters: Counters, start: Counters, seconds: tuple[float, float], resumed: bool,

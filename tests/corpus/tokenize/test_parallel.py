@@ -17,14 +17,16 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+from corpus.core.disk import OutputError
+from corpus.core.errors import UserError
 from corpus.indexed.append import file_tree_digest
 from corpus.tokenize import resume_state
+from corpus.tokenize.executor import WorkerDied
 from corpus.tokenize.join import parts_folder
 from corpus.tokenize.parallel import _Run
-from corpus.tokenize.pool import WorkerDied
 from corpus.tokenize.run import BadRecordError, tokenize
 from tests.conftest import REPO
-from tests.corpus.tokenize.support import config, kill_when, output_bytes, sample_records, write_jsonl
+from tests.corpus.tokenize.support import FullDisk, config, kill_when, output_bytes, sample_records, write_jsonl
 
 KEYS = ["text", "title"]
 #: Parts of a few tens of kB: the example text makes a dozen or more.
@@ -223,6 +225,42 @@ def test_a_dying_worker_stops_the_run_and_resume_finishes_it(tmp_path, killed_in
     assert killed and not [p for p in multiprocessing.active_children() if p.name == "blendforge-part-worker"]
     tokenize(run.replace(resume=True))
     assert output_bytes(tmp_path / "out", KEYS) == expected
+
+
+def test_a_full_disk_in_a_run_of_parts_is_one_line_and_resume_completes(tmp_path, monkeypatch, killed_inputs):
+    """The disk refuses this process's part (the workers' are other processes): one line naming the file, the space
+    and the fix, every process stopped; once space is freed, --resume ends with the bytes of one process."""
+    inputs, expected, _ = killed_inputs
+    run = config(tmp_path, inputs, json_keys=KEYS, workers=3, min_part_bytes=SMALL_PARTS, on_error="skip")
+    with monkeypatch.context() as patch:
+        disk = FullDisk(".lengths.partial", 100).install(patch)
+        with pytest.raises(OutputError) as raised:
+            tokenize(run)
+    message = str(raised.value)
+    assert disk.failures == 1 and "\n" not in message and "No space left on device" in message
+    assert "rerun the same command with --resume" in message and "--output-prefix" in message
+    assert not [p for p in multiprocessing.active_children() if p.name == "blendforge-part-worker"]
+    tokenize(run.replace(resume=True))
+    assert output_bytes(tmp_path / "out", KEYS) == expected
+
+
+def test_a_part_that_cannot_resume_stops_the_run_with_its_own_message(tmp_path, killed_inputs):
+    """A worker's error whose class cannot be rebuilt from a pickle still reaches the run, message and all."""
+    inputs, _, _ = killed_inputs
+    run = config(tmp_path, inputs, json_keys=KEYS, workers=3, min_part_bytes=SMALL_PARTS, on_error="skip",
+                 checkpoint_interval=3600)
+
+    def stop_once_parts_run(counters, rss_kb) -> None:
+        if parts_in_phase(tmp_path / "out", "running") >= 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tokenize(run, on_batch=stop_once_parts_run)
+    for state in parts_folder(str(tmp_path / "out")).glob("*.tokenize-state.json"):
+        if json.loads(state.read_text())["phase"] == "running":
+            Path(str(state).replace(".tokenize-state.json", "_text_document.bin.partial")).unlink()
+    with pytest.raises(UserError, match=r"_text_document\.bin\.partial: cannot resume: this partial file is missing"):
+        tokenize(run.replace(resume=True))
 
 
 def test_a_done_part_damaged_before_the_resume_is_written_again(tmp_path, killed_inputs):
