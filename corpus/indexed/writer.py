@@ -100,7 +100,7 @@ class IndexedWriter:
 
     def written(self) -> dict:
         """Hand the partial files over as they are, for another writer's :meth:`append_written`: everything
-        flushed to the files (not synced), closed, with the counts and the sha256 of each file."""
+        flushed to the files (not synced), closed, with the counts and the tree checksum of each file."""
         with guard(self._partial_bin):
             self._bin.flush()
         self._lengths.flush()

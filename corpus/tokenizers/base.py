@@ -34,6 +34,12 @@ def library_version(distribution: str) -> str:
         return f"{distribution} (unknown version)"
 
 
+def _flattened(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Lists of ids as one flat int64 array and each list's count."""
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    return np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum())), lengths
+
+
 class TextTokenizer(ABC):
     """Batch text → Megatron ids, plus what the sidecar and the writer need to know."""
 
@@ -104,9 +110,7 @@ class TextTokenizer(ABC):
     def _encode_batch_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`encode_batch_flat` of texts encoded whole. Adapters whose library hands back arrays
         override this to avoid building a Python int per token (it dominates the cost at tens of MB/s)."""
-        ids = self._encode_whole(texts)
-        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        return np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum())), lengths
+        return _flattened(self._encode_whole(texts))
 
     def _encode_plain(self, texts: list[str]) -> list[list[int]]:
         """Ids of pieces of a text, without the tokens the tokenizer adds around every text
@@ -116,9 +120,7 @@ class TextTokenizer(ABC):
     def _encode_plain_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`_encode_plain` as one flat array and each text's count; adapters whose library hands back arrays
         override it (a very long text's pieces then never become Python ints)."""
-        ids = self._encode_plain(texts)
-        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        return np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum())), lengths
+        return _flattened(self._encode_plain(texts))
 
     def affixes(self) -> tuple[list[int], list[int]]:
         """The ids put before and after every text's own ids (e.g. a post-processor's BOS)."""
