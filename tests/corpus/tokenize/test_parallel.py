@@ -244,18 +244,24 @@ def test_a_full_disk_in_a_run_of_parts_is_one_line_and_resume_completes(tmp_path
     assert output_bytes(tmp_path / "out", KEYS) == expected
 
 
-def test_a_part_that_cannot_resume_stops_the_run_with_its_own_message(tmp_path, killed_inputs):
-    """A worker's error whose class cannot be rebuilt from a pickle still reaches the run, message and all."""
-    inputs, _, _ = killed_inputs
+def interrupted_once(tmp_path: Path, inputs: list[Path], phase: str, parts: int):
+    """A run of parts stopped (Ctrl-C) once ``parts`` parts' checkpoints are in ``phase``, joining nothing meanwhile;
+    returns its config."""
     run = config(tmp_path, inputs, json_keys=KEYS, workers=3, min_part_bytes=SMALL_PARTS, on_error="skip",
                  checkpoint_interval=3600)
 
-    def stop_once_parts_run(counters, rss_kb) -> None:
-        if parts_in_phase(tmp_path / "out", "running") >= 2:
+    def stop(counters, rss_kb) -> None:
+        if parts_in_phase(tmp_path / "out", phase) >= parts:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        tokenize(run, on_batch=stop_once_parts_run)
+        tokenize(run, on_batch=stop)
+    return run
+
+
+def test_a_part_that_cannot_resume_stops_the_run_with_its_own_message(tmp_path, killed_inputs):
+    """A worker's error whose class cannot be rebuilt from a pickle still reaches the run, message and all."""
+    run = interrupted_once(tmp_path, killed_inputs[0], "running", 2)
     for state in parts_folder(str(tmp_path / "out")).glob("*.tokenize-state.json"):
         if json.loads(state.read_text())["phase"] == "running":
             Path(str(state).replace(".tokenize-state.json", "_text_document.bin.partial")).unlink()
@@ -266,16 +272,8 @@ def test_a_part_that_cannot_resume_stops_the_run_with_its_own_message(tmp_path, 
 def test_a_done_part_damaged_before_the_resume_is_written_again(tmp_path, killed_inputs):
     """A part marked done but whose files no longer hold what it wrote (the machine went down before the page
     cache reached the disk) is written again, not joined."""
-    inputs, expected, _ = killed_inputs
-    run = config(tmp_path, inputs, json_keys=KEYS, workers=3, min_part_bytes=SMALL_PARTS, on_error="skip",
-                 checkpoint_interval=3600)
-
-    def stop_after_parts(counters, rss_kb) -> None:
-        if parts_in_phase(tmp_path / "out", "done") >= 3:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        tokenize(run, on_batch=stop_after_parts)
+    expected = killed_inputs[1]
+    run = interrupted_once(tmp_path, killed_inputs[0], "done", 3)
     damaged = sorted(parts_folder(str(tmp_path / "out")).glob("*_text_document.bin.partial"))[0]
     data = bytearray(damaged.read_bytes())
     data[len(data) // 2] ^= 0xFF
