@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from corpus.core.cores import available_cores
@@ -134,6 +135,9 @@ class Appender:
         self._copies: list[tuple[int, Future]] = []
         """(start offset, copy) of the copies not yet seen complete, in order."""
         self._hashes: list[Future] = []
+        self._lock = threading.Lock()
+        """Guards the lists above, ``end`` and ``_hashed_to``: a copy that ends calls :meth:`_copied` in its thread."""
+        self._closed = False
         self._pool = ThreadPoolExecutor(available_cores(), thread_name_prefix="blendforge-append")
 
     def append(self, path: str | os.PathLike, size: int, offset: int = 0) -> None:
@@ -141,21 +145,30 @@ class Appender:
         if size == 0:
             return
         source = os.open(path, os.O_RDONLY)
-        at, self.end = self.end, self.end + size
+        with self._lock:
+            at, self.end = self.end, self.end + size
 
-        def copy() -> None:
-            try:
-                _copy(source, self.target, offset, size, at)
-            finally:
-                os.close(source)
+            def copy() -> None:
+                try:
+                    _copy(source, self.target, offset, size, at)
+                finally:
+                    os.close(source)
 
-        self._copies.append((at, self._pool.submit(copy)))
-        self._hash_blocks()
+            copying = self._pool.submit(copy)
+            self._copies.append((at, copying))
+        copying.add_done_callback(self._copied)
+
+    def _copied(self, _copy: Future) -> None:
+        """A copy ended: hash the blocks it completed now, while the run goes on, not when the file ends."""
+        with self._lock:
+            if not self._closed:
+                self._hash_blocks()
 
     def _hash_blocks(self) -> None:
-        """Start hashing every whole block all of whose bytes are copied."""
-        while self._copies and self._copies[0][1].done():
-            self._copies.pop(0)[1].result()  # a failed copy raises here
+        """Start hashing every whole block all of whose bytes are copied (the lock held). A failed copy stops
+        here; :meth:`wait` raises its error."""
+        while self._copies and self._copies[0][1].done() and self._copies[0][1].exception() is None:
+            self._copies.pop(0)
         copied = self._copies[0][0] if self._copies else self.end
         while self._hashed_to + BLOCK_BYTES <= copied:
             start = self._hashed_to
@@ -167,13 +180,15 @@ class Appender:
 
     def wait(self) -> None:
         """Wait for every copy and the hash of every whole block (a checkpoint: appending may go on)."""
-        for _, copy in self._copies:
-            copy.result()
-        self._copies.clear()
-        self._hash_blocks()
-        for future in self._hashes:
+        with self._lock:
+            copies = [copy for _, copy in self._copies]
+        for copy in copies:
+            copy.result()  # a failed copy raises here
+        with self._lock:
+            self._hash_blocks()
+            hashes, self._hashes = self._hashes, []
+        for future in hashes:
             future.result()
-        self._hashes.clear()
         self.digest.size = self._hashed_to
 
     def finish(self) -> None:
@@ -187,4 +202,6 @@ class Appender:
 
     def close(self) -> None:
         """Stop the threads (after the copies under way)."""
+        with self._lock:
+            self._closed = True
         self._pool.shutdown(cancel_futures=True)
