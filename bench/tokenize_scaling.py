@@ -96,11 +96,16 @@ class TreeMemory:
         return self.peak
 
 
+def child_environment() -> dict[str, str]:
+    """The environment of a measured process: this one's, with the repository importable."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
 def timed(command: list[str], cpus: list[int]) -> dict:
     """Run ``command`` bound to ``cpus``; its wall time, the tree's peak memory and its last stdout line (JSON)."""
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     began = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment,
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=child_environment(),
                                preexec_fn=lambda: os.sched_setaffinity(0, cpus))
     memory = TreeMemory(process.pid)
     out, err = process.communicate()
@@ -208,6 +213,18 @@ def measure(args: argparse.Namespace, inputs: list[str], size: int, cores: int, 
     return row
 
 
+def cache_bytecode() -> None:
+    """Let every process of the runs read compiled bytecode, as on a machine whose packages pip installed: where
+    this Python writes none (``PYTHONDONTWRITEBYTECODE``, set by some images), each process (every worker) would
+    compile every module it imports from source, and its start-up would measure the compiler. It is written under
+    ``bench/.cache/pycache`` by importing what the methods import, once, before any clock."""
+    if sys.flags.dont_write_bytecode or os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
+        os.environ.setdefault("PYTHONPYCACHEPREFIX", str(FOLDER.parent / "pycache"))
+        print(f"bytecode: written under {os.environ['PYTHONPYCACHEPREFIX']} (this Python writes none)", flush=True)
+        subprocess.run([sys.executable, "-c", "import awkward, gigatoken, orjson, cli.corpus, corpus.tokenize.pool, "
+                        "bench.tokenize_speed"], check=True, env=child_environment())
+
+
 def prefix_file(source: str, size: int, folder: str) -> str:
     """The first ``size`` bytes of ``source``, whole lines, as a file of its own."""
     target = Path(folder) / "megatron_input.jsonl"
@@ -272,6 +289,7 @@ def main() -> None:
     size = sum(os.path.getsize(path) for path in inputs) if args.case == "jsonl" else facts["scaled_bytes"]
     # NOTE: a cache folder of this run's own, filled by one small run first, as every run after a user's first.
     os.environ["BLENDFORGE_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-scaling-cache-")
+    cache_bytecode()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-scaling-", dir=FOLDER) as out:
         megatron_input = prefix_file(str(FOLDER / "scaled.jsonl"), int(args.megatron_bytes), out)
