@@ -24,7 +24,7 @@ from corpus.tokenize.pool import PartPool
 from corpus.tokenize.shards import Shard, plan_slices, resolve_shard
 from corpus.tokenize.stats import Counters
 from corpus.tokenize.worker import WorkerSpec
-from corpus.tokenizers import TextTokenizer, select_encoder
+from corpus.tokenizers import TextTokenizer, select_encoder, settled_encoder
 
 log = logging.getLogger("corpus.tokenize.run")
 
@@ -227,7 +227,10 @@ def prepare(config: TokenizeConfig) -> Job:
     processes = _processes(config, parts, size)
     threads = config.threads_for(processes)
     # NOTE: the workers start now, so that their start (an interpreter, imports) overlaps this process's own.
-    pool = PartPool(processes - 1) if len(parts) > 1 else None
+    pool = None
+    if len(parts) > 1:
+        settled = settled_encoder(config.tokenizer)
+        pool = PartPool(processes - 1, (settled, threads) if settled else None)
     try:
         tokenizer, reason, check = _tokenizer(config, slices, prefix, threads)
         eod = tokenizer.require_eod() if config.append_eod else None

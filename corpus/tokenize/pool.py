@@ -27,6 +27,10 @@ from corpus.core.errors import UserError
 from corpus.tokenize.part import Offer, PartTask, run_part
 from corpus.tokenize.stats import Counters
 from corpus.tokenize.worker import BatchEncoder, WorkerSpec
+from corpus.tokenizers import TextTokenizer, TokenizerConfig, select_encoder
+
+#: A tokenizer configuration with its encoder fixed, and the threads of each batch call.
+Settled = tuple[TokenizerConfig, int]
 
 #: ``prctl`` option asking the kernel to signal this process when its parent dies (Linux).
 _PR_SET_PDEATHSIG = 1
@@ -98,19 +102,39 @@ def _portable(error: UserError) -> UserError:
     return error
 
 
-def _worker_main(connection: Connection) -> None:
-    """Entry point of a spawned worker: it builds the run's tokenizer when the first part comes (the run starts its
-    workers before it has built its own, so that their start-up overlaps its own)."""
+def _worker_main(connection: Connection, settled: Settled | None) -> None:
+    """Entry point of a spawned worker. The run starts its workers before it has chosen and built its own tokenizer,
+    so that their start-up overlaps its own; a worker builds the ``settled`` tokenizer at once (the one the run will
+    choose, as far as it knows), else the one its first part names when that part comes."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run, which stops its workers
-    built: dict[WorkerSpec, BatchEncoder] = {}
-    _serve(connection, lambda spec: built.get(spec) or built.setdefault(spec, BatchEncoder(spec)))
+    tokenizers: dict[Settled, TextTokenizer] = {}
+    encoders: dict[WorkerSpec, BatchEncoder] = {}
+
+    def tokenizer_for(config: TokenizerConfig, threads: int) -> TextTokenizer:
+        if (config, threads) not in tokenizers:
+            tokenizers[config, threads] = select_encoder(config, (), threads)[0]
+        return tokenizers[config, threads]
+
+    def encoder_for(spec: WorkerSpec) -> BatchEncoder:
+        if spec not in encoders:
+            encoders[spec] = BatchEncoder(spec, tokenizer_for(spec.tokenizer, spec.threads))
+        return encoders[spec]
+
+    if settled is not None:
+        try:
+            tokenizer_for(*settled)
+        except Exception:  # noqa: BLE001 - the run's own choice decides: this error, if it is one, comes with a part
+            pass
+    _serve(connection, encoder_for)
 
 
 class PartPool:
     """``processes`` spawned workers, started at once, and (:meth:`add_local`) a thread of this process."""
 
-    def __init__(self, processes: int) -> None:
+    def __init__(self, processes: int, settled: Settled | None = None) -> None:
+        """``settled``: the tokenizer configuration and threads the run will most likely give its parts
+        (:func:`corpus.tokenizers.settled_encoder`), which every worker builds as soon as it has started."""
         context = multiprocessing.get_context("spawn")
         self.connections: list[Connection] = []
         self.processes: list[multiprocessing.Process | None] = []
@@ -118,7 +142,8 @@ class PartPool:
         self._thread: threading.Thread | None = None
         for _ in range(processes):
             mine, theirs = context.Pipe()
-            process = context.Process(target=_worker_main, args=(theirs,), daemon=True, name="blendforge-part-worker")
+            process = context.Process(target=_worker_main, args=(theirs, settled), daemon=True,
+                                      name="blendforge-part-worker")
             process.start()
             theirs.close()
             self.connections.append(mine)

@@ -21,7 +21,7 @@ from corpus.tokenizers.base import TextTokenizer, build_tokenizer
 from corpus.tokenizers.config import TokenizerConfig, config_from_dict, config_from_record
 from corpus.tokenizers.errors import TokenizeError, TokenizerConfigError
 from corpus.tokenizers.registry import TOKENIZER_TYPES
-from corpus.tokenizers.select import select_encoder
+from corpus.tokenizers.select import select_encoder, settled_encoder
 
 __all__ = [
     "TOKENIZER_TYPES",
@@ -33,4 +33,5 @@ __all__ = [
     "config_from_dict",
     "config_from_record",
     "select_encoder",
+    "settled_encoder",
 ]

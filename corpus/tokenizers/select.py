@@ -133,6 +133,20 @@ def record_difference(config: TokenizerConfig, reason: str) -> None:
     verdicts.store(verdicts.key_for(config, tokenizer_files(config)), {"fast": False, "reason": reason}, None)
 
 
+def settled_encoder(config: TokenizerConfig) -> TokenizerConfig | None:
+    """``config`` with the encoder :func:`select_encoder` takes for it when that is known without building anything
+    (an encoder named, or this tokenizer's cached check), else None: worker processes build theirs with it while the
+    run makes its own choice."""
+    if config.encoder == "reference":
+        return config
+    if _not_covered(config) is not None:
+        return None
+    found = verdicts.load(verdicts.key_for(config, tokenizer_files(config)))
+    if found is None:
+        return None
+    return config.replace(encoder="gigatoken" if found[0]["fast"] else "reference")
+
+
 def select_encoder(config: TokenizerConfig, sample_texts: Sequence[str] = (),
                    threads: int | None = None) -> tuple[TextTokenizer, str]:
     """The tokenizer to encode with and a one-line reason for the choice.

