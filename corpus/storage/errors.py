@@ -70,11 +70,24 @@ def _names(error: BaseException) -> set[str]:
     return {type(e).__name__ for e in _chain(error)}
 
 
+def _server_status(error: BaseException) -> int:
+    """The HTTP status a client error carries (botocore's and aiobotocore's ``response`` record), else 0."""
+    response = getattr(error, "response", None)
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") if isinstance(response, dict) else None
+    return status if isinstance(status, int) else 0
+
+
 def is_transient(error: BaseException) -> bool:
-    """Throttling, a temporary server error or a dropped connection: the same request may well succeed."""
-    if isinstance(error, (FileNotFoundError, PermissionError)):
+    """Throttling, a temporary server error or a dropped connection: the same request may well succeed.
+
+    A :class:`StorageError` is a failure already retried (or one that retrying cannot mend): an operation made of
+    retried requests (a multipart upload's parts) is not tried again as a whole because of it."""
+    if isinstance(error, (FileNotFoundError, PermissionError, StorageError)):
         return False
     if _names(error) & _DROPPED:
+        return True
+    # Any 5xx answer, or 429: botocore reports an answer it could not read (a body cut short) as a bare 500.
+    if any(_server_status(e) >= 500 or _server_status(e) == 429 for e in _chain(error)):
         return True
     text = " ".join(str(e) for e in _chain(error))
     return any(word in text for word in _THROTTLED)
