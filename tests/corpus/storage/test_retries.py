@@ -12,7 +12,9 @@ import pytest
 
 from corpus import storage
 from corpus.storage import chunked, filesystems
+from corpus.storage.object_stream import ObjectStream
 from corpus.storage.remote_file import RemoteReader
+from corpus.storage.s3_client import s3_client
 from tests.s3_server import TRANSIENT
 
 
@@ -68,6 +70,20 @@ def test_reads_in_blocks_in_one_stream_and_whole_are_retried_through_each_fault(
     faults.fail(fault, every=2, methods=("GET",))
     assert storage.read_bytes(f"{bucket}/blob") == data
     assert faults.injected["GET"] == 1 and len(faults.retries) == faults.total
+
+
+@pytest.mark.parametrize("fault", TRANSIENT)
+def test_a_stream_goes_on_through_each_fault_from_the_byte_reached(faults, bucket, fault):
+    data = _data(3 << 20, seed=4)
+    storage.write_bytes(f"{bucket}/blob", data)
+    found = storage.info(f"{bucket}/blob")
+    faults.fail(fault, every=2, methods=("GET",))
+    stream = ObjectStream(s3_client(found.path), found.path, 0, found.size, chunk_bytes=256 << 10)
+    try:
+        assert stream.read(found.size + 1) == data
+    finally:
+        stream.close()
+    assert faults.injected["GET"] == 1 and faults.requests["GET"] == 2
 
 
 @pytest.mark.parametrize("fault", TRANSIENT)
