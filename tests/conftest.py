@@ -74,6 +74,16 @@ def invoke_cli(program: str, *args: str, env: dict | None = None) -> subprocess.
     return subprocess.CompletedProcess([program, *args], result.exit_code, result.stdout, stderr)
 
 
+def assert_exited(result, *codes: int) -> None:
+    """A ``CliRunner`` result ended through the command's own exit, with one of ``codes``. Neither the exit code
+    nor the output tells that apart from an exception escaping the command: click's runner gives an escaped
+    exception exit code 1 and leaves its traceback out of the output; ``result.exception`` holds it."""
+    escaped = result.exception
+    if escaped is not None and not isinstance(escaped, SystemExit):
+        raise AssertionError("an exception escaped the command:\n" + "".join(traceback.format_exception(escaped)))
+    assert result.exit_code in codes, f"exit code {result.exit_code}, not one of {codes}\n{result.output}"
+
+
 @pytest.fixture(scope="session")
 def megatron_rank_generator():
     """megatron.core.parallel_state.RankGenerator (Megatron's rank layout), imported once."""
