@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Real tokenizer files (tokenizer_files), megatron-core's tokenizers (megatron_tokenizer), and a real S3 server
 # on localhost with a fault-injecting proxy (s3, bucket, faults).
-pytest_plugins = ["tests.tokenizer_files", "tests.s3_server"]
+pytest_plugins = ["tests.tokenizer_files", "tests.s3_server", "tests.skip_policy"]
 
 
 @pytest.fixture(scope="session")
