@@ -22,6 +22,15 @@ def _data(size: int, seed: int = 0) -> bytes:
     return np.random.default_rng(seed).integers(0, 255, size, dtype=np.uint8).tobytes()
 
 
+def _failing_reads(faults, bucket: str, fault: str, seed: int) -> tuple[bytes, storage.ObjectInfo]:
+    """A 3 MiB object's bytes and listing, with one GET in two failing with ``fault`` from now on."""
+    data = _data(3 << 20, seed=seed)
+    storage.write_bytes(f"{bucket}/blob", data)
+    found = storage.info(f"{bucket}/blob")
+    faults.fail(fault, every=2, methods=("GET",))
+    return data, found
+
+
 @pytest.mark.parametrize("fault", TRANSIENT)
 def test_an_upload_in_one_put_is_retried_through_each_fault(faults, bucket, tmp_path, fault):
     data = _data(3 << 20)
@@ -51,10 +60,7 @@ def test_a_multipart_upload_retries_each_part_and_completes(faults, bucket, tmp_
 
 @pytest.mark.parametrize("fault", TRANSIENT)
 def test_reads_in_blocks_in_one_stream_and_whole_are_retried_through_each_fault(faults, bucket, fault):
-    data = _data(3 << 20, seed=2)
-    storage.write_bytes(f"{bucket}/blob", data)
-    found = storage.info(f"{bucket}/blob")
-    faults.fail(fault, every=2, methods=("GET",))
+    data, found = _failing_reads(faults, bucket, fault, seed=2)
     with RemoteReader(found, block_bytes=256 << 10, stream=False) as reader:
         reader.seek(1000)
         assert reader.read(10) == data[1000:1010] and reader.read() == data[1010:]
@@ -74,10 +80,7 @@ def test_reads_in_blocks_in_one_stream_and_whole_are_retried_through_each_fault(
 
 @pytest.mark.parametrize("fault", TRANSIENT)
 def test_a_stream_goes_on_through_each_fault_from_the_byte_reached(faults, bucket, fault):
-    data = _data(3 << 20, seed=4)
-    storage.write_bytes(f"{bucket}/blob", data)
-    found = storage.info(f"{bucket}/blob")
-    faults.fail(fault, every=2, methods=("GET",))
+    data, found = _failing_reads(faults, bucket, fault, seed=4)
     stream = ObjectStream(s3_client(found.path), found.path, 0, found.size, chunk_bytes=256 << 10)
     try:
         assert stream.read(found.size + 1) == data
