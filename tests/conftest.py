@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Real tokenizer files (tokenizer_files), megatron-core's tokenizers (megatron_tokenizer), and a real S3 server
 # on localhost with a fault-injecting proxy (s3, bucket, faults).
-pytest_plugins = ["tests.tokenizer_files", "tests.s3_server"]
+pytest_plugins = ["tests.tokenizer_files", "tests.s3_server", "tests.skip_policy"]
 
 
 @pytest.fixture(scope="session")
@@ -72,6 +72,16 @@ def invoke_cli(program: str, *args: str, env: dict | None = None) -> subprocess.
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         stderr += "".join(traceback.format_exception(result.exception))
     return subprocess.CompletedProcess([program, *args], result.exit_code, result.stdout, stderr)
+
+
+def assert_exited(result, *codes: int) -> None:
+    """A ``CliRunner`` result ended through the command's own exit, with one of ``codes``. Neither the exit code
+    nor the output tells that apart from an exception escaping the command: click's runner gives an escaped
+    exception exit code 1 and leaves its traceback out of the output; ``result.exception`` holds it."""
+    escaped = result.exception
+    if escaped is not None and not isinstance(escaped, SystemExit):
+        raise AssertionError("an exception escaped the command:\n" + "".join(traceback.format_exception(escaped)))
+    assert result.exit_code in codes, f"exit code {result.exit_code}, not one of {codes}\n{result.output}"
 
 
 @pytest.fixture(scope="session")

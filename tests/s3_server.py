@@ -4,8 +4,10 @@ The server is moto's (its S3 backend and Flask app, from the test extra), one pe
 ``s3`` fixture on a free port of 127.0.0.1; the session's environment then points the standard variables at it
 (``AWS_ENDPOINT_URL``, dummy ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``), so the
 processes tests start reach it exactly as a user's would reach their store. ``bucket`` gives each test a fresh
-bucket. ``faults`` is an HTTP proxy in front of the server that answers chosen requests with ``503 SlowDown`` or
-``403 AccessDenied``, or closes the connection halfway through a response body.
+bucket. ``faults`` is an HTTP proxy in front of the server that fails chosen requests as a store fails them (503
+SlowDown, 500 InternalError, 403 AccessDenied, a connection that drops halfway through an upload or a download, or
+before any answer), with the client's own retries off so that every fault reaches the project's retry
+(:func:`corpus.storage.filesystems.call`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,16 @@ import pytest
 
 _SLOWDOWN = (b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code><Message>Please reduce your "
              b"request rate.</Message></Error>")
+_INTERNAL = (b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>InternalError</Code><Message>We encountered "
+             b"an internal error. Please try again.</Message></Error>")
 _DENIED = (b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code><Message>Access Denied"
            b"</Message></Error>")
+#: The error answers the proxy can give instead of the server's: status and S3 error document.
+_ANSWERS = {"slowdown": (503, _SLOWDOWN), "internal": (500, _INTERNAL), "denied": (403, _DENIED)}
+#: Every fault ``FaultProxy.fail`` takes: the answers above, and two ways a connection goes.
+FAULTS = (*_ANSWERS, "drop", "reset")
+#: Faults a client should get over by trying again (all but the refusal).
+TRANSIENT = ("slowdown", "internal", "drop", "reset")
 _HOP_HEADERS = {"transfer-encoding", "connection", "content-length", "keep-alive", "expect"}
 
 
@@ -87,15 +97,27 @@ def bucket(s3: S3Server) -> str:
 class FaultProxy:
     """Forwards HTTP requests to the S3 server and fails the ones its plan picks.
 
-    ``fail(fault, every=n)`` makes the first of every n requests (of the given methods) fail with ``fault``:
-    ``"slowdown"`` (503 SlowDown), ``"denied"`` (403 AccessDenied) or ``"drop"`` (half the response body, then the
-    connection closes). ``injected`` counts the faults served, ``requests`` the requests of each method since then."""
+    ``fail(fault, every=n, methods=…)`` makes the first of every n requests of those methods fail. The faults
+    (:data:`FAULTS`): ``"slowdown"`` (503 SlowDown), ``"internal"`` (500 InternalError), ``"denied"`` (403
+    AccessDenied), all answered without the server seeing the request; ``"drop"``: the connection closes halfway
+    through the transfer, of the request body for an upload (a request with a body: the server never gets it), of
+    the response body otherwise (the server answered); ``"reset"``: the request is read whole and the connection
+    closes with no answer (the server never sees it). A tuple of faults takes them in turn. ``injected`` counts
+    the faults served by method, ``by_fault`` by fault, ``requests`` the requests of each method since ``fail``
+    (and ``retries``, set by the ``faults`` fixture, the project's retries)."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
-        self.fault, self.every, self.methods = None, 0, ()
-        self.injected, self._seen = 0, 0
+        self.faults: tuple[str, ...] = ()
+        self.every, self.methods = 0, ()
+        self._seen = 0
+        self.injected: collections.Counter = collections.Counter()
+        self.by_fault: collections.Counter = collections.Counter()
         self.requests: collections.Counter = collections.Counter()
+        #: Set by the ``faults`` fixture: the storage options that reach the store through the proxy, and the
+        #: project's retries logged meanwhile.
+        self.storage_options: dict = {}
+        self.retries: list[logging.LogRecord] = []
         self._lock = threading.Lock()
         proxy = self
 
@@ -116,42 +138,70 @@ class FaultProxy:
         self.endpoint = f"http://127.0.0.1:{self.port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def fail(self, fault: str | None, every: int = 2, methods: tuple[str, ...] = ("GET", "PUT", "POST")) -> None:
-        """Fail the first of every ``every`` requests of ``methods`` from now on (None: forward everything)."""
+    def fail(self, fault: str | tuple[str, ...] | None, every: int = 2,
+             methods: tuple[str, ...] = ("GET", "PUT", "POST")) -> None:
+        """Fail the first of every ``every`` requests of ``methods`` from now on with ``fault`` (in turn, when
+        several), or forward everything (None); the counts start again."""
+        faults = () if fault is None else (fault,) if isinstance(fault, str) else tuple(fault)
+        unknown = set(faults) - set(FAULTS)
+        if unknown:
+            raise ValueError(f"unknown faults {sorted(unknown)}; choose from {FAULTS}")
         with self._lock:
-            self.fault, self.every, self.methods, self._seen, self.injected = fault, every, methods, 0, 0
-            self.requests.clear()
+            self.faults, self.every, self.methods, self._seen = faults, every, methods, 0
+            for counter in (self.injected, self.by_fault, self.requests):
+                counter.clear()
+            self.retries.clear()
+
+    @property
+    def total(self) -> int:
+        """Faults served since ``fail``."""
+        return sum(self.injected.values())
 
     def _pick(self, method: str) -> str | None:
         with self._lock:
             self.requests[method] += 1
-            if self.fault is None or method not in self.methods:
+            if not self.faults or method not in self.methods:
                 return None
             self._seen += 1
             if (self._seen - 1) % self.every:
                 return None
-            self.injected += 1
-            return self.fault
+            fault = self.faults[self.total % len(self.faults)]
+            self.injected[method] += 1
+            self.by_fault[fault] += 1
+            return fault
+
+    @staticmethod
+    def _hang_up(handler: BaseHTTPRequestHandler) -> None:
+        handler.wfile.flush()
+        handler.close_connection = True
+        handler.connection.shutdown(socket.SHUT_RDWR)
 
     def forward(self, handler: BaseHTTPRequestHandler) -> None:
-        length = int(handler.headers.get("Content-Length") or 0)
-        body = handler.rfile.read(length) if length else None
         fault = self._pick(handler.command)
-        if fault in ("slowdown", "denied"):
-            status, payload = (503, _SLOWDOWN) if fault == "slowdown" else (403, _DENIED)
+        length = int(handler.headers.get("Content-Length") or 0)
+        if fault == "drop" and length > 1:  # an upload: half its body arrives, then the connection goes
+            handler.rfile.read(length // 2)
+            return self._hang_up(handler)
+        body = handler.rfile.read(length) if length else None
+        if fault == "reset":
+            return self._hang_up(handler)
+        if fault in _ANSWERS:
+            status, payload = _ANSWERS[fault]
             handler.send_response(status)
             handler.send_header("Content-Type", "application/xml")
             handler.send_header("Content-Length", str(len(payload) if handler.command != "HEAD" else 0))
             handler.end_headers()
             if handler.command != "HEAD":
                 handler.wfile.write(payload)
-            return
+            return None
         upstream = http.client.HTTPConnection("127.0.0.1", self.target_port, timeout=60)
         headers = {k: v for k, v in handler.headers.items() if k.lower() not in _HOP_HEADERS}
         upstream.request(handler.command, handler.path, body=body, headers=headers)
         response = upstream.getresponse()
         data = response.read()
         upstream.close()
+        if fault == "drop" and (handler.command == "HEAD" or len(data) < 2):  # no body to cut: no answer at all
+            return self._hang_up(handler)
         handler.send_response(response.status, response.reason)
         for key, value in response.getheaders():
             if key.lower() not in _HOP_HEADERS:
@@ -159,14 +209,12 @@ class FaultProxy:
         handler.send_header("Content-Length", response.getheader("Content-Length") or str(len(data)))
         handler.end_headers()
         if handler.command == "HEAD":
-            return
-        if fault == "drop" and len(data) > 1:
+            return None
+        if fault == "drop":
             handler.wfile.write(data[: len(data) // 2])
-            handler.wfile.flush()
-            handler.close_connection = True
-            handler.connection.shutdown(socket.SHUT_RDWR)
-            return
+            return self._hang_up(handler)
         handler.wfile.write(data)
+        return None
 
 
 @pytest.fixture(scope="session")
@@ -177,15 +225,43 @@ def fault_proxy(s3: S3Server) -> FaultProxy:
     proxy.server.shutdown()
 
 
-@pytest.fixture
-def faults(fault_proxy: FaultProxy, bucket: str):
-    """The proxy, with this process's storage options pointing at it; forwards everything until told to fail.
-    botocore's own retries are kept to two attempts so that the project's retries are the ones tested."""
-    from corpus import storage
+#: Storage options with botocore's own retries off (one attempt): every fault reaches the project's retry.
+NO_CLIENT_RETRIES = {"config_kwargs": {"retries": {"total_max_attempts": 1, "mode": "standard"}}}
 
+
+class _Retries(logging.Handler):
+    """Collects the retries :func:`corpus.storage.filesystems.call` logs (one record per failed attempt retried)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "retrying" in record.getMessage():
+            self.records.append(record)
+
+
+@pytest.fixture
+def faults(fault_proxy: FaultProxy, bucket: str, monkeypatch):
+    """The proxy, with this process's storage options pointing at it (``faults.storage_options``, for the commands
+    a test starts) and botocore's retries off; forwards everything until told to fail. ``faults.retries`` lists
+    the project's retries since the test began. The backoff between retries is cut to a few milliseconds: its
+    length is not what these tests check, and a run through many faults would otherwise sleep for seconds."""
+    from corpus import storage
+    from corpus.storage import filesystems
+
+    monkeypatch.setattr(filesystems, "BACKOFF_S", 0.005)
+    retries = _Retries()
+    logger = logging.getLogger(filesystems.__name__)
+    logger.addHandler(retries)
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
     fault_proxy.fail(None)
-    storage.configure({"endpoint_url": fault_proxy.endpoint,
-                       "config_kwargs": {"retries": {"max_attempts": 2, "mode": "standard"}}})
+    fault_proxy.storage_options = {"endpoint_url": fault_proxy.endpoint, **NO_CLIENT_RETRIES}
+    fault_proxy.retries = retries.records  # cleared by each fail(), as the counts are
+    storage.configure(fault_proxy.storage_options)
     yield fault_proxy
     fault_proxy.fail(None)
     storage.configure({})
+    logger.removeHandler(retries)
+    logger.setLevel(level)

@@ -9,6 +9,7 @@ told apart here by type and by the class names along the exception's chain, so n
 from __future__ import annotations
 
 import errno
+import http.client
 
 from corpus.core.errors import UserError
 
@@ -41,6 +42,10 @@ _DROPPED = {"ClientPayloadError", "IncompleteRead", "ServerDisconnectedError", "
             "ReadTimeoutError", "ResponseStreamingError", "ProtocolError", "BrokenPipeError", "ShortRead",
             "ClientOSError", "TimeoutError", "FSTimeoutError", "ServerBusy", "IncompleteReadError",
             "ConnectionClosedError"}
+#: Standard-library types of a connection that dropped or stalled (subclasses included: ``http.client``'s
+#: ``RemoteDisconnected``, a connection closed before any answer, is a ``ConnectionResetError``).
+_DROPPED_TYPES = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError, TimeoutError,
+                  http.client.IncompleteRead, http.client.BadStatusLine)
 #: Words of a throttling or temporary server error (S3's 503 SlowDown, 500 InternalError).
 _THROTTLED = ("SlowDown", "reduce your request rate", "Service Unavailable", "ServiceUnavailable", "InternalError",
               "(503)", "RequestTimeout")
@@ -70,11 +75,24 @@ def _names(error: BaseException) -> set[str]:
     return {type(e).__name__ for e in _chain(error)}
 
 
+def _server_status(error: BaseException) -> int:
+    """The HTTP status a client error carries (botocore's and aiobotocore's ``response`` record), else 0."""
+    response = getattr(error, "response", None)
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") if isinstance(response, dict) else None
+    return status if isinstance(status, int) else 0
+
+
 def is_transient(error: BaseException) -> bool:
-    """Throttling, a temporary server error or a dropped connection: the same request may well succeed."""
-    if isinstance(error, (FileNotFoundError, PermissionError)):
+    """Throttling, a temporary server error or a dropped connection: the same request may well succeed.
+
+    A :class:`StorageError` is a failure already retried (or one that retrying cannot mend): an operation made of
+    retried requests (a multipart upload's parts) is not tried again as a whole because of it."""
+    if isinstance(error, (FileNotFoundError, PermissionError, StorageError)):
         return False
-    if _names(error) & _DROPPED:
+    if _names(error) & _DROPPED or any(isinstance(e, _DROPPED_TYPES) for e in _chain(error)):
+        return True
+    # Any 5xx answer, or 429: botocore reports an answer it could not read (a body cut short) as a bare 500.
+    if any(_server_status(e) >= 500 or _server_status(e) == 429 for e in _chain(error)):
         return True
     text = " ".join(str(e) for e in _chain(error))
     return any(word in text for word in _THROTTLED)

@@ -22,7 +22,7 @@ import threading
 
 from corpus.core.optional import installed, missing
 from corpus.storage.errors import MissingExtra, ObjectChanged
-from corpus.storage.filesystems import PACKAGES, options_for
+from corpus.storage.filesystems import PACKAGES, call, options_for
 from corpus.storage.paths import protocol_of
 
 #: s3fs options this client honours, and those that change nothing here (caching of listings, of s3fs's files).
@@ -156,7 +156,9 @@ class S3Client:
         """Copy a local file to ``url``: one PUT below two parts' worth (as s3fs does: for so few parts a
         multipart upload only adds requests and the store's work of joining them), else a multipart upload of
         ``part_bytes`` parts, which the store shows only once complete (and which is aborted here when a part
-        fails, leaving nothing)."""
+        fails, leaving nothing). Each part is retried on its own (:func:`call`): retrying the whole upload would
+        send every part again, and at a steady failure rate a long upload would rarely get all its parts through
+        in one go."""
         bucket, key = _split(url)
         with open(local, "rb") as source:
             if os.fstat(source.fileno()).st_size < 2 * part_bytes:
@@ -167,11 +169,11 @@ class S3Client:
                 parts = []
                 while data := source.read(part_bytes):
                     number = len(parts) + 1
-                    sent = self._client.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=number,
-                                                    Body=data)
+                    sent = call("upload", url, self._client.upload_part, Bucket=bucket, Key=key, UploadId=upload,
+                                PartNumber=number, Body=data)
                     parts.append({"PartNumber": number, "ETag": sent["ETag"]})
-                self._client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload,
-                                                       MultipartUpload={"Parts": parts})
+                call("upload", url, self._client.complete_multipart_upload, Bucket=bucket, Key=key, UploadId=upload,
+                     MultipartUpload={"Parts": parts})
             except BaseException:
                 try:
                     self._client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)

@@ -75,11 +75,21 @@ def test_round_trip_every_dtype(tmp_path: Path, code: int) -> None:
 
 
 def test_views_are_zero_copy(tmp_path: Path) -> None:
-    write_ours(tmp_path / "d", np.dtype(np.uint16), [[np.arange(10, dtype=np.uint16)]])
+    """What the reader hands out are views of the mapped files: a change to the files' bytes (made through another
+    mapping) shows in arrays taken before it, which a copy would not."""
+    write_ours(tmp_path / "d", np.dtype(np.uint16), [[np.arange(10, dtype=np.uint16)], [np.arange(3, dtype=np.uint16)]])
     reader = IndexedReader(tmp_path / "d")
-    assert isinstance(reader.get(0).base, np.memmap) or reader.get(0).base is not None
-    assert not reader.sequence_lengths.flags.owndata
-    assert not reader.document_indices.flags.owndata
+    tokens, lengths, documents = reader.get(0, offset=2, length=5), reader.sequence_lengths, reader.document_indices
+    assert tokens.tolist() == [2, 3, 4, 5, 6] and lengths.tolist() == [10, 3] and documents.tolist() == [0, 1, 2]
+    bin_file = np.memmap(tmp_path / "d.bin", dtype=np.uint16, mode="r+")
+    bin_file[3] = 999
+    bin_file.flush()
+    idx_file = np.memmap(tmp_path / "d.idx", dtype=np.uint8, mode="r+")
+    idx_file[34:38] = np.frombuffer(np.int32(77).tobytes(), np.uint8)  # the first sequence length (see DESIGN §2)
+    doc_start = 34 + 12 * 2 + 8  # the second document index
+    idx_file[doc_start : doc_start + 8] = np.frombuffer(np.int64(5).tobytes(), np.uint8)
+    idx_file.flush()
+    assert tokens.tolist() == [2, 999, 4, 5, 6] and lengths.tolist() == [77, 3] and documents.tolist() == [0, 5, 2]
 
 
 def test_empty_dataset(tmp_path: Path) -> None:

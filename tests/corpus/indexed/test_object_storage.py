@@ -1,5 +1,6 @@
 """Pairs on a real S3 server: merge from and to ``s3://`` (a multipart upload for a large ``.bin``) equals the local
-merge, inspect reads remote pairs as local ones (``--check`` included), a missing remote pair is one line."""
+merge, inspect reads remote pairs as local ones (``--check`` included), both commands through every fault a store gives
+give what they give locally, a missing remote pair is one line."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from corpus import storage
 from corpus.indexed import IndexedReader, IndexedWriter
 from corpus.indexed.merge import merge
 from tests.conftest import run_cli
 from tests.corpus.indexed.test_merge import assert_same_pair, make_shards
+from tests.s3_server import TRANSIENT
 
 
 def upload_pairs(folder: Path, url: str) -> None:
@@ -68,3 +71,32 @@ def test_a_missing_remote_pair_is_one_line(bucket):
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == [f"Error: {bucket}/nothing_text_document.idx: no such file (give a "
                                                   "prefix, an .idx/.bin path, a glob or a directory)"]
+
+
+def _without_paths(report: dict) -> dict:
+    """An inspect report without what names where the pair and its inputs are."""
+    meta = {key: value for key, value in report["meta"].items() if key != "merged_from"}
+    return {**{key: value for key, value in report.items() if key not in ("prefix", "idx_file", "bin_file")},
+            "meta": meta}
+
+
+@pytest.mark.slow  # two commands of their own, through faults
+def test_merge_and_inspect_through_faults_give_the_local_results(tmp_path, faults, bucket):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    make_shards(shards, 5)
+    upload_pairs(shards, f"{bucket}/shards")
+    merge([str(shards / "part-*_text_document")], str(tmp_path / "local"))
+    options = ("--storage-options", json.dumps(faults.storage_options))
+    faults.fail(TRANSIENT, every=2)
+    run_cli("corpus", "merge", "--input", f"{bucket}/shards/part-*_text_document", "--output-prefix",
+            f"{bucket}/merged/all", *options)
+    assert faults.injected["GET"] >= 1 and faults.injected["PUT"] >= 1 and set(faults.by_fault) == set(TRANSIENT)
+    faults.fail(TRANSIENT, every=2)
+    remote = json.loads(run_cli("corpus", "inspect", f"{bucket}/merged/all", "--check", "--json", *options).stdout)
+    assert faults.injected["GET"] >= 1
+    faults.fail(None)
+    for suffix in (".bin", ".idx"):
+        assert storage.read_bytes(f"{bucket}/merged/all{suffix}") == (tmp_path / f"local{suffix}").read_bytes()
+    plain = json.loads(run_cli("corpus", "inspect", str(tmp_path / "local"), "--check", "--json").stdout)
+    assert remote["problems"] == [] and _without_paths(remote) == _without_paths(plain)

@@ -1,5 +1,5 @@
 """The storage layer against a real S3 server (moto, on localhost): objects, listings, node-local copies, the
-chunk cache, retries through injected faults, and one-line errors for every way a store says no."""
+chunk cache, and one-line errors for every way a store says no (retries through faults: ``test_retries.py``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import pytest
 
 from corpus import storage
 from corpus.storage import chunked, object_cache
-from corpus.storage.remote_file import RemoteReader
 from tests.conftest import REPO, run_cli
 
 
@@ -103,28 +102,6 @@ def test_unreachable_endpoint_and_missing_credentials_end_in_one_line(s3, bucket
                                                "AWS_EC2_METADATA_DISABLED": "true"}, timeout=120)
     assert anonymous.returncode == 1 and "Traceback" not in anonymous.stderr
     assert "no credentials found" in anonymous.stderr and "AWS_ACCESS_KEY_ID" in anonymous.stderr
-
-
-@pytest.mark.parametrize("fault", ["slowdown", "drop"])
-def test_uploads_and_reads_survive_throttling_and_dropped_connections(faults, bucket, tmp_path, fault):
-    data = np.random.default_rng(0).integers(0, 255, 3 << 20, dtype=np.uint8).tobytes()
-    (tmp_path / "blob").write_bytes(data)
-    faults.fail(fault, every=2)
-    storage.upload(tmp_path / "blob", f"{bucket}/blob")
-    assert faults.injected == 1
-    found = storage.info(f"{bucket}/blob")
-    for stream in (False, True):
-        faults.fail(fault, every=2, methods=("GET",))
-        with RemoteReader(found, block_bytes=256 << 10, stream=stream) as reader:
-            reader.seek(1000)
-            assert reader.read(10) == data[1000:1010]
-            assert reader.read() == data[1010:]
-        if stream:  # one GET from the second block on (the first reader kept the first), failed once
-            assert faults.requests["GET"] == 2 and faults.injected == 1
-        else:  # twelve blocks of 256 KiB, each failed once at least
-            assert faults.injected >= 12
-    faults.fail(None)
-    assert storage.read_bytes(f"{bucket}/blob") == data
 
 
 def _tokens(count: int) -> np.ndarray:

@@ -1,6 +1,6 @@
 """``corpus tokenize`` from and to a real S3 server: every input format and spelling, shards by object size,
-``--on-error`` naming ``s3://…:line``, outputs uploaded ``.idx`` last (never half visible), and ``--resume`` after
-``kill -9`` ending byte-identical to a local run."""
+``--on-error`` naming ``s3://…:line``, outputs uploaded ``.idx`` last (never half visible), ``--resume`` after
+``kill -9`` and a run through every fault a store gives ending byte-identical to a local run."""
 
 from __future__ import annotations
 
@@ -21,9 +21,10 @@ from corpus import storage
 from corpus.indexed.prefixes import PrefixNotFound, expand
 from corpus.tokenize.resume_state import state_path
 from corpus.tokenize.run import BadRecordError, tokenize
-from tests.conftest import REPO
+from tests.conftest import REPO, run_cli
 from tests.corpus.tokenize.support import CODE, TOKENIZER, WEB, config, output_bytes
 from tests.corpus.tokenize.test_resume import kill_after_records
+from tests.s3_server import TRANSIENT
 
 SUFFIXES = (".bin", ".idx")
 
@@ -138,4 +139,18 @@ def test_kill_9_then_resume_with_an_s3_output_is_byte_identical_to_a_local_run(t
     kill_after_records(_command(remote_inputs, prefix), state_path(storage.staging_prefix(prefix)), 40)
     assert not storage.exists(f"{prefix}_text_document.idx")
     subprocess.run(_command(remote_inputs, prefix, "--resume"), env=environment, check=True, capture_output=True)
+    assert remote_bytes(prefix, ["text", "title"]) == output_bytes(tmp_path / "local", ["text", "title"])
+
+
+@pytest.mark.slow  # a command of its own, through a few dozen faults
+def test_tokenize_from_and_to_s3_through_faults_is_byte_identical_to_a_local_run(tmp_path, faults, bucket):
+    tokenize(config(tmp_path, [WEB, CODE], name="local", json_keys=["text", "title"], on_error="skip"))
+    for path in (WEB, CODE):
+        storage.upload(path, f"{bucket}/in/{path.name}")
+    prefix = f"{bucket}/out/web"
+    faults.fail(TRANSIENT, every=3)
+    run_cli("corpus", *_command([f"{bucket}/in/*.jsonl"], prefix, "--workers", "2", "--storage-options",
+                                json.dumps(faults.storage_options))[3:])
+    assert faults.injected["GET"] >= 1 and faults.injected["PUT"] >= 1 and set(faults.by_fault) == set(TRANSIENT)
+    faults.fail(None)
     assert remote_bytes(prefix, ["text", "title"]) == output_bytes(tmp_path / "local", ["text", "title"])

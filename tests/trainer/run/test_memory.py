@@ -3,6 +3,10 @@ refused in one line naming the estimate, what is available and the knobs; a real
 
 from __future__ import annotations
 
+import contextlib
+import resource
+import sys
+
 import pytest
 import torch
 from click.testing import CliRunner
@@ -10,6 +14,7 @@ from click.testing import CliRunner
 import trainer.run.memory
 from cli.trainer import main
 from corpus.core.errors import ConfigError
+from tests.conftest import assert_exited
 from tests.trainer.conftest import tiny_config
 from trainer.model.attention import BACKENDS
 from trainer.parallel.state import ParallelState
@@ -54,14 +59,37 @@ def test_an_8b_model_on_a_24_gb_machine_is_refused_naming_estimate_available_and
     check_memory(tiny_config(tmp_path, training={"check_memory": False}), found, cpu)  # the override
 
 
+@contextlib.contextmanager
+def address_space_capped(headroom_bytes: int = 16 << 30):
+    """Cap this process's address space at what it maps now plus ``headroom_bytes``: an allocation of the size a
+    test means to refuse then fails at once, whether or not the machine overcommits memory, and never takes the
+    machine's memory (a 300k-token attention is about 1.4 TB)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+    mapped = int(status["VmSize"].split()[0]) * 1024
+    cap = mapped + headroom_bytes if hard == resource.RLIM_INFINITY else min(hard, mapped + headroom_bytes)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+needs_linux = pytest.mark.skipif(sys.platform != "linux", reason="needs Linux (/proc/self/status, RLIMIT_AS)")
+
+
+@needs_linux
 def test_an_absurd_sequence_length_is_refused_before_the_model_is_built():
-    result = CliRunner().invoke(main, ["run", *TINY, "--seq-length", "1000000"])
-    assert result.exit_code == 1 and "Traceback" not in result.output
+    with address_space_capped():  # were the estimate skipped, the run would try ~16 TB of attention scores
+        result = CliRunner().invoke(main, ["run", *TINY, "--seq-length", "1000000"])
+    assert_exited(result, 1)
     assert "needs about" in result.output and "attention scores" in result.output and "--seq-length" in result.output
 
 
+@needs_linux
 def test_a_real_cpu_out_of_memory_is_caught_like_a_cuda_one():
     """With the estimate skipped, torch's CPU allocator fails (a RuntimeError, not torch.OutOfMemoryError)."""
-    result = CliRunner().invoke(main, ["run", *TINY, "--seq-length", "300000", "--no-check-memory"])
-    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    with address_space_capped():
+        result = CliRunner().invoke(main, ["run", *TINY, "--seq-length", "300000", "--no-check-memory"])
+    assert_exited(result, 1)
     assert "out of memory at step 1" in result.output and "--micro-batch-size" in result.output
