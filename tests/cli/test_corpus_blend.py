@@ -148,3 +148,24 @@ def test_show_samples_decode_with_the_sources_tokenizer_like_inspect_show(projec
     assert len(human) == 3 and human[0].endswith(json.dumps(printed[0]["text"], ensure_ascii=False))
     raw = run_cli(*command, "--ids").stdout.splitlines()
     assert raw[0].endswith(" ".join(map(str, printed[0]["tokens"][-4:]))) and "text" not in raw[0]
+
+
+@pytest.mark.parametrize("program", [("corpus", "blend"), ("trainer", "run", "--train-iters", "1", "--blend")])
+@pytest.mark.parametrize("spoil, said", [
+    (lambda text: "seed: 99\n" + text, "seed: key 'seed' is given twice (lines 1 and "),
+    (lambda text: text.replace("{name: web,", "{name: web, name: web2,"),
+     "sources[0].name: key 'name' is given twice (line "),
+    (lambda text: "# café\n".encode("latin-1") + text.encode(),
+     "bad.yaml:1: not UTF-8: byte 0xe9 at offset 5 cannot be decoded; save the file as UTF-8"),
+    (lambda text: text.encode("utf-16"), "not UTF-8: byte 0xff at offset 0 (a UTF-16 byte-order mark)"),
+], ids=["duplicate-key", "duplicate-key-in-flow-mapping", "latin-1-comment", "utf-16"])
+def test_a_blend_file_that_is_not_what_it_seems_is_one_clean_line(project: Path, program: tuple[str, ...], spoil,
+                                                                    said: str) -> None:
+    """A key given twice (YAML keeps the last silently) or a file that is not UTF-8 stops both commands that read
+    blends before any work, naming the lines or the byte."""
+    bad = project / "blends" / "bad.yaml"
+    spoilt = spoil((project / "blends" / "web_code.yaml").read_text())
+    bad.write_bytes(spoilt if isinstance(spoilt, bytes) else spoilt.encode())
+    result = invoke_cli(program[0], *program[1:], str(bad))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert said in result.stderr and str(bad) in result.stderr
