@@ -169,3 +169,29 @@ def test_a_blend_file_that_is_not_what_it_seems_is_one_clean_line(project: Path,
     result = invoke_cli(program[0], *program[1:], str(bad))
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert said in result.stderr and str(bad) in result.stderr
+
+
+def test_a_sequence_length_no_source_can_fill_is_refused_before_any_work(project: Path, index_map_cache: Path
+                                                                         ) -> None:
+    maps_before = set(index_map_cache.glob("gpt-*"))
+    for command in (["corpus", "blend", _blend(project), "--num-samples", "8"],
+                    ["corpus", "blend", _blend(project), "--num-samples", "8", "--build"]):
+        result = invoke_cli(*command, "--seq-length", "100000000000")
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert "seq_length: 100,000,000,000 tokens per sample (100,000,000,001 with the label token) is more than " \
+               "any train source holds (the largest, web, has " in result.stderr
+        assert "lower seq_length (or --seq-length)" in result.stderr
+    assert set(index_map_cache.glob("gpt-*")) == maps_before
+
+
+def test_maps_the_cache_disk_cannot_hold_are_refused_with_the_estimate(project: Path, small_disk: Path) -> None:
+    blend = project / "blends" / "small_cache.yaml"
+    blend.write_text((project / "blends" / "web_code.yaml").read_text() + f"cache_dir: {small_disk}\n")
+    for extra in ([], ["--build"], ["--show-samples", "0:1"]):
+        result = invoke_cli("corpus", "blend", str(blend), "--num-samples", "200000", *extra)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert "cache_dir: the index maps of this request need about 4.5 MB in the cache " in result.stderr, result.stderr
+        assert f"{small_disk} but its disk has " in result.stderr and "point the blend's cache_dir at a larger disk" \
+            in result.stderr
+    assert not any(path.name.startswith(("gpt-", "blend-")) for path in small_disk.iterdir())
+    assert invoke_cli("corpus", "blend", str(blend), "--num-samples", "2000", "--build").returncode == 0
