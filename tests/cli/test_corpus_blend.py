@@ -190,7 +190,7 @@ def test_maps_the_cache_disk_cannot_hold_are_refused_with_the_estimate(project: 
     for extra in ([], ["--build"], ["--show-samples", "0:1"]):
         result = invoke_cli("corpus", "blend", str(blend), "--num-samples", "200000", *extra)
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-        assert "cache_dir: the index maps of this request need about 4.5 MB in the cache " in result.stderr, result.stderr
+        assert "cache_dir: the index maps of this request need about 4.5 MB in the cache " in result.stderr
         assert f"{small_disk} but its disk has " in result.stderr and "point the blend's cache_dir at a larger disk" \
             in result.stderr
     assert not any(path.name.startswith(("gpt-", "blend-")) for path in small_disk.iterdir())
