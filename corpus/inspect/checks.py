@@ -315,12 +315,22 @@ CHECKSUMS: dict[str, Callable[[Path], str]] = {
 }
 
 
+def unverified_files(meta: dict | None) -> list[str]:
+    """The files of a pair (``"bin"``, ``"idx"``) whose contents ``--deep`` cannot verify: the sidecar (its sound
+    values, or None when there is none) records no checksum of them."""
+    recorded = (meta or {}).get("checksums") or {}
+    return [kind for kind in ("bin", "idx") if not any(key.startswith(kind) for key in recorded)]
+
+
+def contents_unverified(prefix: str) -> list[str]:
+    """:func:`unverified_files` of the pair ``prefix``, reading its sidecar (a broken one verifies nothing)."""
+    return unverified_files(_read_meta(strip_suffix(prefix))[0])
+
+
 def _check_checksums(pair: _Pair) -> list[Problem]:
-    """With ``deep``: each file's checksum is the one the sidecar recorded when the pair was written."""
+    """With ``deep``: each file's checksum is the one the sidecar recorded when the pair was written (a pair
+    without them is reported by :func:`contents_unverified`, not as a problem: nothing is known to be wrong)."""
     recorded = (pair.meta or {}).get("checksums") or {}
-    if pair.deep and not recorded:
-        log.info("%s: checksums not compared: the sidecar records none (written by Megatron or an older version)",
-                 pair.prefix)
     if not pair.deep or not recorded:
         return []
     problems = []
