@@ -352,3 +352,37 @@ def test_add_checksums_refuses_a_damaged_pair_and_gives_a_megatron_pair_a_sideca
     reader = IndexedReader(megatron)
     assert reader.meta["num_tokens"] == len(reader.tokens) and reader.meta["num_documents"] == DOCUMENTS
     assert "check: no problems" in inspect_cli(megatron, "--check", "--deep").stdout
+
+
+def _edited(meta: dict, path: str, value) -> dict:
+    *parents, last = path.split(".")
+    place = meta
+    for key in parents:
+        place = place[key]
+    place[last] = value
+    return meta
+
+
+SIDECAR_CONTRADICTIONS = [  # (key edited, its new value from the sidecar, what --check says)
+    ("vocab_size", lambda meta: meta["vocab_size"] - 1,
+     "vocab_size is {new} but tokenizer.vocab_size is {meta[vocab_size]}: the sidecar contradicts itself"),
+    ("eod_id", lambda meta: meta["eod_id"] + 1, "eod_id is {new} but tokenizer.eod is {meta[eod_id]}"),
+    ("tokenizer.eod", lambda meta: meta["eod_id"] + 1, "eod_id is {meta[eod_id]} but tokenizer.eod is {new}"),
+    ("tokenizer.type", lambda meta: "SentencePieceTokenizer",
+     'tokenizer.type is "{new}" but tokenizer.config.type is "{meta[tokenizer][type]}"'),
+    ("tokenizer.fingerprint", lambda meta: "0" * 64,
+     "tokenizer.fingerprint is 000000000000… but {meta[tokenizer][model]} is "),
+    ("append_eod", lambda meta: False, "eod: append_eod is false but all 12 non-empty documents end with EOD"),
+]
+
+
+@pytest.mark.parametrize("key, value, said", SIDECAR_CONTRADICTIONS, ids=[c[0] for c in SIDECAR_CONTRADICTIONS])
+def test_a_sidecar_that_contradicts_itself_is_a_finding(real, tmp_path: Path, key, value, said) -> None:
+    prefix = copy_pair(real[0], tmp_path / "p")
+    meta = json.loads(Path(f"{prefix}.meta.json").read_text())
+    new = value(meta)
+    expected = said.format(new=new, meta=meta)
+    Path(f"{prefix}.meta.json").write_text(json.dumps(_edited(meta, key, new)))
+    result = inspect_cli(prefix, "--check", check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert expected in result.stdout, result.stdout
