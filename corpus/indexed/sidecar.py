@@ -77,6 +77,11 @@ TOKENIZER_SCHEMA: dict[str, tuple[Callable[[object], bool], str]] = {
     "vocab_size": SCHEMA["vocab_size"],
     "eod": SCHEMA["eod_id"],
     "bos": SCHEMA["bos_id"],
+    "model": (_kind(str), "a path"),
+    "vocab_file": (_kind(str), "a path"),
+    "merge_file": (_kind(str), "a path"),
+    "options": (_kind(dict), "an object"),
+    "config": (_kind(dict), "an object (the tokenizer's rebuild recipe)"),
 }
 #: What every sidecar this tool writes holds (the writer fills them in): one missing was renamed or deleted.
 REQUIRED = ("dtype", "num_sequences", "num_documents", "num_tokens")

@@ -193,7 +193,7 @@ def _check_document_index(pair: _Pair) -> list[Problem]:
             d, pair.document_offset(d + 1)))
         if single:
             found.add(np.flatnonzero(steps > 1) + start, lambda d: (
-                f"document {d} holds sequences {docs[d]} to {docs[d + 1] - 1}, but the sidecar says every "
+                f"document {d} holds sequences {docs[d]} to {int(docs[d + 1]) - 1}, but the sidecar says every "
                 "document is one sequence (one_sequence_per_document): the document index was changed",
                 d, pair.document_offset(d + 1)))
     if docs[-1] != count:
