@@ -19,7 +19,7 @@ from corpus.blending.schema import load_blend
 from corpus.indexed import index_arrays, read_header
 from corpus.inspect.checks import check_prefix
 from tests.conftest import REPO, invoke_cli, run_cli
-from tests.corpus.blending.blend_data import EXAMPLES, example_texts, write_example
+from tests.corpus.blending.blend_data import EXAMPLES, example_texts, tokenize_web, write_example
 
 
 @pytest.fixture(scope="module")
@@ -202,12 +202,7 @@ def test_maps_the_cache_disk_cannot_hold_are_refused_with_the_estimate(project: 
 
 @pytest.fixture(scope="module")
 def tokenized(tmp_path_factory) -> Path:
-    """examples/web.jsonl through `corpus tokenize --append-eod` with the shipped tokenizer, as a user makes data."""
-    prefix = tmp_path_factory.mktemp("tokenized") / "web"
-    run_cli("corpus", "tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--output-prefix", str(prefix),
-            "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(EXAMPLES / "tokenizer.json"),
-            "--append-eod", "--quiet")
-    return Path(f"{prefix}_text_document")
+    return tokenize_web(tmp_path_factory.mktemp("tokenized"))
 
 
 def _idx_arrays(prefix: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

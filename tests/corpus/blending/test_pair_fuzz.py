@@ -14,9 +14,9 @@ import pytest
 
 from corpus.indexed import HEADER_SIZE
 from corpus.inspect.checks import check_prefix
-from tests.conftest import REPO, invoke_cli, run_cli
+from tests.conftest import invoke_cli
+from tests.corpus.blending.blend_data import tokenize_web
 
-EXAMPLES = REPO / "examples"
 SEED = 45
 CASES = 300
 
@@ -25,12 +25,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory) -> Path:
-    """examples/web.jsonl through `corpus tokenize --append-eod` with the shipped tokenizer."""
-    prefix = tmp_path_factory.mktemp("clean") / "web"
-    run_cli("corpus", "tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--output-prefix", str(prefix),
-            "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(EXAMPLES / "tokenizer.json"),
-            "--append-eod", "--quiet")
-    return Path(f"{prefix}_text_document")
+    return tokenize_web(tmp_path_factory.mktemp("clean"))
 
 
 def _flip_bytes(rng: np.random.Generator, data: bytearray, start: int = 0) -> str:
