@@ -14,7 +14,7 @@ from corpus.indexed import IndexedWriter, exists
 
 def write_source(prefix: Path, num_docs: int, mean_length: int, seed: int) -> Path:
     """``num_docs`` documents of lognormal length (mean ~``mean_length``), random uint16 ids, each
-    ended by EOD 0 (reused when the pair exists)."""
+    ended by EOD 0 as its sidecar says (reused when the pair exists)."""
     if exists(prefix):
         return prefix
     rng = np.random.default_rng(seed)
@@ -27,7 +27,7 @@ def write_source(prefix: Path, num_docs: int, mean_length: int, seed: int) -> Pa
             tokens[np.cumsum(chunk) - 1] = 0  # every document ends with EOD (id 0)
             writer.add_documents(tokens, chunk)
         writer.finalize({"tokenizer": {"type": "HuggingFaceTokenizer", "fingerprint": "bench", "options": {}},
-                         "vocab_size": 32000, "eod_id": 0})
+                         "vocab_size": 32000, "eod_id": 0, "append_eod": True})
     return prefix
 
 

@@ -42,5 +42,24 @@ def merge(inputs: tuple[str, ...], output_prefix: str, storage_options: str | No
     )
 
 
+@main.command("add-checksums")
+@click.argument("datasets", nargs=-1, required=True)
+def add_checksums(datasets: tuple[str, ...]) -> None:
+    """Record the checksums `corpus inspect --check --deep` compares in the sidecars of pairs written without them.
+
+    DATASETS are prefixes, .idx/.bin paths, globs or directories. Each pair must pass every check first; checksums
+    already recorded are compared, never replaced; each sidecar is replaced atomically.
+    """
+    from corpus.inspect.checksums import add_checksums as record
+
+    for result in record(datasets):
+        if not result.added:
+            click.echo(f"{result.prefix}: checksums already recorded and matching")
+        else:
+            files = " and ".join(f".{kind}" for kind in result.added)
+            where = "a new sidecar" if result.new_sidecar else "the sidecar"
+            click.echo(f"{result.prefix}: recorded the checksums of the {files} in {where}")
+
+
 if __name__ == "__main__":
     main()

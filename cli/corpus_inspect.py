@@ -1,6 +1,6 @@
 """``corpus inspect``: parse the flags into an :class:`~corpus.inspect.run.InspectConfig`, call
 :func:`~corpus.inspect.run.inspect`, print a terminal report (rich) or JSON; exit 1 when ``--check``
-found problems."""
+found problems, 3 when ``--deep`` could not verify some contents (no checksums recorded)."""
 
 from __future__ import annotations
 
@@ -106,7 +106,12 @@ def _print(console: Console, inspection: Inspection) -> None:
     for document in inspection.documents or []:
         _print_document(console, document)
     if inspection.problems is not None:
-        if not inspection.problems:
+        if inspection.unverified:
+            console.print(f"[yellow]check: contents not verified[/]: the sidecar records no checksum of the "
+                          f"{' and '.join('.' + kind for kind in inspection.unverified)}, so --deep could not compare "
+                          f"them (corpus add-checksums {escape(inspection.prefix)} records them once the pair is "
+                          "known to be good)")
+        elif not inspection.problems:
             console.print("[green]check: no problems[/]")
         for problem in inspection.problems:
             console.print(f"[red]problem[/] {escape(str(problem))}")
@@ -162,4 +167,15 @@ def inspect_command(datasets: tuple[str, ...], check: bool, deep: bool, max_prob
     if failed:
         total = sum(problem.count for i in failed for problem in i.problems)
         raise click.ClickException(f"check failed: {total} problem(s) in {len(failed)} of {len(inspections)} file(s)")
+    unverified = [i for i in inspections if i.unverified]
+    if unverified:
+        raise Unverified(f"check found no problems, but the contents of {len(unverified)} of {len(inspections)} "
+                         "file(s) were not verified: their sidecars record no checksums (corpus add-checksums)")
+
+
+class Unverified(click.ClickException):
+    """``--check --deep`` found no problem but could not compare some pair's contents: exit status 3, told apart
+    from a failed check (1) and a clean one (0)."""
+
+    exit_code = 3
 

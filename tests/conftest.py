@@ -129,3 +129,20 @@ def index_map_cache(tmp_path_factory):
         folder = tmp_path_factory.mktemp("index_maps")
         patch.setenv("BLENDFORGE_CACHE_DIR", str(folder))
         yield folder
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real file system of 1 MB (tmpfs) at a fresh folder, unmounted after the test: writes fail with ENOSPC as a
+    full disk makes them fail, at whatever layer writes (numpy, torch's zip writer, the kernel). Skipped where this
+    process may not mount (only root may)."""
+    folder = tmp_path / "small_disk"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small file system here: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)

@@ -24,7 +24,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "corpus.tokenize": ("corpus.core", "corpus.storage", "corpus.indexed", "corpus.readers", "corpus.tokenizers"),
     "corpus.autotune": ("corpus.core", "corpus.storage", "corpus.readers", "corpus.tokenizers", "corpus.tokenize"),
     "corpus.inspect": ("corpus.core", "corpus.storage", "corpus.indexed", "corpus.tokenizers"),
-    "corpus.blending": ("corpus.core", "corpus.storage", "corpus.indexed", "corpus.tokenizers"),
+    "corpus.blending": ("corpus.core", "corpus.storage", "corpus.indexed", "corpus.tokenizers", "corpus.inspect"),
     "trainer.errors": ("corpus.core",),
     "trainer.config": ("corpus.core", "trainer.errors"),
     "trainer.runtime": ("corpus.core", "trainer.errors", "trainer.config"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Iterable
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from corpus.blending.map_cache import Entry, cache_key
 from corpus.blending.plan import MemberPlan, SplitPlan
 from corpus.blending.resolve import ResolvedBlend
 from corpus.core.cores import available_cores
+from corpus.core.disk import format_bytes, free_bytes
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +77,15 @@ def member_entry(resolved: ResolvedBlend, member: MemberPlan, split: str) -> Ent
     return resolved.cache.get_or_build("gpt", gpt_key(resolved, member), build, description)
 
 
-def _blend_entry(resolved: ResolvedBlend, plan: SplitPlan, member_keys: list[str], lengths: list[int]) -> Entry:
-    key = cache_key({"kind": "blend", "version": MAPS_VERSION, "members": member_keys, "mode": plan.mode,
-                     "weights": plan.blend_weights, "size": plan.size})
+def _blend_key(resolved: ResolvedBlend, plan: SplitPlan) -> str:
+    """The cache key of a blended split's maps."""
+    return cache_key({"kind": "blend", "version": MAPS_VERSION,
+                      "members": [member_key(resolved, member) for member in plan.members], "mode": plan.mode,
+                      "weights": plan.blend_weights, "size": plan.size})
+
+
+def _blend_entry(resolved: ResolvedBlend, plan: SplitPlan, lengths: list[int]) -> Entry:
+    key = _blend_key(resolved, plan)
 
     def build() -> tuple[dict[str, np.ndarray], dict]:
         if plan.blend_weights is None:
@@ -95,6 +103,31 @@ def _blend_entry(resolved: ResolvedBlend, plan: SplitPlan, member_keys: list[str
     return resolved.cache.get_or_build("blend", key, build, description)
 
 
+def missing_map_bytes(resolved: ResolvedBlend, plans: Iterable[SplitPlan | None]) -> int:
+    """Bytes of the maps ``plans`` need that the cache lacks (estimated from the plans, nothing built). ``best_fit``
+    members count nothing: planning has packed them already."""
+    needed, cache = 0, resolved.cache
+    for plan in filter(None, plans):
+        if resolved.config.packing != "best_fit":
+            needed += sum(maps.gpt_map_bytes(member.end - member.begin, member.epochs.num_epochs, member.length,
+                                             int(member.source.lengths[member.begin:member.end].max(initial=0)))
+                          for member in plan.members if not cache.has("gpt", gpt_key(resolved, member)))
+        if plan.mode != "single" and not cache.has("blend", _blend_key(resolved, plan)):
+            needed += plan.size * maps.BLEND_BYTES_PER_SAMPLE
+    return needed
+
+
+def check_maps_fit(resolved: ResolvedBlend, plans: Iterable[SplitPlan | None]) -> None:
+    """Refuse, before anything is built, maps the cache's disk has no room for (a BlendError with the estimate)."""
+    needed = missing_map_bytes(resolved, plans)
+    free = free_bytes(resolved.cache.root)
+    if needed and free is not None and needed > free:
+        raise resolved.config.error(
+            f"the index maps of this request need about {format_bytes(needed)} in the cache "
+            f"{resolved.cache.root} but its disk has {format_bytes(free)} free; ask for fewer samples, free space, or "
+            "point the blend's cache_dir at a larger disk", "cache_dir")
+
+
 def build_split_maps(resolved: ResolvedBlend, plan: SplitPlan) -> SplitMaps:
     """Load every map ``plan`` needs, building (once, under a lock) whatever the cache lacks.
     Sources build in parallel threads (numpy's shuffles and the compiled loops release the GIL)."""
@@ -109,6 +142,6 @@ def build_split_maps(resolved: ResolvedBlend, plan: SplitPlan) -> SplitMaps:
     if plan.mode == "single":
         return SplitMaps(plan, members, None, None, built)
     lengths = [m["sample_index"].shape[0] - 1 for m in members]
-    blend = _blend_entry(resolved, plan, [member_key(resolved, m) for m in plan.members], lengths)
+    blend = _blend_entry(resolved, plan, lengths)
     return SplitMaps(plan, members, blend.arrays["dataset_index"], blend.arrays["dataset_sample_index"],
                      built + blend.built)

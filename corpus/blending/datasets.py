@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from corpus.blending.build import SplitMaps, build_split_maps
+from corpus.blending.build import SplitMaps, build_split_maps, check_maps_fit
 from corpus.blending.index_maps import SPLIT_NAMES
 from corpus.blending.packing import piece_lengths
 from corpus.blending.plan import SplitPlan, plan_split
@@ -245,6 +245,7 @@ def build_split_datasets(blend: BlendConfig | ResolvedBlend, counts: SampleCount
     Asking samples of a ``required`` split the blend gives no share is an error."""
     resolved = blend if isinstance(blend, ResolvedBlend) else resolve_blend(blend)
     plans = plan_all(resolved, counts, required)
+    check_maps_fit(resolved, plans.values())
     datasets = {split: SplitDataset(resolved, build_split_maps(resolved, plan)) if plan else None
                 for split, plan in plans.items()}
     return BlendDatasets(resolved, counts, **datasets)

@@ -132,6 +132,20 @@ def shuffle_index(num_first: int, total: int, rng: np.random.RandomState) -> np.
     return np.concatenate((first, last))
 
 
+def gpt_map_bytes(sequences: int, epochs: int, samples: int, largest_length: int) -> int:
+    """Bytes of the maps :func:`build_gpt_maps` writes for ``sequences`` sequences read ``epochs`` times into
+    ``samples`` samples (with the dtypes :func:`sample_index` and :func:`shuffle_index` pick): what the cache's disk
+    must hold before they are built."""
+    document = 4 * sequences * epochs
+    sample_item = 4 if max(sequences * epochs, largest_length) <= np.iinfo(np.int32).max else 8
+    shuffle_item = 4 if samples < np.iinfo(np.uint32).max - 1 else 8
+    return document + 2 * sample_item * (samples + 1) + shuffle_item * samples
+
+
+#: Bytes per blended sample of the blend maps (an int16 source and an int64 sample within it).
+BLEND_BYTES_PER_SAMPLE = 2 + 8
+
+
 @dataclass(frozen=True)
 class GptMaps:
     """The three maps of one source split."""

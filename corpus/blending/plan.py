@@ -125,6 +125,7 @@ def plan_split(resolved: ResolvedBlend, split: str, requested: int | None, requi
     the split is capped at one epoch, as megatron-core caps it."""
     if requested == 0:
         return None
+    _check_seq_length(resolved, split)
     ranges = _ranges(resolved, split, requested, required)
     if ranges is None:
         if requested:
@@ -144,6 +145,20 @@ def plan_split(resolved: ResolvedBlend, split: str, requested: int | None, requi
                                "one epoch of each source)", f"{config.source_key(split, keep[0])}.weight")
         return _weighted(resolved, split, requested, keep, ranges, excluded)
     return _unweighted(resolved, split, requested, keep, ranges, excluded, required)
+
+
+def _check_seq_length(resolved: ResolvedBlend, split: str) -> None:
+    """Refuse a sequence length no source of ``split`` can fill with its whole data: each sample would repeat a
+    source many times over (and its document index grow with the length), which no run means."""
+    config = resolved.config
+    sources = resolved.sources.get(split, [])
+    needed = config.seq_length + config.samples.extra_token
+    largest = max(sources, key=lambda source: source.info.num_tokens, default=None)
+    if largest is not None and largest.info.num_tokens < needed:
+        raise config.error(
+            f"{config.seq_length:,} tokens per sample ({needed:,} with the label token) is more than any {split} "
+            f"source holds (the largest, {largest.name}, has {largest.info.num_tokens:,} tokens in all); lower "
+            "seq_length (or --seq-length)", "seq_length")
 
 
 def _member(resolved: ResolvedBlend, split: str, index: int, bounds: tuple[int, int], weight: float | None,

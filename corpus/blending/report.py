@@ -19,7 +19,7 @@ import numpy as np
 
 from corpus.blending import index_maps as maps
 from corpus.blending import packing
-from corpus.blending.build import build_split_maps, member_entry
+from corpus.blending.build import build_split_maps, check_maps_fit, member_entry
 from corpus.blending.datasets import SampleCounts, SplitDataset, plan_all
 from corpus.blending.plan import SplitPlan, plan_split
 from corpus.blending.resolve import ResolvedBlend, resolve_blend, tokenizer_config
@@ -129,16 +129,18 @@ def dry_run(config: BlendConfig, counts: SampleCounts | None, required: tuple[st
     weighted blend, only the per-source inventory). ``required``: see ``plan_split``. A ``best_fit`` blend's
     documents are packed to know its samples (the packed maps are kept in the cache)."""
     resolved = resolve_blend(config)
-    reports = []
+    reports, plans = [], []
     for split in maps.SPLIT_NAMES:
         weighted = any(c.weight is not None for c in config.split_sources(split))
         if counts is None and weighted:
             report = _inventory(resolved, split)
         else:
             plan = plan_split(resolved, split, counts.of(split) if counts else None, split in required)
+            plans.append(plan)
             report = _split_report(resolved, plan) if plan else None
         if report is not None:
             reports.append(report)
+    check_maps_fit(resolved, plans)
     return reports
 
 
@@ -146,6 +148,7 @@ def prebuild(config: BlendConfig, counts: SampleCounts, required: tuple[str, ...
     """Build every map ``counts`` needs (or load and verify it); per split: entries built, seconds."""
     resolved = resolve_blend(config)
     plans = plan_all(resolved, counts, required)
+    check_maps_fit(resolved, plans.values())
     result = {}
     for split, plan in plans.items():
         if plan is not None:
@@ -183,6 +186,7 @@ def show_samples(config: BlendConfig, split: str, num_samples: int | None, start
     if plan is None:
         raise resolved.config.error(f"the {split} split is empty for this request (0 samples asked or no share)",
                                     "split")
+    check_maps_fit(resolved, [plan])
     dataset = SplitDataset(resolved, build_split_maps(resolved, plan))
     if not 0 <= start < stop <= len(dataset):
         raise resolved.config.error(f"--show-samples {start}:{stop} is outside the {split} split's "

@@ -23,17 +23,9 @@ import numpy as np
 from corpus import storage
 from corpus.blending.index_maps import prepare_kernels
 from corpus.blending.map_cache import Entry, MapCache, cache_key
-from corpus.indexed import (
-    HEADER_SIZE,
-    IndexedReader,
-    IndexFormatError,
-    bin_path,
-    idx_path,
-    read_header,
-    sidecar,
-    strip_suffix,
-)
+from corpus.indexed import HEADER_SIZE, IndexedReader, idx_path, read_header, sidecar, strip_suffix
 from corpus.indexed.prefixes import PrefixNotFound, expand
+from corpus.inspect.checks import CheckOptions, check_prefix
 
 log = logging.getLogger(__name__)
 
@@ -85,18 +77,36 @@ def find_shards(spec: str) -> tuple[list[str], set[str]]:
 
 
 def table_key(prefixes: list[str], metas: set[str]) -> str:
-    """Cache key of a source table: every ``.idx`` (and sidecar) by path, size, mtime and inode (an object's size
-    and ETag)."""
+    """Cache key of a source table: every ``.idx``, ``.bin`` (and sidecar) by path, size, mtime and inode (an
+    object's size and ETag). The ``.bin`` is part of it because the table vouches for its tokens
+    (:func:`validate_pair`)."""
     with_meta = [p for p in prefixes if p in metas]
     idx_rows = storage.identities([p + ".idx" for p in prefixes])
+    bin_rows = storage.identities([p + ".bin" for p in prefixes])
     meta_rows = dict(zip(with_meta, storage.identities([p + sidecar.SIDE_SUFFIX for p in with_meta])))
     rows = []
-    for prefix, identity in zip(prefixes, idx_rows):
-        row = [storage.absolute(prefix), *identity]
+    for prefix, identity, bin_identity in zip(prefixes, idx_rows, bin_rows):
+        row = [storage.absolute(prefix), *identity, *bin_identity]
         if prefix in metas:
             row += meta_rows[prefix][:2]
         rows.append(row)
-    return cache_key({"kind": "source-table", "version": 2, "shards": rows})
+    return cache_key({"kind": "source-table", "version": 3, "shards": rows})
+
+
+def validate_pair(prefix: str) -> None:
+    """Refuse a pair ``corpus inspect --check`` rejects, with its first finding and the fix: the index, the sizes,
+    the sidecar (its schema, its counts, its contradictions) and, for a local pair, every token id against the
+    sidecar's vocabulary and the EOD endings. A damaged pair read anyway trains on other tokens than it was written
+    with, and nothing downstream can tell. Runs once per pair identity: the source table that follows is cached."""
+    remote = storage.is_remote(prefix)
+    problems = check_prefix(prefix, CheckOptions(max_problems=1, read_tokens=not remote))
+    if problems:
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise SourceError(f"{problems[0]}{more}: this pair is damaged and is not read; list every problem with "
+                          f"corpus inspect --check {prefix}, then re-run corpus tokenize for it (or restore it)")
+    if remote:
+        log.info("%s: token ids not checked against the vocabulary (a remote pair: every token would be downloaded); "
+                 "corpus inspect --check on a local copy checks them", prefix)
 
 
 def _sidecar_facts(prefixes: list[str], metas: set[str]) -> dict:
@@ -123,18 +133,11 @@ def _sidecar_facts(prefixes: list[str], metas: set[str]) -> dict:
 
 
 def _read_shard(prefix: str) -> tuple[np.dtype, np.ndarray, int]:
-    """dtype, sequence lengths and document count of one shard, read straight from its ``.idx``
-    (no memory maps: 100,000 shards must not hold 100,000 of them), ``.bin`` size checked."""
+    """dtype, sequence lengths and document count of one validated shard, read straight from its ``.idx`` (no
+    memory maps: 100,000 shards must not hold 100,000 of them)."""
     header = read_header(idx_path(prefix))
     lengths = np.fromfile(storage.local_file(idx_path(prefix)), dtype=np.int32, count=header.num_sequences,
                           offset=HEADER_SIZE)
-    if (lengths < 0).any():
-        raise IndexFormatError(idx_path(prefix), f"sequence {int(np.argmax(lengths < 0))} has a negative length")
-    tokens = int(lengths.sum(dtype=np.int64))
-    size = bin_path(prefix).stat().st_size
-    if size != tokens * header.dtype.itemsize:
-        raise IndexFormatError(bin_path(prefix), f"size {size} bytes disagrees with the index ({tokens} tokens x "
-                               f"{header.dtype.itemsize} bytes): truncated or mismatched pair")
     return header.dtype, lengths, header.num_document_indices - 1
 
 
@@ -142,10 +145,8 @@ def _build_table(prefixes: list[str], metas: set[str]) -> tuple[dict[str, np.nda
     lengths, starts, digest = [], [0], hashlib.sha256()
     dtype, dtype_prefix, documents = None, None, 0
     for prefix in prefixes:
-        try:
-            shard_dtype, shard_lengths, shard_documents = _read_shard(prefix)
-        except IndexFormatError as error:
-            raise SourceError(f"{error}") from None
+        validate_pair(prefix)
+        shard_dtype, shard_lengths, shard_documents = _read_shard(prefix)
         if dtype is not None and shard_dtype != dtype:
             raise SourceError(f"{prefix}.idx has token dtype {shard_dtype} but {dtype_prefix}.idx has {dtype}; "
                               "all shards of a source must come from one tokenizer")

@@ -38,14 +38,19 @@ class YamlSource:
 
 
 def read_yaml(path: str | Path, error: type[ConfigError] = ConfigError) -> YamlSource:
-    """Parse a YAML file, keeping the line of each mapping key and list item."""
+    """Parse a YAML file, keeping the line of each mapping key and list item.
+
+    The file must be UTF-8 (what every config of the project is written in; a Latin-1 comment or a UTF-16 file is
+    named by its first bad byte, not decoded into other characters), and no mapping may give a key twice (YAML
+    would keep the last one silently)."""
     file = str(path)
     try:
-        text = Path(path).read_text()
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise error("no such file", file=file) from None
     except OSError as failure:
         raise error(f"cannot read ({failure.strerror})", file=file) from None
+    text = _utf8_text(raw, file, error)
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
@@ -58,19 +63,49 @@ def read_yaml(path: str | Path, error: type[ConfigError] = ConfigError) -> YamlS
         loader.dispose()
     lines: dict[KeyPath, int] = {}
     if node is not None:
-        _record_lines(node, (), lines)
+        _record_lines(node, (), lines, file, error)
     return YamlSource(file, data, lines)
 
 
-def _record_lines(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int]) -> None:
+def _utf8_text(raw: bytes, file: str, error: type[ConfigError]) -> str:
+    """``raw`` decoded as UTF-8 (a UTF-8 byte-order mark allowed); anything else is ``error`` naming the line and
+    byte offset of the first byte that is not UTF-8."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as failure:
+        line = raw.count(b"\n", 0, failure.start) + 1
+        byte = raw[failure.start]
+        encoding = " (a UTF-16 byte-order mark)" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+        raise error(f"not UTF-8: byte 0x{byte:02x} at offset {failure.start}{encoding} cannot be decoded; save the "
+                    "file as UTF-8", file=file, line=line) from None
+
+
+def _record_lines(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], file: str,
+                  error: type[ConfigError]) -> None:
+    """Record the line of every key and item under ``node``; a key given twice in one mapping is ``error``
+    naming both lines."""
     lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
+        first: dict[str, yaml.Mark] = {}
         for key_node, value_node in node.value:
-            lines[path + (key_node.value,)] = key_node.start_mark.line + 1
-            _record_lines(value_node, path + (key_node.value,), lines)
+            key, mark = key_node.value, key_node.start_mark
+            if isinstance(key_node, yaml.ScalarNode):
+                if key in first:
+                    raise error(f"key {key!r} is given twice ({_both_places(first[key], mark)}); keep one",
+                                format_key(path + (key,)), file, mark.line + 1)
+                first[key] = mark
+            lines[path + (key,)] = mark.line + 1
+            _record_lines(value_node, path + (key,), lines, file, error)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _record_lines(item, path + (index,), lines)
+            _record_lines(item, path + (index,), lines, file, error)
+
+
+def _both_places(earlier: yaml.Mark, later: yaml.Mark) -> str:
+    """``lines 2 and 5``, or ``line 2, columns 4 and 19`` when both are on one line (a flow mapping)."""
+    if earlier.line == later.line:
+        return f"line {later.line + 1}, columns {earlier.column + 1} and {later.column + 1}"
+    return f"lines {earlier.line + 1} and {later.line + 1}"
 
 
 def yaml_fields(cls: type) -> list[dataclasses.Field]:

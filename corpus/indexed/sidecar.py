@@ -77,6 +77,11 @@ TOKENIZER_SCHEMA: dict[str, tuple[Callable[[object], bool], str]] = {
     "vocab_size": SCHEMA["vocab_size"],
     "eod": SCHEMA["eod_id"],
     "bos": SCHEMA["bos_id"],
+    "model": (_kind(str), "a path"),
+    "vocab_file": (_kind(str), "a path"),
+    "merge_file": (_kind(str), "a path"),
+    "options": (_kind(dict), "an object"),
+    "config": (_kind(dict), "an object (the tokenizer's rebuild recipe)"),
 }
 #: What every sidecar this tool writes holds (the writer fills them in): one missing was renamed or deleted.
 REQUIRED = ("dtype", "num_sequences", "num_documents", "num_tokens")
@@ -145,6 +150,41 @@ def problems(meta: dict) -> list[tuple[str, str]]:
     if meta.get("tool") == TOOL_NAME:
         found += [(key, f"{key} is missing (every sidecar {TOOL_NAME} writes has it: renamed or deleted?)")
                   for key in REQUIRED if key not in meta]
+    return found
+
+
+#: Facts a sidecar records twice, at the top level and in its ``tokenizer`` record (and the record's rebuild recipe,
+#: ``config``, or its id ``options``): (key, the same fact's other places as key paths). The writer fills every place
+#: from one tokenizer, so two that disagree mean an edit, and no reader can know which one to trust.
+RECORDED_TWICE: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = (
+    ("vocab_size", (("tokenizer", "vocab_size"),)),
+    ("eod_id", (("tokenizer", "eod"), ("tokenizer", "options", "eod_id"))),
+    ("bos_id", (("tokenizer", "bos"), ("tokenizer", "options", "bos_id"))),
+    ("tokenizer.type", (("tokenizer", "config", "type"),)),
+    ("tokenizer.model", (("tokenizer", "config", "model"),)),
+)
+
+
+def _at(meta: dict, path: tuple[str, ...]) -> tuple[bool, object]:
+    """(whether ``path`` is in ``meta``, its value)."""
+    value: object = meta
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            return False, None
+        value = value[key]
+    return True, value
+
+
+def contradictions(meta: dict) -> list[str]:
+    """Every fact ``meta`` (a parsed sidecar) records in two places with two values (:data:`RECORDED_TWICE`)."""
+    found = []
+    for key, others in RECORDED_TWICE:
+        present, value = _at(meta, tuple(key.split(".")))
+        for other in others:
+            there, other_value = _at(meta, other)
+            if present and there and other_value != value:
+                found.append(f"{key} is {_shown(value)} but {'.'.join(other)} is {_shown(other_value)}: the sidecar "
+                             "contradicts itself (edited by hand?); restore it or re-run corpus tokenize")
     return found
 
 

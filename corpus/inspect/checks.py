@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -20,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from corpus import storage
+from corpus.core.errors import UserError
 from corpus.indexed import (
     HEADER_SIZE,
     IndexFormatError,
@@ -32,6 +34,7 @@ from corpus.indexed import (
 )
 from corpus.indexed.append import file_tree_digest
 from corpus.inspect.stats import DOCUMENT_CHUNK, iter_document_bounds, iter_token_chunks
+from corpus.tokenizers.registry import family_of, fingerprinted_files
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,9 @@ class CheckOptions:
     max_problems: int = 10
     #: Also hash both files and compare with the checksums the sidecar records (reads every byte).
     deep: bool = False
+    #: Read the tokens (ids against the vocabulary, EOD endings); False checks the index and the sidecar alone (for
+    #: a remote pair, whose tokens would all be downloaded).
+    read_tokens: bool = True
 
 
 @dataclass(frozen=True)
@@ -187,7 +193,7 @@ def _check_document_index(pair: _Pair) -> list[Problem]:
             d, pair.document_offset(d + 1)))
         if single:
             found.add(np.flatnonzero(steps > 1) + start, lambda d: (
-                f"document {d} holds sequences {docs[d]} to {docs[d + 1] - 1}, but the sidecar says every "
+                f"document {d} holds sequences {docs[d]} to {int(docs[d + 1]) - 1}, but the sidecar says every "
                 "document is one sequence (one_sequence_per_document): the document index was changed",
                 d, pair.document_offset(d + 1)))
     if docs[-1] != count:
@@ -260,9 +266,42 @@ def _check_sidecar(pair: _Pair) -> list[Problem]:
             found.add_one(f"{key}={meta[key]} is outside the vocabulary [0, {vocab})")
     if meta.get("append_eod") and pair.eod_id is None:
         found.add_one("append_eod is true but no EOD id is recorded (eod_id)")
+    for contradiction in sidecar.contradictions(meta):
+        found.add_one(contradiction)
+    changed = _tokenizer_file_changed(meta.get("tokenizer"))
+    if changed:
+        found.add_one(changed)
     if vocab is not None and pair.dtype.kind in "iu" and vocab - 1 > np.iinfo(pair.dtype).max:
         found.add_one(f"dtype {pair.dtype} cannot hold the ids of a {vocab}-token vocabulary")
     return found.problems()
+
+
+def _tokenizer_file_changed(record: object) -> str | None:
+    """Why the tokenizer file the record names no longer has the fingerprint it records (the record or the file was
+    changed: ids would be decoded and compared with another tokenizer); None when they agree or the file is not
+    here to compare (data moved to another machine)."""
+    if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("type", "model",
+                                                                                            "fingerprint")):
+        return None
+    if family_of(record["type"]) is None or not os.path.isfile(record["model"]):
+        return None
+    try:
+        files = tuple(fingerprinted_files(record["type"], record["model"]))
+        actual = _fingerprint(files, tuple(os.stat(file).st_mtime_ns for file in files))
+    except (OSError, UserError):
+        return None
+    if actual == record["fingerprint"]:
+        return None
+    return (f"tokenizer.fingerprint is {record['fingerprint'][:12]}… but {record['model']} is {actual[:12]}…: the "
+            "tokenizer file or the record changed since the pair was written; restore the tokenizer file (or the "
+            "sidecar), or re-run corpus tokenize")
+
+
+@functools.lru_cache(maxsize=64)
+def _fingerprint(files: tuple[str, ...], mtimes: tuple[int, ...]) -> str:
+    """A tokenizer's fingerprint, hashed once per process for the thousands of shards that share it (the files'
+    modification times are part of the key so that a changed file is hashed again)."""
+    return sidecar.fingerprint_files(files)
 
 
 def _check_token_ids(pair: _Pair) -> list[Problem]:
@@ -288,21 +327,29 @@ def _check_token_ids(pair: _Pair) -> list[Problem]:
 
 
 def _check_eod(pair: _Pair) -> list[Problem]:
-    """Every non-empty document ends with the EOD id when the sidecar says EOD was appended."""
+    """Every non-empty document ends with the EOD id when the sidecar says EOD was appended; and when it says EOD
+    was not appended, not every document ends with it (``append_eod`` turned off by an edit turns this check off)."""
     meta = pair.meta or {}
-    if not meta.get("append_eod") or pair.eod_id is None:
+    if "append_eod" not in meta or pair.eod_id is None:
         return []
     if not pair.structure_ok:
         log.info("%s: EOD not checked: the index structure is broken (see the problems above)", pair.prefix)
         return []
     eod, itemsize = pair.eod_id, pair.dtype.itemsize
     found = _Findings(pair, "eod", pair.bin_file)
+    nonempty_count = ending_in_eod = 0
     for first, starts, ends in iter_document_bounds(pair):
         nonempty = np.flatnonzero(ends > starts)
         last = np.asarray(pair.tokens[ends[nonempty] - 1])
-        found.add(nonempty[last != eod] + first, lambda d: (
-            f"document {d} ends with id {pair.tokens[ends[d - first] - 1]}, not EOD ({eod})",
-            d, int(ends[d - first] - 1) * itemsize))
+        nonempty_count, ending_in_eod = nonempty_count + len(nonempty), ending_in_eod + int(np.sum(last == eod))
+        if meta["append_eod"]:
+            found.add(nonempty[last != eod] + first, lambda d: (
+                f"document {d} ends with id {pair.tokens[ends[d - first] - 1]}, not EOD ({eod})",
+                d, int(ends[d - first] - 1) * itemsize))
+    # NOTE: one document may end in EOD by itself (its text ends with the EOD string); all of several do not
+    if not meta["append_eod"] and nonempty_count > 1 and ending_in_eod == nonempty_count:
+        found.add_one(f"append_eod is false but all {nonempty_count} non-empty documents end with EOD ({eod}): the "
+                      "sidecar was edited; set append_eod back to true (or re-run corpus tokenize)")
     return found.problems()
 
 
@@ -315,12 +362,22 @@ CHECKSUMS: dict[str, Callable[[Path], str]] = {
 }
 
 
+def unverified_files(meta: dict | None) -> list[str]:
+    """The files of a pair (``"bin"``, ``"idx"``) whose contents ``--deep`` cannot verify: the sidecar (its sound
+    values, or None when there is none) records no checksum of them."""
+    recorded = (meta or {}).get("checksums") or {}
+    return [kind for kind in ("bin", "idx") if not any(key.startswith(kind) for key in recorded)]
+
+
+def contents_unverified(prefix: str) -> list[str]:
+    """:func:`unverified_files` of the pair ``prefix``, reading its sidecar (a broken one verifies nothing)."""
+    return unverified_files(_read_meta(strip_suffix(prefix))[0])
+
+
 def _check_checksums(pair: _Pair) -> list[Problem]:
-    """With ``deep``: each file's checksum is the one the sidecar recorded when the pair was written."""
+    """With ``deep``: each file's checksum is the one the sidecar recorded when the pair was written (a pair
+    without them is reported by :func:`contents_unverified`, not as a problem: nothing is known to be wrong)."""
     recorded = (pair.meta or {}).get("checksums") or {}
-    if pair.deep and not recorded:
-        log.info("%s: checksums not compared: the sidecar records none (written by Megatron or an older version)",
-                 pair.prefix)
     if not pair.deep or not recorded:
         return []
     problems = []
@@ -348,6 +405,9 @@ CONTENT_CHECKS: dict[str, Callable[[_Pair], list[Problem]]] = {
     "eod": _check_eod,
     "checksum": _check_checksums,
 }
+
+#: The content checks that read every token (left out with ``read_tokens=False``).
+TOKEN_CHECKS = ("token-ids", "eod")
 
 
 def _map_tokens(path: Path | storage.ObjectPath, dtype: np.dtype) -> np.ndarray | storage.ChunkedArray | None:
@@ -402,5 +462,6 @@ def check_prefix(prefix: str, options: CheckOptions = CheckOptions()) -> list[Pr
                  _recorded(meta, "eod_id", "eod"), options.max_problems, options.deep)
     problems = [problem for check in STRUCTURE_CHECKS.values() for problem in check(pair)]
     pair = dataclasses.replace(pair, structure_ok=not problems)
-    problems += [problem for check in CONTENT_CHECKS.values() for problem in check(pair)]
+    problems += [problem for name, check in CONTENT_CHECKS.items() if options.read_tokens or name not in TOKEN_CHECKS
+                 for problem in check(pair)]
     return problems

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from corpus import storage
 from corpus.indexed import IndexFormatError
 from corpus.indexed.prefixes import expand_all
-from corpus.inspect.checks import CheckOptions, Problem, check_prefix
+from corpus.inspect.checks import CheckOptions, Problem, check_prefix, contents_unverified
 from corpus.inspect.plot import require_matplotlib, write_plot
 from corpus.inspect.show import DocumentRange, ShownDocument, show_documents
 from corpus.inspect.summary import InspectError, InspectReport, inspect_prefix
@@ -70,12 +70,17 @@ class Inspection:
     #: None unless checks were asked for; empty when the pair is clean.
     problems: list[Problem] | None = None
     documents: list[ShownDocument] | None = None
+    #: With ``deep``: the files (``bin``, ``idx``) whose contents were not verified, the sidecar recording no
+    #: checksum of them (``corpus add-checksums`` records them); None without ``deep``.
+    unverified: list[str] | None = None
 
     def to_dict(self) -> dict:
         """A JSON-ready dict; keys are stable so ``--json`` output can be diffed across runs."""
         result = {"prefix": self.prefix, **(dataclasses.asdict(self.report) if self.report else {})}
         if self.problems is not None:
             result["problems"] = [dataclasses.asdict(problem) for problem in self.problems]
+        if self.unverified is not None:
+            result["unverified"] = self.unverified
         if self.documents is not None:
             result["documents"] = [dataclasses.asdict(document) for document in self.documents]
         return result
@@ -90,9 +95,9 @@ def _inspect_one(prefix: str, config: InspectConfig, vocab_size: int | None) -> 
         report = inspect_prefix(prefix)
     except (IndexFormatError, InspectError):
         if problems:  # already listed; a summary is impossible
-            return Inspection(prefix, None, problems)
+            return Inspection(prefix, None, problems, unverified=contents_unverified(prefix) if config.deep else None)
         raise
-    inspection = Inspection(prefix, report, problems)
+    inspection = Inspection(prefix, report, problems, unverified=contents_unverified(prefix) if config.deep else None)
     if config.show is not None:
         inspection.documents = show_documents(prefix, config.show, config.tokenizer, report.meta, config.ids)
     return inspection

@@ -123,11 +123,13 @@ def _fast_encoder(tokenizer: TextTokenizer) -> bool:
 
 @dataclass
 class _Sample:
-    """What the first records of the input hold: how many texts could be taken from them and the first bad one,
-    as (location, reason), so a wrong ``--json-keys`` is refused before any work."""
+    """What the first records of the input hold: how many texts could be taken from them, the first bad one, as
+    (location, reason), and whether any record (not the stream) was bad, so a wrong ``--json-keys`` is refused
+    before any work."""
 
     usable: int = 0
     bad: tuple[dict, str] | None = None
+    bad_record: bool = False
 
 
 def _sample(slices: list[Slice], keys: list[str], limit: int) -> _Sample:
@@ -143,6 +145,7 @@ def _sample(slices: list[Slice], keys: list[str], limit: int) -> _Sample:
             if sample.bad is None and (extracted.bad or batch.read_error):
                 sample.bad = next(((batch.location(batch.numbers[i]), why) for i, why in extracted.bad),
                                   (batch.location(batch.error_number), batch.read_error))
+            sample.bad_record = sample.bad_record or bool(extracted.bad)
             for column in extracted.texts:
                 sample.usable += len(column)
                 text_bytes += sum(min(len(text), SAMPLE_BYTES) for text in column)  # a huge document counts its start
@@ -156,8 +159,10 @@ def _sample(slices: list[Slice], keys: list[str], limit: int) -> _Sample:
 
 def _refuse_bad_sample(config: TokenizeConfig, sample: _Sample, prefix: str) -> None:
     """A bad record among the first ones stops the run now under ``--on-error fail``; under ``skip``, so does a
-    sample without one good record (a misspelt ``--json-keys`` would skip the whole input)."""
-    if sample.bad is None or (config.on_error == "skip" and sample.usable):
+    sample without one good record (a misspelt ``--json-keys`` would skip the whole input). A stream cut or
+    corrupt before its first whole record says nothing of the keys: under ``skip`` it is quarantined as every
+    later cut is, whatever the codec."""
+    if sample.bad is None or (config.on_error == "skip" and (sample.usable or not sample.bad_record)):
         return
     location, reason = sample.bad
     if config.on_error == "fail":

@@ -11,12 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from corpus.blending.datasets import build_split_datasets, megatron_sample_counts, show_samples_command
 from corpus.blending.schema import load_blend
+from corpus.indexed import index_arrays, read_header
+from corpus.inspect.checks import check_prefix
 from tests.conftest import REPO, invoke_cli, run_cli
-from tests.corpus.blending.blend_data import EXAMPLES, example_texts, write_example
+from tests.corpus.blending.blend_data import EXAMPLES, example_texts, tokenize_web, write_example
 
 
 @pytest.fixture(scope="module")
@@ -148,3 +151,148 @@ def test_show_samples_decode_with_the_sources_tokenizer_like_inspect_show(projec
     assert len(human) == 3 and human[0].endswith(json.dumps(printed[0]["text"], ensure_ascii=False))
     raw = run_cli(*command, "--ids").stdout.splitlines()
     assert raw[0].endswith(" ".join(map(str, printed[0]["tokens"][-4:]))) and "text" not in raw[0]
+
+
+@pytest.mark.parametrize("program", [("corpus", "blend"), ("trainer", "run", "--train-iters", "1", "--blend")])
+@pytest.mark.parametrize("spoil, said", [
+    (lambda text: "seed: 99\n" + text, "seed: key 'seed' is given twice (lines 1 and "),
+    (lambda text: text.replace("{name: web,", "{name: web, name: web2,"),
+     "sources[0].name: key 'name' is given twice (line "),
+    (lambda text: "# café\n".encode("latin-1") + text.encode(),
+     "bad.yaml:1: not UTF-8: byte 0xe9 at offset 5 cannot be decoded; save the file as UTF-8"),
+    (lambda text: text.encode("utf-16"), "not UTF-8: byte 0xff at offset 0 (a UTF-16 byte-order mark)"),
+], ids=["duplicate-key", "duplicate-key-in-flow-mapping", "latin-1-comment", "utf-16"])
+def test_a_blend_file_that_is_not_what_it_seems_is_one_clean_line(project: Path, program: tuple[str, ...], spoil,
+                                                                    said: str) -> None:
+    """A key given twice (YAML keeps the last silently) or a file that is not UTF-8 stops both commands that read
+    blends before any work, naming the lines or the byte."""
+    bad = project / "blends" / "bad.yaml"
+    spoilt = spoil((project / "blends" / "web_code.yaml").read_text())
+    bad.write_bytes(spoilt if isinstance(spoilt, bytes) else spoilt.encode())
+    result = invoke_cli(program[0], *program[1:], str(bad))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert said in result.stderr and str(bad) in result.stderr
+
+
+def test_a_sequence_length_no_source_can_fill_is_refused_before_any_work(project: Path, index_map_cache: Path
+                                                                         ) -> None:
+    maps_before = set(index_map_cache.glob("gpt-*"))
+    for command in (["corpus", "blend", _blend(project), "--num-samples", "8"],
+                    ["corpus", "blend", _blend(project), "--num-samples", "8", "--build"]):
+        result = invoke_cli(*command, "--seq-length", "100000000000")
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert "seq_length: 100,000,000,000 tokens per sample (100,000,000,001 with the label token) is more than " \
+               "any train source holds (the largest, web, has " in result.stderr
+        assert "lower seq_length (or --seq-length)" in result.stderr
+    assert set(index_map_cache.glob("gpt-*")) == maps_before
+
+
+def test_maps_the_cache_disk_cannot_hold_are_refused_with_the_estimate(project: Path, small_disk: Path) -> None:
+    blend = project / "blends" / "small_cache.yaml"
+    blend.write_text((project / "blends" / "web_code.yaml").read_text() + f"cache_dir: {small_disk}\n")
+    for extra in ([], ["--build"], ["--show-samples", "0:1"]):
+        result = invoke_cli("corpus", "blend", str(blend), "--num-samples", "200000", *extra)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert "cache_dir: the index maps of this request need about 4.5 MB in the cache " in result.stderr
+        assert f"{small_disk} but its disk has " in result.stderr and "point the blend's cache_dir at a larger disk" \
+            in result.stderr
+    assert not any(path.name.startswith(("gpt-", "blend-")) for path in small_disk.iterdir())
+    assert invoke_cli("corpus", "blend", str(blend), "--num-samples", "2000", "--build").returncode == 0
+
+
+@pytest.fixture(scope="module")
+def tokenized(tmp_path_factory) -> Path:
+    return tokenize_web(tmp_path_factory.mktemp("tokenized"))
+
+
+def _idx_arrays(prefix: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    raw = np.memmap(f"{prefix}.idx", dtype=np.uint8, mode="r+")
+    return index_arrays(raw, read_header(f"{prefix}.idx"))
+
+
+def _recompute_pointers(prefix: Path) -> None:
+    lengths, pointers, _ = _idx_arrays(prefix)
+    pointers[:] = np.concatenate(([0], np.cumsum(lengths[:-1].astype(np.int64) * 2)))
+
+
+def _shift_a_token(prefix: Path) -> None:
+    lengths, _, _ = _idx_arrays(prefix)
+    lengths[3] -= 1
+    lengths[4] += 1
+    _recompute_pointers(prefix)
+
+
+def _edit_sidecar(key: str, value) -> callable:
+    def edit(prefix: Path) -> None:
+        path = Path(f"{prefix}.meta.json")
+        meta = json.loads(path.read_text())
+        meta[key] = value(meta)
+        path.write_text(json.dumps(meta))
+    return edit
+
+
+def _set_token(prefix: Path) -> None:
+    tokens = np.memmap(f"{prefix}.bin", dtype=np.uint16, mode="r+")
+    tokens[10] = json.loads(Path(f"{prefix}.meta.json").read_text())["vocab_size"]
+    tokens.flush()
+
+
+def _set_index(array: int, position: int, value: int) -> callable:
+    def edit(prefix: Path) -> None:
+        _idx_arrays(prefix)[array][position] = value
+    return edit
+
+
+def _swap_pointers(prefix: Path) -> None:
+    pointers = _idx_arrays(prefix)[1]
+    pointers[[1, 2]] = pointers[[2, 1]]
+
+
+def _dtype_byte(prefix: Path) -> None:
+    with open(f"{prefix}.idx", "r+b") as handle:
+        handle.seek(17)
+        handle.write(bytes([4]))
+
+
+#: The damage the fault probe found read in silence, each planted in a pair `corpus tokenize` wrote.
+DAMAGE = {
+    "pointers-swapped": _swap_pointers,
+    "pointer-set-to-0": _set_index(1, 3, 0),
+    "document-index-2**62": _set_index(2, 5, 2**62),
+    "document-index--1": _set_index(2, 5, -1),
+    "dtype-byte": _dtype_byte,
+    "lengths-shifted-pointers-recomputed": _shift_a_token,
+    "token-id-past-the-vocabulary": _set_token,
+    "sidecar-dtype": _edit_sidecar("dtype", lambda meta: "int32"),
+    "sidecar-vocabulary": _edit_sidecar("vocab_size", lambda meta: meta["vocab_size"] + 7),
+    "sidecar-eod": _edit_sidecar("eod_id", lambda meta: meta["eod_id"] + 1),
+    "sidecar-append-eod-off": _edit_sidecar("append_eod", lambda meta: False),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=list(DAMAGE))
+def test_a_pair_inspect_rejects_is_never_read_by_a_blend_or_the_trainer(tokenized: Path, tmp_path: Path,
+                                                                       damage: str) -> None:
+    """The pair reads fine first (its source table is cached); damaged in place, every command that reads it refuses
+    it with `corpus inspect --check`'s first finding, before a sample is made."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for suffix in (".bin", ".idx", ".meta.json"):
+        shutil.copy(f"{tokenized}{suffix}", data / f"web{suffix}")
+    prefix = data / "web"
+    blend = tmp_path / "blend.yaml"
+    blend.write_text("seq_length: 32\nsplit: \"90,10,0\"\nsources:\n  - {name: web, prefix: data/web}\n")
+    assert invoke_cli("corpus", "blend", str(blend), "--num-samples", "20", "--build").returncode == 0
+    DAMAGE[damage](prefix)
+    finding = str(check_prefix(str(prefix))[0])
+    for command in (["corpus", "blend", str(blend), "--num-samples", "20"],
+                    ["corpus", "blend", str(blend), "--num-samples", "20", "--build"],
+                    ["corpus", "blend", str(blend), "--num-samples", "20", "--show-samples", "0:2"],
+                    ["trainer", "run", "--blend", str(blend), "--train-iters", "1", "--eval-iters", "0",
+                     "--num-layers", "1", "--hidden-size", "32", "--num-attention-heads", "4", "--micro-batch-size",
+                     "1"]):
+        result = invoke_cli(*command)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, (command, result.stderr)
+        assert f"sources[0].prefix: {finding}" in result.stderr, (finding, result.stderr)
+        assert f"this pair is damaged and is not read; list every problem with corpus inspect --check {prefix}" \
+            in result.stderr

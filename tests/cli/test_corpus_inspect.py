@@ -285,3 +285,104 @@ def test_deep_check_reads_the_plain_sha256_older_sidecars_record(real, tmp_path:
     tokens.flush()
     result = inspect_cli(prefix, "--check", "--deep", check=False)
     assert f"{prefix}: checksum: sha256 differs from the one the sidecar records (bin_sha256)" in result.stdout
+
+
+def without_checksums(prefix: Path) -> dict:
+    """Drop the checksums from a pair's sidecar, as one written before they existed; returns the sidecar."""
+    meta_path = Path(f"{prefix}.meta.json")
+    meta = json.loads(meta_path.read_text())
+    del meta["checksums"]
+    meta_path.write_text(json.dumps(meta))
+    return meta
+
+
+def swap_two_tokens(prefix: Path) -> None:
+    tokens = np.memmap(f"{prefix}.bin", dtype=np.uint16, mode="r+")
+    tokens[[1, 2]] = tokens[[2, 1]]
+    tokens.flush()
+
+
+def test_deep_check_without_checksums_says_the_contents_were_not_verified(real, tmp_path: Path) -> None:
+    """No checksums recorded: --deep cannot tell an in-vocabulary edit, and says so with exit status 3 (not 0)."""
+    prefix = copy_pair(real[0], tmp_path / "p")
+    without_checksums(prefix)
+    swap_two_tokens(prefix)
+    result = inspect_cli(prefix, "--check", "--deep", check=False)
+    assert result.returncode == 3 and "Traceback" not in result.stderr, result.stderr
+    assert "check: no problems" not in result.stdout
+    assert ("check: contents not verified: the sidecar records no checksum of the .bin and .idx, so --deep could "
+            f"not compare them (corpus add-checksums {prefix} records them" in result.stdout)
+    assert "the contents of 1 of 1 file(s) were not verified" in result.stderr
+    report = json.loads(inspect_cli(prefix, "--check", "--deep", "--json", check=False).stdout)
+    assert report["problems"] == [] and report["unverified"] == ["bin", "idx"]
+    assert inspect_cli(prefix, "--check").returncode == 0  # without --deep nothing is promised about contents
+
+
+def test_add_checksums_records_them_once_and_deep_then_catches_an_edit(real, tmp_path: Path) -> None:
+    prefix = copy_pair(real[0], tmp_path / "p")
+    before = without_checksums(prefix)
+    added = run_cli("corpus", "add-checksums", str(prefix))
+    assert f"{prefix}: recorded the checksums of the .bin and .idx in the sidecar" in added.stdout
+    after = json.loads(Path(f"{prefix}.meta.json").read_text())
+    assert set(after.pop("checksums")) == {"bin_sha256_tree", "idx_sha256_tree"} and after == before
+    assert not [path for path in tmp_path.iterdir() if "partial" in path.name]
+    assert "checksums already recorded and matching" in run_cli("corpus", "add-checksums", str(prefix)).stdout
+    assert "check: no problems" in inspect_cli(prefix, "--check", "--deep").stdout
+    swap_two_tokens(prefix)
+    result = inspect_cli(prefix, "--check", "--deep", check=False)
+    assert result.returncode == 1 and "checksum: sha256 differs" in result.stdout
+    refused = invoke_cli("corpus", "add-checksums", str(prefix))  # recorded checksums are compared, never replaced
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert f"{prefix}: 1 problem(s), the first: {prefix}: checksum: sha256 differs" in refused.stderr
+    assert "recorded only for a pair every check passes" in refused.stderr
+
+
+def test_add_checksums_refuses_a_damaged_pair_and_gives_a_megatron_pair_a_sidecar(real, tmp_path: Path) -> None:
+    damaged = copy_pair(real[0], tmp_path / "damaged")
+    without_checksums(damaged)
+    with open(f"{damaged}.bin", "ab") as handle:
+        handle.write(b"\0\0")
+    refused = invoke_cli("corpus", "add-checksums", str(damaged))
+    assert refused.returncode == 1 and "bin-size: size" in refused.stderr and "Traceback" not in refused.stderr
+    assert "checksums" not in json.loads(Path(f"{damaged}.meta.json").read_text())
+    megatron = copy_pair(real[0], tmp_path / "megatron")
+    Path(f"{megatron}.meta.json").unlink()
+    added = run_cli("corpus", "add-checksums", str(megatron))
+    assert "recorded the checksums of the .bin and .idx in a new sidecar" in added.stdout
+    reader = IndexedReader(megatron)
+    assert reader.meta["num_tokens"] == len(reader.tokens) and reader.meta["num_documents"] == DOCUMENTS
+    assert "check: no problems" in inspect_cli(megatron, "--check", "--deep").stdout
+
+
+def _edited(meta: dict, path: str, value) -> dict:
+    *parents, last = path.split(".")
+    place = meta
+    for key in parents:
+        place = place[key]
+    place[last] = value
+    return meta
+
+
+SIDECAR_CONTRADICTIONS = [  # (key edited, its new value from the sidecar, what --check says)
+    ("vocab_size", lambda meta: meta["vocab_size"] - 1,
+     "vocab_size is {new} but tokenizer.vocab_size is {meta[vocab_size]}: the sidecar contradicts itself"),
+    ("eod_id", lambda meta: meta["eod_id"] + 1, "eod_id is {new} but tokenizer.eod is {meta[eod_id]}"),
+    ("tokenizer.eod", lambda meta: meta["eod_id"] + 1, "eod_id is {meta[eod_id]} but tokenizer.eod is {new}"),
+    ("tokenizer.type", lambda meta: "SentencePieceTokenizer",
+     'tokenizer.type is "{new}" but tokenizer.config.type is "{meta[tokenizer][type]}"'),
+    ("tokenizer.fingerprint", lambda meta: "0" * 64,
+     "tokenizer.fingerprint is 000000000000… but {meta[tokenizer][model]} is "),
+    ("append_eod", lambda meta: False, "eod: append_eod is false but all 12 non-empty documents end with EOD"),
+]
+
+
+@pytest.mark.parametrize("key, value, said", SIDECAR_CONTRADICTIONS, ids=[c[0] for c in SIDECAR_CONTRADICTIONS])
+def test_a_sidecar_that_contradicts_itself_is_a_finding(real, tmp_path: Path, key, value, said) -> None:
+    prefix = copy_pair(real[0], tmp_path / "p")
+    meta = json.loads(Path(f"{prefix}.meta.json").read_text())
+    new = value(meta)
+    expected = said.format(new=new, meta=meta)
+    Path(f"{prefix}.meta.json").write_text(json.dumps(_edited(meta, key, new)))
+    result = inspect_cli(prefix, "--check", check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert expected in result.stdout, result.stdout

@@ -7,6 +7,8 @@ import json
 import tomllib
 
 import numpy as np
+import pytest
+import zstandard
 from click.testing import CliRunner
 
 from cli.corpus import main
@@ -180,3 +182,28 @@ def test_tiktoken_pattern_file_gives_the_encodings_own_ids(tmp_path, tokenizer_f
     megatron = IndexedReader(f"{tmp_path}/megatron_text_document")
     assert megatron.meta["tokenizer"]["options"]["pattern"] == "v2"  # Megatron's numbering stays the default
     assert megatron.document(0)[0].tolist() != reader.document(0)[0].tolist()
+
+
+@pytest.mark.parametrize("codec", ["gz", "zst"])
+@pytest.mark.parametrize("cut", ["in-the-first-block", "later"])
+def test_a_truncated_compressed_input_follows_one_policy_whatever_the_codec(tmp_path, codec, cut):
+    """``--on-error skip`` writes every whole record before the cut and quarantines the rest; ``fail`` stops in one
+    line. A stream cut before its first whole record is no sign of wrong --json-keys (a one-block .zst was)."""
+    records = (EXAMPLES / "web.jsonl").read_bytes()
+    compress = {"gz": gzip.compress, "zst": lambda data: zstandard.ZstdCompressor().compress(data)}[codec]
+    whole = compress(records[:20_000]) + compress(records[20_000:])  # two gzip members, two zstd frames
+    source = tmp_path / f"web.jsonl.{codec}"
+    source.write_bytes(whole[:60] if cut == "in-the-first-block" else whole[:-len(whole) // 4])
+    prefix = tmp_path / "out"
+    result = run_cli("corpus", "tokenize", "--input", str(source), "--output-prefix", str(prefix), *MEGATRON_STYLE,
+                     "--on-error", "skip")
+    skipped = [json.loads(line) for line in (tmp_path / "out.skipped.jsonl").read_text().splitlines()]
+    written = IndexedReader(f"{prefix}_text_document").num_documents
+    assert len(skipped) == 1 and f"truncated {codec} stream" in skipped[0]["reason"], skipped
+    assert skipped[0]["line"] == written + 1
+    assert f"records: {written + 1} read, {written} written, 1 skipped" in result.stdout, result.stdout
+    assert (written == 0) == (cut == "in-the-first-block")
+    failed = invoke_cli("corpus", "tokenize", "--input", str(source), "--output-prefix", str(tmp_path / "failed"),
+                        *MEGATRON_STYLE)
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    assert f"web.jsonl.{codec}:{written + 1}: truncated {codec} stream" in failed.stderr, failed.stderr

@@ -112,3 +112,21 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
     assert "received SIGTERM" in stderr and "(received SIGTERM)" in stdout
     last_step = json.loads(metrics.read_text().splitlines()[-1])["step"]
     assert checkpoint.complete_iterations(save) == [last_step]
+
+
+def test_a_save_on_a_full_disk_is_one_line_and_leaves_the_last_checkpoint(small_disk):
+    """A real 1 MB file system fills up mid-save (torch's zip writer then reports "unexpected pos", not ENOSPC):
+    one line naming the folder and the space needed, no partial folder, the last complete checkpoint loadable."""
+    save = small_disk / "ckpt"
+    result = run_cli("trainer", "run", *TINY, "--train-iters", "10", "--save-interval", "2", "--save", str(save),
+                     check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    error = result.stderr.strip().splitlines()[-1]
+    kept = checkpoint.complete_iterations(save)
+    assert kept and kept[-1] < 10
+    assert error.startswith(f"Error: cannot write {save}/.iter_{kept[-1] + 2:07d}.partial-"), error
+    assert "No space left on device (" in error and " kB needed); free space and resume with --load " \
+        f"{save} (iteration {kept[-1]} is intact), or choose another --save" in error
+    assert sorted(path.name for path in save.iterdir()) == [
+        *(f"iter_{iteration:07d}" for iteration in kept), checkpoint.TRACKER]
+    assert checkpoint.find(save) == checkpoint.iteration_dir(save, kept[-1])

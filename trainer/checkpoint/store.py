@@ -16,6 +16,7 @@ on before the commit. The folder must be on storage every rank sees (a shared fi
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -24,11 +25,12 @@ import shutil
 import warnings
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from corpus.core.disk import OutputError
+from corpus.core.disk import OutputError, free_bytes
 from trainer.errors import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -109,31 +111,49 @@ def save(root: str | os.PathLike, iteration: int, tensors: dict, info: dict, ret
         if _is_writer():
             _commit(root, partial, final, iteration, info, retain)
     except (OSError, CheckpointException) as error:
-        cause = _os_error(error)
-        if cause is None:
-            raise
         if _is_writer() and partial != root:
             shutil.rmtree(partial, ignore_errors=True)  # never a half-written checkpoint left behind
-        raise _save_failed(root, partial, cause) from None
+        cause = _os_error(error, partial, _tensor_bytes(tensors))
+        if cause is None:
+            raise
+        raise _save_failed(root, partial, cause, _tensor_bytes(tensors)) from None
     if dist.is_initialized():
         dist.barrier()
     return final
 
 
-def _os_error(error: BaseException) -> OSError | None:
-    """The file system error behind a failed save (DCP wraps each rank's in a CheckpointException)."""
+def _tensor_bytes(state: object) -> int:
+    """Bytes of the tensors in a (nested) state dict: about what this rank's shards take on disk."""
+    if isinstance(state, torch.Tensor):
+        return state.nelement() * state.element_size()
+    if isinstance(state, dict):
+        return sum(_tensor_bytes(value) for value in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(_tensor_bytes(value) for value in state)
+    return 0
+
+
+def _os_error(error: BaseException, partial: Path, needed: int) -> OSError | None:
+    """The file system error behind a failed save (DCP wraps each rank's in a CheckpointException). A failure that
+    carries none while the disk has less room than the checkpoint needs is taken for a full disk: torch's zip
+    writer reports a short write as a ``RuntimeError`` ("unexpected pos") and drops the ``ENOSPC`` behind it."""
     if isinstance(error, OSError):
         return error
     failures = error.failures.values() if isinstance(error, CheckpointException) else ()
-    return next((failure for failure, _ in failures if isinstance(failure, OSError)), None)
+    cause = next((failure for failure, _ in failures if isinstance(failure, OSError)), None)
+    free = free_bytes(partial)
+    if cause is None and free is not None and free < needed:
+        cause = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(partial))
+    return cause
 
 
-def _save_failed(root: Path, partial: Path, error: OSError) -> OutputError:
-    """The one-line error of a save the disk refused, naming the checkpoint still there to resume from."""
+def _save_failed(root: Path, partial: Path, error: OSError, needed: int) -> OutputError:
+    """The one-line error of a save the disk refused, naming the checkpoint still there to resume from and, for a
+    full disk, the space the checkpoint needs."""
     previous = complete_iterations(root)
     resume = (f"resume with --load {root} (iteration {previous[-1]} is intact)" if previous
               else "run again (no checkpoint was completed)")
-    return OutputError(error.filename or partial, error).for_command("--save", resume)
+    return OutputError(error.filename or partial, error, needed).for_command("--save", resume)
 
 
 def _commit(root: Path, partial: Path, final: Path, iteration: int, info: dict, retain: int | None) -> None:

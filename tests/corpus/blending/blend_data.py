@@ -10,6 +10,7 @@ import numpy as np
 import yaml
 
 from corpus.indexed import IndexedWriter
+from tests.conftest import run_cli
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 EOD = 0
@@ -64,3 +65,12 @@ def write_example(prefix: Path, name: str, start: int = 0, stop: int | None = No
         writer.finalize({"tokenizer": tokenizer.describe(), "vocab_size": tokenizer.vocab_size, "eod_id": tokenizer.eod,
                          "bos_id": tokenizer.bos, "json_key": "text"})
     return prefix
+
+
+def tokenize_web(folder: Path) -> Path:
+    """examples/web.jsonl through `corpus tokenize --append-eod` with the shipped tokenizer, as a user makes data
+    (its sidecar promises EOD endings, which the checks then hold it to); the pair's prefix."""
+    run_cli("corpus", "tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--output-prefix", str(folder / "web"),
+            "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(EXAMPLES / "tokenizer.json"),
+            "--append-eod", "--quiet")
+    return folder / "web_text_document"

@@ -165,7 +165,8 @@ def test_corrupt_idx_is_named(folder: Path) -> None:
     idx = folder / "data" / "web.idx"
     idx.write_bytes(idx.read_bytes()[:-5])
     message = _resolve_error(folder, GOOD)
-    assert "sources[0].prefix" in message and "web.idx: truncated" in message
+    assert "sources[0].prefix" in message and "web: header: truncated: header declares" in message
+    assert "web.idx): this pair is damaged and is not read; list every problem with corpus inspect --check" in message
 
 
 def test_dtype_mismatch_between_sources(folder: Path) -> None:
