@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 
 import pytest
 import torch
 
 from corpus.core.errors import ConfigError
-from tests.conftest import invoke_cli
+from tests.conftest import invoke_cli, run_cli
 from tests.trainer.conftest import read_metrics, tiny_config
 from trainer.config.schema import FP8Config
 from trainer.fp8 import backends
@@ -201,3 +202,19 @@ def test_torchao_backend_matches_the_exact_product(fp8_capable):
     y.sum().backward()
     exact = torch.nn.functional.linear(x.detach(), w.detach())
     assert ((y.detach() - exact).norm() / exact.norm()) < 0.08 and w.grad is not None
+
+
+FP8_GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() >= backends.MIN_CAPABILITY
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not FP8_GPU, reason="needs a CUDA GPU with FP8 tensor cores")
+def test_the_default_fp8_command_trains_on_scaled_mm_with_delayed_scaling(tmp_path):
+    """What a GPU user's first ``--fp8-format hybrid`` run gets, whatever else is installed: the fastest backend."""
+    done = run_cli("trainer", "run", "--mock-data", "--preset", "tiny", "--seq-length", "64", "--train-iters", "4",
+                   "--eval-iters", "0", "--fp8-format", "hybrid", "--fp8-min-dim", "16", "--metrics-jsonl",
+                   str(tmp_path / "metrics.jsonl"))
+    assert "recipe delayed: delayed scaling" in done.stderr + done.stdout
+    assert "backend scaled_mm (own torch._scaled_mm linear; --fp8-backend auto" in done.stderr + done.stdout
+    losses = [r["loss"] for r in read_metrics(tmp_path / "metrics.jsonl") if "loss" in r]
+    assert losses and all(math.isfinite(loss) for loss in losses)
