@@ -29,7 +29,7 @@ def huggingface_form(tokenizer: TextTokenizer) -> HuggingFaceForm:
     tokenizer, checked to give its ids; :class:`NotExportable` when it has no such form or gives other ids."""
     spec = lookup(tokenizer.config.type)
     if spec.huggingface_form is None:
-        raise NotExportable(f"{spec.name} has no text tokenizer ({spec.files})")
+        raise NotExportable(f"{spec.name} has no text tokenizer ({spec.files}): give the model token ids")
     form = spec.load(spec.huggingface_form)(tokenizer)
     form.tokenizer.encode_special_tokens = form.specials_as_text
     difference = first_difference_of(
@@ -54,10 +54,11 @@ def tokenizer_config(form: HuggingFaceForm, tokenizer: TextTokenizer, max_length
 
 
 def write_tokenizer_files(tokenizer: TextTokenizer, directory: str | os.PathLike, max_length: int) -> list[str]:
-    """Write ``tokenizer`` into ``directory`` as :data:`FILES` (each under a temporary name, then renamed);
-    ``max_length``: the longest input the model takes. Raises :class:`NotExportable` before writing anything."""
+    """Write ``tokenizer`` into ``directory`` (made if missing) as :data:`FILES`, each under a temporary name, then
+    renamed; ``max_length``: the longest input the model takes. Raises :class:`NotExportable` before writing."""
     form = huggingface_form(tokenizer)
     contents = (form.tokenizer.to_str(), json.dumps(tokenizer_config(form, tokenizer, max_length), indent=2) + "\n")
+    Path(directory).mkdir(parents=True, exist_ok=True)
     for name, text in zip(FILES, contents):
         path = Path(directory) / name
         partial = path.with_name(f".{name}.partial-{os.getpid()}")
