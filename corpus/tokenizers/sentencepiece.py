@@ -74,8 +74,8 @@ def build_sentencepiece(config: TokenizerConfig, threads: int | None = None) -> 
 
 
 def huggingface_form(tokenizer: SentencePieceTextTokenizer) -> HuggingFaceForm:
-    """The model through transformers' converter (``TokenizersBackend``, which reads ``tokenizer.model``), with no
-    BOS added (the data has none); control pieces in a text stay text, as sentencepiece encodes them."""
+    """The model through transformers' converter (``TokenizersBackend``, which reads ``tokenizer.model`` and adds no
+    BOS, as the data has none); control pieces in a text stay text, as sentencepiece encodes them."""
     if missing("transformers"):
         raise NotExportable("SentencePiece models are converted by transformers, which is not installed: pip "
                             "install transformers, then export again")
@@ -84,5 +84,4 @@ def huggingface_form(tokenizer: SentencePieceTextTokenizer) -> HuggingFaceForm:
     with tempfile.TemporaryDirectory() as folder:
         shutil.copyfile(tokenizer.path, os.path.join(folder, "tokenizer.model"))
         converted = TokenizersBackend.from_pretrained(folder).backend_tokenizer
-    converted.post_processor = None
     return HuggingFaceForm(converted, specials_as_text=True)

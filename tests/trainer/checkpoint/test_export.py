@@ -16,7 +16,7 @@ from tokenizers import normalizers
 
 from corpus.core.disk import OutputError
 from corpus.indexed import IndexedReader
-from corpus.tokenizers import TokenizerConfig, build_tokenizer, huggingface
+from corpus.tokenizers import TokenizerConfig, build_tokenizer, huggingface, sentencepiece
 from corpus.tokenizers.errors import NotExportable
 from tests.conftest import REPO, invoke_cli, run_cli
 from tests.tokenizer_files import TokenizerFiles
@@ -112,6 +112,8 @@ def family_flags(files: TokenizerFiles) -> dict[str, list[str]]:
         "tokenizer.json": ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", files.sample_json],
         "tokenizer.json, BOS template": ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
                                          files.cl100k_bos_dir],
+        "tokenizer.json, BOS template left out": ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
+                                                  files.cl100k_bos_dir, "--tokenizer-hf-no-include-special-tokens"],
         "GPT-2 vocab + merges": ["--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", files.gpt2_vocab,
                                  "--merge-file", files.gpt2_merges],
         "SentencePiece .model": ["--tokenizer-type", "SentencePieceTokenizer", "--tokenizer-model", files.spm_v1],
@@ -207,3 +209,11 @@ def test_the_exported_tiny_model_generates_with_its_tokenizer(tokenizer_files, t
                          pad_token_id=tokenizer.pad_token_id)
     assert out.shape == (1, prompt["input_ids"].shape[1] + 6)
     assert tokenizer.decode(out[0, :prompt["input_ids"].shape[1]]).strip().endswith("The Python tutorial")
+
+
+def test_without_transformers_a_sentencepiece_model_says_how_to_export_it(tokenizer_files, monkeypatch):
+    monkeypatch.setattr(sentencepiece, "missing", lambda module: f"{module} does not import (stubbed)")
+    tokenizer = build_tokenizer(TokenizerConfig(type="SentencePieceTokenizer", model=tokenizer_files.spm_v1))
+    with pytest.raises(NotExportable, match="converted by transformers, which is not installed: pip install "
+                                            "transformers, then export again"):
+        export.write_tokenizer_files(tokenizer, "unused", 64)
