@@ -195,8 +195,8 @@ def test_te_backend_matches_bf16_within_fp8_error():
 
 @pytest.mark.skipif(not HAS_TORCHAO, reason="torchao is not installed")
 def test_torchao_backend_matches_the_exact_product(fp8_capable):
-    engine = select_fp8(FP8Config(fp8_format="hybrid", fp8_backend="torchao", fp8_min_dim=16), torch.device("cpu"),
-                        "plain")
+    config = FP8Config(fp8_format="hybrid", fp8_recipe="tensorwise", fp8_backend="torchao", fp8_min_dim=16)
+    engine = select_fp8(config, torch.device("cpu"), "plain")
     x, w = torch.randn(64, 128, requires_grad=True), torch.randn(96, 128, requires_grad=True)
     y = GEMMS[engine.gemm_name](x, w)
     y.sum().backward()
