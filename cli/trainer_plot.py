@@ -17,11 +17,11 @@ import click
               help="Print the per-source summary as JSON (last loss, validation loss, tokens, share vs weight).")
 def plot(run: str, out: str | None, as_json: bool) -> None:
     """Per-source loss curves of a run. RUN_DIR_OR_METRICS: its --metrics-jsonl file, or the folder holding it."""
-    from corpus.core.figures import require_matplotlib
+    from corpus.core.figures import require_image
     from trainer.run.curves import format_summary, metrics_file, read_curves, summary, write_curves
 
     if out:
-        require_matplotlib("trainer plot --out")  # before reading anything
+        require_image(out, "trainer plot --out")  # before reading anything
     curves = read_curves(metrics_file(run))
     if out:
         write_curves(curves, out)

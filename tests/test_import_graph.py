@@ -35,8 +35,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "trainer.optim": ("corpus.core", "trainer.errors", "trainer.config", "trainer.kernels"),
     "trainer.parallelize": ("corpus.core", "trainer.errors", "trainer.config", "trainer.runtime", "trainer.kernels",
                             "trainer.parallel", "trainer.model", "trainer.fp8"),
-    "trainer.checkpoint": ("corpus.core", "corpus.indexed", "trainer.errors", "trainer.config", "trainer.parallel",
-                           "trainer.model"),
+    "trainer.checkpoint": ("corpus.core", "corpus.tokenizers", "trainer.errors", "trainer.config",
+                           "trainer.parallel", "trainer.model"),
     "trainer.run": ("corpus", "trainer"),
     "cli": ("corpus", "trainer"),
 }

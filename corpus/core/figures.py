@@ -1,9 +1,9 @@
 """Image files of figures, the one way every command draws them (``corpus inspect --plot``, ``trainer plot``).
 
 matplotlib is optional (``pip install 'blendforge[plot]'``): it is imported only here, only when a figure is
-asked for, and :func:`require_matplotlib` says how to install it before any work is done. A figure is drawn
-without pyplot (no GUI backend, no global state) and written under a temporary name, then renamed, so an
-interrupted run never leaves half an image.
+asked for, and :func:`require_image` says how to install it (or that the image type is unknown) before any work
+is done. A figure is drawn without pyplot (no GUI backend, no global state) and written under a temporary name, then
+renamed, so an interrupted run never leaves half an image; its folder is made when missing.
 """
 
 from __future__ import annotations
@@ -12,8 +12,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from corpus.core.disk import OutputError, discard, guard
 from corpus.core.errors import UserError
 from corpus.core.optional import missing
+
+#: Resolution of every image written (dots per inch): a figure of W × H inches is W·DPI × H·DPI pixels.
+DPI = 120
+#: Two panels side by side (``corpus inspect --plot``, ``trainer plot --out``), in inches.
+TWO_PANELS = (12.0, 4.5)
 
 
 class PlotError(UserError):
@@ -28,26 +34,39 @@ def require_matplotlib(option: str) -> None:
                         f"(or pip install matplotlib), or drop {option}")
 
 
-def new_figure(path: str | os.PathLike, option: str, size: tuple[float, float]) -> Any:
-    """An empty matplotlib ``Figure`` of ``size`` inches for the image ``path``, whose type (its suffix, e.g.
-    ``.png``) is checked first; ``option`` names what asked for it in errors."""
+def require_image(path: str | os.PathLike, option: str) -> None:
+    """Refuse, before any work, an image ``path`` that cannot be written: matplotlib missing, or a suffix that is no
+    image type matplotlib writes; ``option`` names what asked for it in the errors."""
     require_matplotlib(option)
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    supported = FigureCanvasBase.get_supported_filetypes()
+    fmt = Path(path).suffix.lstrip(".").lower()
+    if fmt not in supported:
+        raise PlotError(f"{option} {path}: unsupported image type {fmt or '(none)'}; use one of: "
+                        f"{', '.join(sorted(supported))}")
+
+
+def new_figure(path: str | os.PathLike, option: str, size: tuple[float, float]) -> Any:
+    """An empty matplotlib ``Figure`` of ``size`` inches for the image ``path`` (checked by :func:`require_image`);
+    ``option`` names what asked for it in errors."""
+    require_image(path, option)
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=size, layout="constrained")
-    fmt = Path(path).suffix.lstrip(".").lower()
-    if fmt not in figure.canvas.get_supported_filetypes():
-        supported = ", ".join(sorted(figure.canvas.get_supported_filetypes()))
-        raise PlotError(f"{option} {path}: unsupported image type {fmt or '(none)'}; use one of: {supported}")
-    return figure
+    return Figure(figsize=size, layout="constrained")
 
 
-def save_figure(figure: Any, path: str | os.PathLike) -> None:
-    """Write ``figure`` to ``path`` (type from its suffix) atomically."""
+def save_figure(figure: Any, path: str | os.PathLike, option: str) -> None:
+    """Write ``figure`` to ``path`` (type from its suffix) atomically, making its folder if needed; a path that
+    cannot be written is an :class:`~corpus.core.disk.OutputError` naming ``option``."""
     path = Path(path)
-    partial = path.with_name(path.name + ".partial")
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
     try:
-        figure.savefig(partial, format=path.suffix.lstrip(".").lower(), dpi=120)
-        os.replace(partial, path)
+        with guard(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            figure.savefig(partial, format=path.suffix.lstrip(".").lower(), dpi=DPI)
+            os.replace(partial, path)
+    except OutputError as error:
+        raise error.for_command(option) from None
     finally:
-        partial.unlink(missing_ok=True)
+        discard(partial)

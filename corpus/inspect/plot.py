@@ -1,7 +1,7 @@
 """``corpus inspect --plot FILE.png``: histograms of document lengths and token-id frequencies.
 
-matplotlib is optional (``pip install 'blendforge[plot]'``): :func:`require_matplotlib` says how to
-install it before any work is done; :mod:`corpus.core.figures` draws and writes the image.
+matplotlib is optional (``pip install 'blendforge[plot]'``): :func:`require_image` says how to install it,
+or that the image type is unknown, before any work is done; :mod:`corpus.core.figures` draws and writes the image.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ ID_BINS = 256
 LEGEND_LIMIT = 10
 
 
-def require_matplotlib() -> None:
-    """Raise :class:`~corpus.core.figures.PlotError` with the install command when matplotlib is not importable."""
-    figures.require_matplotlib("--plot")
+def require_image(path: str | os.PathLike) -> None:
+    """Raise :class:`~corpus.core.figures.PlotError` when ``--plot path`` cannot be written (matplotlib missing: with
+    the install command; an unknown image type: with the known ones)."""
+    figures.require_image(path, "--plot")
 
 
 def _id_limit(report: InspectReport) -> int:
@@ -58,15 +59,23 @@ def _draw(axes_lengths, axes_ids, report: InspectReport) -> None:
 def write_plot(path: str | os.PathLike, reports: list[InspectReport]) -> None:
     """Write document-length histograms and token-id frequencies of ``reports`` to the image ``path``
     (format from its suffix, e.g. ``.png``); several prefixes are overlaid."""
-    figure = figures.new_figure(path, "--plot", (12, 4.5))
-    axes_lengths, axes_ids = figure.subplots(1, 2)
+    drawn = [report for report in reports if report.num_tokens]
+    if not drawn:
+        names = ", ".join(str(report.prefix) for report in reports) or "no dataset"
+        raise figures.PlotError(f"--plot {path}: nothing to draw: {names} holds no tokens; tokenize text into it, "
+                                "or drop --plot")
     for report in reports:
+        if not report.num_tokens:
+            log.warning("%s holds no tokens: left out of the plot", report.prefix)
+    figure = figures.new_figure(path, "--plot", figures.TWO_PANELS)
+    axes_lengths, axes_ids = figure.subplots(1, 2)
+    for report in drawn:
         _draw(axes_lengths, axes_ids, report)
     axes_lengths.set(xscale="log", yscale="log", xlabel="tokens per document (power-of-two bins)",
                      ylabel="documents", title="document lengths")
     axes_ids.set(yscale="log", xlabel=f"token id ({ID_BINS} equal bins)", ylabel="occurrences",
                  title="token-id frequency")
-    if 1 < len(reports) <= LEGEND_LIMIT:
+    if 1 < len(drawn) <= LEGEND_LIMIT:
         axes_lengths.legend(fontsize="small", loc="best")
-    figures.save_figure(figure, path)
+    figures.save_figure(figure, path, "--plot")
     log.info("wrote %s", path)

@@ -14,7 +14,7 @@ from corpus import storage
 from corpus.indexed import IndexFormatError
 from corpus.indexed.prefixes import expand_all
 from corpus.inspect.checks import CheckOptions, Problem, check_prefix, contents_unverified
-from corpus.inspect.plot import require_matplotlib, write_plot
+from corpus.inspect.plot import require_image, write_plot
 from corpus.inspect.show import DocumentRange, ShownDocument, show_documents
 from corpus.inspect.summary import InspectError, InspectReport, inspect_prefix
 from corpus.tokenizers.decode import cached_tokenizer
@@ -106,7 +106,7 @@ def _inspect_one(prefix: str, config: InspectConfig, vocab_size: int | None) -> 
 def inspect(config: InspectConfig) -> list[Inspection]:
     """Inspect every dataset ``config`` names (in the order given, globs sorted) and write the plot."""
     if config.plot is not None:
-        require_matplotlib()  # before any work, not after minutes of it
+        require_image(config.plot)  # before any work, not after minutes of it
     storage.configure(config.storage_options)
     prefixes = expand_all(config.datasets)
     # An explicit tokenizer bounds the ids (--check) of every file; otherwise each sidecar does.

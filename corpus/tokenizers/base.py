@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import os
 from abc import ABC, abstractmethod
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from importlib.metadata import PackageNotFoundError, version
 from itertools import chain, islice
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,6 +23,9 @@ from corpus.tokenizers.config import TokenizerConfig, existing_file
 from corpus.tokenizers.errors import TokenizeError, TokenizerConfigError
 from corpus.tokenizers.long_texts import CutRule
 from corpus.tokenizers.registry import OPTION_NAMES, fingerprinted_files, lookup
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +221,16 @@ class TextTokenizer(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config.type}, vocab_size={self.vocab_size}, encoder={self.encoder_name!r})"
+
+
+@dataclass(frozen=True)
+class HuggingFaceForm:
+    """A tokenizer as a ``tokenizers.Tokenizer`` (what a registry entry's ``huggingface_form`` returns), and whether
+    special-token strings in a text are plain text (as sentencepiece and tiktoken's own numbering encode them)
+    rather than their ids."""
+
+    tokenizer: Tokenizer
+    specials_as_text: bool = False
 
 
 def build_tokenizer(config: TokenizerConfig, threads: int | None = None) -> TextTokenizer:

@@ -1,4 +1,5 @@
-"""The tokenizers' two errors: a wrong tokenizer option, and a text that cannot be encoded."""
+"""The tokenizers' errors: a wrong tokenizer option, a text that cannot be encoded, a tokenizer that cannot be
+written as Hugging Face files."""
 
 from __future__ import annotations
 
@@ -20,3 +21,8 @@ class TokenizeError(UserError):
         super().__init__(reason)
         self.index = index
         self.reason = reason
+
+
+class NotExportable(UserError):
+    """The tokenizer cannot be written as Hugging Face files (no text form, a converter missing, other ids); the
+    message says why and what to do instead."""

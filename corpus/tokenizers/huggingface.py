@@ -20,7 +20,7 @@ import os
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
-from corpus.tokenizers.base import TextTokenizer, library_version
+from corpus.tokenizers.base import HuggingFaceForm, TextTokenizer, library_version
 from corpus.tokenizers.config import TokenizerConfig, existing_file
 from corpus.tokenizers.errors import TokenizerConfigError
 from corpus.tokenizers.long_texts import REGEX_PRETOKENIZER, SPACE_PREFIXED, CutRule
@@ -286,3 +286,12 @@ def build_gpt2_bpe(config: TokenizerConfig, threads: int | None = None) -> Huggi
     merges = existing_file(config.merge_file, "--merge-file", config.type)
     named = {key: GPT2_SPECIAL for key in ("bos_token", "eos_token", "unk_token")}
     return HuggingFaceTextTokenizer(config, gpt2_tokenizer(vocab, merges), [vocab, merges], named)
+
+
+def huggingface_form(tokenizer: HuggingFaceTextTokenizer) -> HuggingFaceForm:
+    """The tokenizer as the data was encoded with it: its tokenizer.json (or GPT-2 files) with the special tokens
+    its config named, and no post-processor tokens when the data was encoded without them."""
+    form = Tokenizer.from_str(tokenizer.tokenizer.to_str())
+    if not tokenizer.add_special_tokens:
+        form.post_processor = None
+    return HuggingFaceForm(form)

@@ -37,6 +37,9 @@ class TokenizerType:
     fingerprinted: str | None = None
     """``module:function(path) -> [files]`` naming the files whose bytes make the fingerprint of a tokenizer
     given by one path (None: that one file)."""
+    huggingface_form: str | None = None
+    """``module:function(tokenizer) -> HuggingFaceForm``: the type's tokenizer as a ``tokenizers.Tokenizer`` giving
+    its ids (what ``trainer export --hf`` writes; :mod:`corpus.tokenizers.export`). None: it has no text form."""
 
     def load(self, target: str) -> Callable:
         """The function a ``module:function`` field of this entry names (imported now)."""
@@ -44,23 +47,31 @@ class TokenizerType:
         return getattr(importlib.import_module(module), function)
 
 
+#: The `huggingface_form` entries (module:function) shared by several types.
+HF_FORM = "corpus.tokenizers.huggingface:huggingface_form"
+SPM_FORM = "corpus.tokenizers.sentencepiece:huggingface_form"
+
 TOKENIZER_TYPES: dict[str, TokenizerType] = {
     spec.name: spec
     for spec in (
         TokenizerType("HuggingFaceTokenizer", "huggingface", "a tokenizer.json file or a directory holding one",
                       ("model",), "corpus.tokenizers.huggingface:build_huggingface", "tokenizers",
-                      "corpus.tokenizers.huggingface:fingerprinted_files"),
+                      "corpus.tokenizers.huggingface:fingerprinted_files", HF_FORM),
         TokenizerType("GPT2BPETokenizer", "gpt2", "GPT-2 vocab.json and merges.txt", ("vocab_file", "merge_file"),
-                      "corpus.tokenizers.huggingface:build_gpt2_bpe", "tokenizers"),
+                      "corpus.tokenizers.huggingface:build_gpt2_bpe", "tokenizers", huggingface_form=HF_FORM),
         TokenizerType("SentencePieceTokenizer", "sentencepiece", "a SentencePiece .model file", ("model",),
-                      "corpus.tokenizers.sentencepiece:build_sentencepiece", "sentencepiece"),
+                      "corpus.tokenizers.sentencepiece:build_sentencepiece", "sentencepiece",
+                      huggingface_form=SPM_FORM),
         TokenizerType("GPTSentencePieceTokenizer", "sentencepiece", "a SentencePiece .model file", ("model",),
-                      "corpus.tokenizers.sentencepiece:build_sentencepiece", "sentencepiece"),
+                      "corpus.tokenizers.sentencepiece:build_sentencepiece", "sentencepiece",
+                      huggingface_form=SPM_FORM),
         TokenizerType("Llama2Tokenizer", "sentencepiece", "a SentencePiece .model file", ("model",),
-                      "corpus.tokenizers.sentencepiece:build_sentencepiece", "sentencepiece"),
+                      "corpus.tokenizers.sentencepiece:build_sentencepiece", "sentencepiece",
+                      huggingface_form=SPM_FORM),
         TokenizerType("TikTokenizer", "tiktoken", "a tiktoken JSON vocabulary (Megatron's list, Mistral's "
                       "tekken*.json) or a .tiktoken rank file", ("model",),
-                      "corpus.tokenizers.tiktoken:build_tiktoken", "tiktoken"),
+                      "corpus.tokenizers.tiktoken:build_tiktoken", "tiktoken",
+                      huggingface_form="corpus.tokenizers.tiktoken_hf:huggingface_form"),
         TokenizerType("NullTokenizer", "null", "no file: text is space-separated integer ids", ("vocab_size",),
                       "corpus.tokenizers.null:build_null"),
     )

@@ -14,7 +14,7 @@ refusal or difference falls back to the reference library with a one-line reason
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from corpus.core.optional import missing
 from corpus.tokenizers import verdicts
@@ -40,7 +40,7 @@ HARD_CASES = (
 )
 
 
-def _special_token_cases(reference: TextTokenizer, per_text: int = 16) -> list[str]:
+def special_token_cases(reference: TextTokenizer, per_text: int = 16) -> list[str]:
     """Texts embedding every special string of the reference, glued to words and spaced."""
     specials = reference.special_strings()
     return [" ".join(f"before{token}after {token} {token}{token}" for token in specials[start:start + per_text])
@@ -49,7 +49,13 @@ def _special_token_cases(reference: TextTokenizer, per_text: int = 16) -> list[s
 
 def first_difference(fast: TextTokenizer, reference: TextTokenizer, texts: list[str]) -> str | None:
     """None when both encode every text identically, else a short description of the first difference."""
-    for index, (got, want) in enumerate(zip(fast.encode_batch(texts), reference.encode_batch(texts))):
+    return first_difference_of(fast.encode_batch, reference, texts)
+
+
+def first_difference_of(encode: Callable[[list[str]], list[list[int]]], reference: TextTokenizer,
+                        texts: list[str]) -> str | None:
+    """:func:`first_difference` for any batch ``encode`` (another library's form of the reference, for one)."""
+    for index, (got, want) in enumerate(zip(encode(texts), reference.encode_batch(texts))):
         if got != want:
             position = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
             return f"text {index} ({texts[index][:40]!r}...) differs at token {position}"
@@ -78,7 +84,7 @@ def _check(reference: TextTokenizer, threads: int | None) -> tuple[dict, bytes |
         sources, profile = SOURCES[reference.config.type](reference), Profile.of(reference)
     except Exception as error:  # noqa: BLE001 - no gigatoken form (FastPathRefused, AffixError)
         return _refused(error), None, None
-    checks = [*HARD_CASES, *_special_token_cases(reference)]
+    checks = [*HARD_CASES, *special_token_cases(reference)]
     reasons = []
     for source in sources:
         verdict, fast = _check_form(reference, source, profile, checks, threads)

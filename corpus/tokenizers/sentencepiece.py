@@ -9,11 +9,16 @@ files are not what megatron-core 0.16.1 builds, and we follow megatron-core.)
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import sentencepiece
 
-from corpus.tokenizers.base import TextTokenizer, library_version
+from corpus.core.optional import missing
+from corpus.tokenizers.base import HuggingFaceForm, TextTokenizer, library_version
 from corpus.tokenizers.config import TokenizerConfig, existing_file
-from corpus.tokenizers.errors import TokenizerConfigError
+from corpus.tokenizers.errors import NotExportable, TokenizerConfigError
 from corpus.tokenizers.long_texts import SPACE_PREFIXED
 
 
@@ -66,3 +71,17 @@ def build_sentencepiece(config: TokenizerConfig, threads: int | None = None) -> 
     """Any of the three SentencePiece types from a ``.model`` file (``threads`` None: all cores)."""
     path = existing_file(config.model, "--tokenizer-model", config.type)
     return SentencePieceTextTokenizer(config, path, -1 if threads is None else threads)
+
+
+def huggingface_form(tokenizer: SentencePieceTextTokenizer) -> HuggingFaceForm:
+    """The model through transformers' converter (``TokenizersBackend``, which reads ``tokenizer.model`` and adds no
+    BOS, as the data has none); control pieces in a text stay text, as sentencepiece encodes them."""
+    if missing("transformers"):
+        raise NotExportable("SentencePiece models are converted by transformers, which is not installed: pip "
+                            "install transformers, then export again")
+    from transformers import TokenizersBackend
+
+    with tempfile.TemporaryDirectory() as folder:
+        shutil.copyfile(tokenizer.path, os.path.join(folder, "tokenizer.model"))
+        converted = TokenizersBackend.from_pretrained(folder).backend_tokenizer
+    return HuggingFaceForm(converted, specials_as_text=True)

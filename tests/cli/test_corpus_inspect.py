@@ -5,7 +5,6 @@ stability, --plot with and without matplotlib, and bad inputs."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from corpus.indexed import IndexedReader, IndexedWriter, IndexFormatError
 from corpus.tokenizers import TokenizerConfig, build_tokenizer
 from tests.conftest import REPO, invoke_cli, run_cli
+from tests.images import TWO_PANELS_PIXELS, png_size
 
 EXAMPLES = REPO / "examples"
 DOCUMENTS = 12
@@ -171,16 +171,29 @@ def test_json_is_stable_and_shaped_by_what_was_typed(real, tmp_path: Path) -> No
     assert isinstance(globbed, list) and globbed[0]["prefix"] == str(prefix)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
-                    reason="matplotlib (the plot extra) is not installed")
-def test_plot_writes_a_png(real, tmp_path: Path) -> None:
-    out = tmp_path / "plots" / "lengths.png"
-    out.parent.mkdir()
+def test_plot_writes_a_png_of_the_figure_size(real, tmp_path: Path) -> None:
+    out = tmp_path / "plots" / "lengths.png"  # a folder that does not exist yet
     inspect_cli(real[0], "--plot", out)
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    assert png_size(out) == TWO_PANELS_PIXELS
     assert [p.name for p in out.parent.iterdir()] == ["lengths.png"]
-    result = inspect_cli(real[0], "--plot", tmp_path / "x.nope", check=False)
-    assert result.returncode == 1 and "unsupported image type nope" in result.stderr
+
+
+@pytest.mark.parametrize("name, shown", [("x.nope", "nope"), ("x", "(none)")])
+def test_plot_refuses_an_unknown_image_type(real, tmp_path: Path, name: str, shown: str) -> None:
+    result = inspect_cli(real[0], "--plot", tmp_path / name, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"unsupported image type {shown}; use one of:" in result.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_plot_of_datasets_without_tokens_is_refused_and_empty_ones_are_left_out(real, tmp_path: Path) -> None:
+    empty = tmp_path / "empty_text_document"
+    write_tokenized(empty, hf_config(), [])
+    result = inspect_cli(empty, "--plot", tmp_path / "p.png", check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"--plot {tmp_path / 'p.png'}: nothing to draw: {empty} holds no tokens" in result.stderr
+    assert not (tmp_path / "p.png").exists()
+    both = inspect_cli(real[0], empty, "--plot", tmp_path / "p.png")
+    assert f"{empty} holds no tokens: left out of the plot" in both.stderr and png_size(tmp_path / "p.png")
 
 
 def test_plot_without_matplotlib_says_how_to_install(real, tmp_path: Path) -> None:

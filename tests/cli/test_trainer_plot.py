@@ -1,5 +1,5 @@
-"""``trainer plot``: which file it reads, its summary without matplotlib, and each refusal's message (the curves
-of a real run are drawn in tests/trainer/run/test_telemetry.py)."""
+"""``trainer plot``: which file it reads, its summary without matplotlib, the image it draws, and each refusal's
+message (the curves of a real run are drawn in tests/trainer/run/test_telemetry.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_cli
+from tests.images import TWO_PANELS_PIXELS, png_size
 
 
 def write_metrics(path: Path, per_source: bool = True) -> Path:
@@ -71,8 +72,22 @@ def test_what_it_cannot_plot_is_named(tmp_path, layout, message):
     assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr
 
 
-def test_an_unsupported_image_type_is_refused(tmp_path):
-    pytest.importorskip("matplotlib", reason="matplotlib (the plot extra) is not installed")
-    result = run_cli("trainer", "plot", str(write_metrics(tmp_path / "m.jsonl")), "--out", str(tmp_path / "c.nope"),
+def test_out_draws_the_curves_as_an_image_of_the_figure_size(tmp_path):
+    out = tmp_path / "c" / "c.png"  # a folder that does not exist yet
+    result = run_cli("trainer", "plot", str(write_metrics(tmp_path / "m.jsonl")), "--out", str(out))
+    assert png_size(out) == TWO_PANELS_PIXELS and f"wrote {out}" in result.stdout
+
+
+@pytest.mark.parametrize("name, shown", [("c.nope", "nope"), ("c", "(none)")])
+def test_an_unsupported_image_type_is_refused(tmp_path, name, shown):
+    result = run_cli("trainer", "plot", str(write_metrics(tmp_path / "m.jsonl")), "--out", str(tmp_path / name),
                      check=False)
-    assert result.returncode == 1 and "unsupported image type nope" in result.stderr
+    assert result.returncode == 1 and f"unsupported image type {shown}; use one of:" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / name).exists()
+
+
+def test_out_of_a_run_without_per_source_records_is_refused(tmp_path):
+    metrics = write_metrics(tmp_path / "m.jsonl", per_source=False)
+    result = run_cli("trainer", "plot", str(metrics), "--out", str(tmp_path / "c.png"), check=False)
+    assert result.returncode == 1 and "no per-source training records" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "c.png").exists()

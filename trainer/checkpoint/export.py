@@ -1,7 +1,8 @@
 """``trainer export --hf DIR --load CKPT``: a checkpoint as a Hugging Face Llama model (safetensors +
 ``config.json``) that ``transformers.LlamaForCausalLM.from_pretrained(DIR)`` loads, so what is trained
 here leaves the toolkit. Our layouts (grouped QKV, fused gate/up) are split into Llama's names. The
-data's tokenizer comes along when it is a HF ``tokenizer.json`` (``AutoTokenizer`` loads the folder)."""
+data's tokenizer comes along as Hugging Face files, whatever its family (:mod:`corpus.tokenizers.export`), so
+``AutoTokenizer`` loads the folder and gives the data's ids."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import json
 import logging
 import os
 import re
-import shutil
 from pathlib import Path
 
 import torch
@@ -19,7 +19,9 @@ from safetensors.torch import save_file
 
 from corpus.core.disk import OutputError, guard
 from corpus.core.errors import ConfigError
-from corpus.indexed.sidecar import fingerprint_files
+from corpus.tokenizers import TextTokenizer, TokenizerConfigError, build_tokenizer, config_from_record
+from corpus.tokenizers.errors import NotExportable
+from corpus.tokenizers.export import write_tokenizer_files
 from trainer.checkpoint import store as checkpoint
 from trainer.checkpoint.state_dict import model_state
 from trainer.config.loading import from_dict
@@ -78,7 +80,8 @@ def llama_state_dict(model: GPT) -> dict[str, torch.Tensor]:
 def llama_config(model: GPT, info: dict, dtype: str) -> dict:
     """transformers' ``LlamaConfig`` fields for ``model``."""
     config = model.config
-    eod = info.get("tokenizer", {}).get("eod_id")
+    tokenizer = info.get("tokenizer", {})
+    eod, bos = tokenizer.get("eod_id"), (tokenizer.get("record") or {}).get("bos")
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
         "hidden_size": config.hidden_size, "intermediate_size": config.ffn_hidden_size,
@@ -88,7 +91,7 @@ def llama_config(model: GPT, info: dict, dtype: str) -> dict:
         "rms_norm_eps": config.norm_epsilon, "rope_theta": config.rotary_base, "rope_scaling": None,
         "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
         "initializer_range": config.init_method_std, "torch_dtype": dtype,
-        "bos_token_id": None, "eos_token_id": eod,
+        "bos_token_id": bos, "eos_token_id": eod, "pad_token_id": eod,
     }
 
 
@@ -140,25 +143,28 @@ def _write_shards(tensors: dict[str, torch.Tensor], directory: Path) -> list[str
     return names
 
 
-def _copy_tokenizer(record: dict | None, eod_id: int | None, directory: Path) -> list[str]:
-    """The data's HF tokenizer as ``tokenizer.json`` + ``tokenizer_config.json`` (so AutoTokenizer loads
-    it); other kinds, or a file that changed since tokenization, are left to the user with a note."""
-    path = Path((record or {}).get("model") or "")
-    if (record or {}).get("type") != "HuggingFaceTokenizer" or not path.is_file():
-        log.info("tokenizer not exported (%s): copy it next to the model yourself",
-                 (record or {}).get("type") or "no tokenizer recorded in the data")
-        return []
-    if fingerprint_files([path]) != record.get("fingerprint"):
-        log.warning("tokenizer not exported: %s changed since the data was tokenized", path)
-        return []
-    from tokenizers import Tokenizer
+def data_tokenizer(record: dict | None) -> TextTokenizer:
+    """The tokenizer the run's data was made with (rebuilt from its sidecar record), or :class:`NotExportable`
+    saying why it cannot come along: none recorded, or its files changed since the data was tokenized."""
+    if not record:
+        raise NotExportable("the run's data records no tokenizer (trained on --mock-data?)")
+    try:
+        tokenizer = build_tokenizer(config_from_record(record))
+    except TokenizerConfigError as error:
+        raise NotExportable(f"it cannot be rebuilt from the data's record ({error})") from None
+    if tokenizer.describe()["fingerprint"] != record.get("fingerprint"):
+        raise NotExportable(f"{', '.join(tokenizer.files())} changed since the data was tokenized")
+    return tokenizer
 
-    shutil.copyfile(path, directory / "tokenizer.json")
-    config: dict = {"tokenizer_class": "PreTrainedTokenizerFast"}
-    if eod_id is not None:
-        config["eos_token"] = Tokenizer.from_file(str(path)).id_to_token(eod_id)
-    _write_json(directory / "tokenizer_config.json", config)
-    return ["tokenizer.json", "tokenizer_config.json"]
+
+def _write_tokenizer(record: dict | None, directory: Path, max_length: int) -> list[str]:
+    """The data's tokenizer as tokenizer.json + tokenizer_config.json (AutoTokenizer loads the folder, giving the
+    data's ids), or a log line saying why not; the model is exported either way."""
+    try:
+        return write_tokenizer_files(data_tokenizer(record), directory, max_length)
+    except NotExportable as why:
+        log.warning("tokenizer not exported: %s; AutoTokenizer will not load %s", why, directory)
+        return []
 
 
 def export_hf(load: str | os.PathLike, out_dir: str | os.PathLike, dtype: str = "bfloat16") -> list[str]:
@@ -173,8 +179,7 @@ def export_hf(load: str | os.PathLike, out_dir: str | os.PathLike, dtype: str = 
             directory.mkdir(parents=True, exist_ok=True)
             files = _write_shards(tensors, directory)
             _write_json(directory / "config.json", llama_config(model, info, dtype))
-            tokenizer = info.get("tokenizer", {})
-            return files + ["config.json"] + _copy_tokenizer(tokenizer.get("record"), tokenizer.get("eod_id"),
-                                                             directory)
+            record = info.get("tokenizer", {}).get("record")
+            return files + ["config.json"] + _write_tokenizer(record, directory, model.seq_length)
     except OutputError as error:
         raise error.for_command("--hf", "export again", sum(t.nbytes for t in tensors.values())) from None

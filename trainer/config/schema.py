@@ -193,17 +193,17 @@ class FP8Config:
         None, "Train the transformer GEMMs in FP8: hybrid = e4m3 forward, e5m2 gradients; e4m3 = e4m3 everywhere. "
         "Needs a GPU of compute capability 8.9+. Embedding and output layer stay bf16.", "--fp8-format")
     fp8_recipe: Literal["delayed", "tensorwise", "blockwise"] = knob(
-        "delayed", "Scaling: delayed (scales from an amax history; te and scaled_mm backends, torchao runs "
-        "tensorwise instead), tensorwise (current per-tensor scaling), blockwise (TE's 128-blocks; torch: row-wise "
-        "scales).",
+        "delayed", "Scaling: delayed (scales from an amax history; te and scaled_mm backends), tensorwise (current "
+        "per-tensor scaling), blockwise (TE's 128-blocks; the torch backends: row-wise scales).",
         "--fp8-recipe")
     fp8_amax_history_len: int = knob(1, "Delayed scaling: steps of amax history.", "--fp8-amax-history-len")
     fp8_amax_compute_algo: Literal["max", "most_recent"] = knob(
         "most_recent", "Delayed scaling: scale from the history's max or its most recent amax.",
         "--fp8-amax-compute-algo")
-    fp8_backend: str = knob("auto", "FP8 implementation: auto (te when Transformer Engine imports, else torch), te, "
-                            "torch (torchao.float8 when it imports, else scaled_mm), torchao, scaled_mm "
-                            "(trainer.fp8.BACKENDS).", "--fp8-backend")
+    fp8_backend: str = knob("auto", "FP8 implementation: auto (of the backends that import and run the recipe, the "
+                            "fastest measured: scaled_mm for every recipe today), torch (the same without Transformer "
+                            "Engine), te, torchao, scaled_mm (trainer.fp8.BACKENDS). A backend that cannot run the "
+                            "recipe is an error naming those that can.", "--fp8-backend")
     fp8_transpose: Literal["fused", "kernel", "producers"] = knob(
         "producers", "scaled_mm backend: how the transposed FP8 copies of the weight gradient's operands are made: "
         "kernel: by a separate tiled Triton kernel (faster than fused, more peak memory: the forward keeps the "

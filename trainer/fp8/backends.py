@@ -8,10 +8,11 @@
 | ``torchao`` | ``torchao.float8`` | tensorwise, blockwise (as torchao's row-wise recipe) |
 | ``scaled_mm`` | our ``torch._scaled_mm`` autograd functions | delayed, tensorwise, blockwise (as row-wise scales) |
 
-``auto`` takes the first of te, torchao, scaled_mm that imports; ``torch`` the first of torchao,
-scaled_mm. torchao asked for ``delayed`` scaling (Megatron's default recipe; torchao dropped it) runs
-tensorwise (current) scaling and says so at start-up. Every backend keeps the embedding and the
-output layer in bf16 and applies :class:`~trainer.fp8.scaling.Eligibility` to the rest.
+``auto`` takes, of the backends that import and run the recipe asked for, the fastest on this project's
+benchmarks (:data:`FASTEST_FIRST`); ``torch`` does the same without Transformer Engine. A named backend is obeyed,
+and a recipe it cannot run is refused with the backends that can: the recipe is never changed behind the user's
+back. Every backend keeps the embedding and the output layer in bf16 and applies
+:class:`~trainer.fp8.scaling.Eligibility` to the rest.
 """
 
 from __future__ import annotations
@@ -129,11 +130,17 @@ BACKENDS: dict[str, FP8Backend] = {
                             "own torch._scaled_mm linear"),
 }
 
-#: Names that resolve to the first importable backend of a list.
-ALIASES: dict[str, tuple[str, ...]] = {"auto": ("te", "torchao", "scaled_mm"), "torch": ("torchao", "scaled_mm")}
+#: Backends, fastest first at the 1.3b speed shape on one H200 (bench/RESULTS.md: the trainer FP8 rows and "the
+#: te FP8 backend"): scaled_mm's fused casts and compiled blocks beat torchao's, and TE's modules keep the blocks
+#: from compiling. Blockwise has not been measured; it keeps the same order (the compiled backends first).
+FASTEST_FIRST: tuple[str, ...] = ("scaled_mm", "torchao", "te")
+
+#: Names that pick the fastest backend of a list that imports and runs the recipe; ``torch``: torch-native ones only.
+ALIASES: dict[str, tuple[str, ...]] = {"auto": FASTEST_FIRST,
+                                       "torch": tuple(name for name in FASTEST_FIRST if name != "te")}
 
 RECIPE_TEXT = {"delayed": "delayed scaling (amax history {history} steps, {algo})",
-               "tensorwise": "current per-tensor scaling", "blockwise": "block scaling"}
+               "tensorwise": "current per-tensor scaling", "blockwise": "128-element block scaling"}
 
 
 def missing_module(backend: FP8Backend) -> str | None:
@@ -154,48 +161,67 @@ def check_hardware(device: torch.device) -> None:
                           "to train in bf16")
 
 
-def resolve_backend(name: str) -> tuple[FP8Backend, list[str]]:
-    """The backend ``--fp8-backend name`` means here, and notes on the ones passed over."""
+def _runs(backend: FP8Backend, recipe: str) -> str | None:
+    """Why ``backend`` cannot run ``recipe`` here (None when it can)."""
+    if recipe not in backend.recipes:
+        return f"{backend.name} has no {recipe} recipe"
+    return missing_module(backend)
+
+
+def _who_can(recipe: str) -> str:
+    """The backends that run ``recipe``, fastest first, each marked when it does not import here."""
+    able = [BACKENDS[name] for name in FASTEST_FIRST if recipe in BACKENDS[name].recipes]
+    return ", ".join(backend.name + ("" if missing_module(backend) is None else " (not installed here)")
+                     for backend in able)
+
+
+def resolve_backend(name: str, recipe: str) -> tuple[FP8Backend, str]:
+    """The backend ``--fp8-backend name`` means here for ``--fp8-recipe recipe``, and why it was taken (for the
+    start-up line). An alias takes the fastest candidate that imports and runs the recipe; a named backend is
+    taken as asked or refused with the backends that can run the recipe."""
     if name in ALIASES:
-        notes = []
-        for candidate in ALIASES[name]:
-            reason = missing_module(BACKENDS[candidate])
+        passed_over = []
+        for candidate in (BACKENDS[backend] for backend in ALIASES[name]):
+            reason = _runs(candidate, recipe)
             if reason is None:
-                return BACKENDS[candidate], notes
-            notes.append(reason)
-        raise ConfigError(f"--fp8-backend {name}: no FP8 backend imports ({'; '.join(notes)})")
+                why = f"--fp8-backend {name}: the fastest for the {recipe} recipe (bench/RESULTS.md)"
+                return candidate, why + (f"; passed over: {'; '.join(passed_over)}" if passed_over else "")
+            passed_over.append(reason)
+        raise ConfigError(f"--fp8-backend {name} --fp8-recipe {recipe}: no backend here runs it "
+                          f"({'; '.join(passed_over)}); backends that can: {_who_can(recipe)}")
     if name not in BACKENDS:
         raise ConfigError(f"--fp8-backend {name!r}: unknown; choose one of {', '.join([*ALIASES, *BACKENDS])}")
-    reason = missing_module(BACKENDS[name])
+    backend = BACKENDS[name]
+    if recipe not in backend.recipes:
+        raise ConfigError(f"--fp8-backend {name} cannot run --fp8-recipe {recipe}; backends that can: "
+                          f"{_who_can(recipe)}. Choose one of them (or --fp8-backend auto), or another --fp8-recipe "
+                          f"({', '.join(backend.recipes)})")
+    reason = missing_module(backend)
     if reason:
         raise ConfigError(f"--fp8-backend {name}: {reason}; install it or use --fp8-backend auto")
-    return BACKENDS[name], []
+    return backend, f"--fp8-backend {name}"
 
 
 def select_fp8(config: FP8Config, device: torch.device, plain_gemm: str) -> FP8Engine:
     """The run's FP8 engine (``plain_gemm`` without ``--fp8-format``), its GEMM registered in ``GEMMS``."""
     if config.fp8_format is None:
         return FP8Engine(plain_gemm)
-    check_hardware(device)
-    backend, notes = resolve_backend(config.fp8_backend)
     recipe = config.fp8_recipe
-    if recipe not in backend.recipes:
-        log.warning("--fp8-recipe %s needs Transformer Engine or --fp8-backend scaled_mm; the %s backend runs "
-                    "tensorwise (current) scaling instead and ignores --fp8-amax-history-len/--fp8-amax-compute-algo",
-                    recipe, backend.name)
-        recipe = "tensorwise"
+    backend, why = resolve_backend(config.fp8_backend, recipe)  # first: a wrong combination is wrong on any device
+    check_hardware(device)
     eligible = Eligibility(config.fp8_min_dim)
     parts = backend.build(config, recipe, eligible)
     name = f"fp8_{backend.name}"
     GEMMS[name] = parts.gemm
     forward_dtype, grad_dtype = FORMATS[config.fp8_format]
+    recipe_text = RECIPE_TEXT[recipe].format(history=config.fp8_amax_history_len, algo=config.fp8_amax_compute_algo)
     if recipe == "blockwise" and backend.name != "te":
         grad_dtype = forward_dtype  # row-wise FP8 kernels take e4m3 operands only
-    recipe_text = RECIPE_TEXT[recipe].format(history=config.fp8_amax_history_len, algo=config.fp8_amax_compute_algo)
+        recipe_text = "row-wise scales (the torch backends' block scaling)"
     description = (f"FP8 {config.fp8_format} ({str(forward_dtype)[6:]} forward, {str(grad_dtype)[6:]} gradients), "
-                   f"recipe {recipe}: {recipe_text}; backend {backend.name} ({backend.summary}"
-                   f"{'; skipped: ' + '; '.join(notes) if notes else ''}); GEMMs with widths >= {config.fp8_min_dim} "
-                   "and every dimension a multiple of 16, embedding and output layer in bf16")
+                   f"recipe {recipe}: {recipe_text}; backend {backend.name} ({backend.summary}; {why}); GEMMs with "
+                   f"widths >= {config.fp8_min_dim} and every dimension a multiple of 16, embedding and output layer "
+                   "in bf16")
     if backend.name == "scaled_mm" and recipe != "blockwise":
         description += f"; transposed FP8 copies: {config.fp8_transpose} (--fp8-transpose)"
     log.info("precision: %s", description)

@@ -24,11 +24,14 @@ a digest of the kernels package's sources into every cache key.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import logging
 import os
+import time
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -116,6 +119,30 @@ def load_compiled(path: Path) -> None:
     log.info("--compile-cache %s: loaded %s", path, kinds or "nothing")
 
 
+def _graph_counts() -> tuple[int, int]:
+    """Inductor's graphs so far in this process: (served by a cache, compiled)."""
+    from torch._dynamo.utils import counters  # NOTE: here, so a run that never compiles never imports Dynamo
+
+    return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+
+
+@contextlib.contextmanager
+def announce_compilation(step: int, cache: Path | None) -> Iterator[None]:
+    """Log that step ``step`` compiles the blocks before it runs and, once it has, how long it took and how many
+    graphs a cache served: a cold compile of a large model is minutes without output, which looks like a hang.
+    ``cache``: the run's ``--compile-cache`` file (None: the line says what it would spare)."""
+    hint = (f"a warm Inductor cache or --compile-cache {cache} (when it holds this model) makes it seconds"
+            if cache else "--compile-cache FILE keeps the result for the next run")
+    log.info("step %d: compiling the transformer blocks (torch.compile; minutes on a GPU when Inductor's cache is "
+             "cold; %s)", step, hint)
+    hits, misses = _graph_counts()
+    start = time.perf_counter()
+    yield
+    now_hits, now_misses = _graph_counts()
+    log.info("step %d: compiled and ran in %.1f s (%d graphs compiled, %d from a cache); later steps run the "
+             "compiled blocks", step, time.perf_counter() - start, now_misses - misses, now_hits - hits)
+
+
 def save_compiled(path: Path) -> None:
     """Write everything this process compiled or loaded to ``path`` (a temporary name, then a rename), and
     log how many of its graphs the cache served."""
@@ -126,8 +153,6 @@ def save_compiled(path: Path) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.write_bytes(artifacts[0])
     os.replace(partial, path)
-    from torch._dynamo.utils import counters  # NOTE: here, so a run that never compiles never imports Dynamo
-
-    hits, misses = counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+    hits, misses = _graph_counts()
     log.info("--compile-cache %s: written (%.1f MB); graphs so far: %d from a cache, %d compiled", path,
              len(artifacts[0]) / 1e6, hits, misses)

@@ -105,6 +105,7 @@ def build_run(config: TrainConfig) -> Run:
               build_optimizer(engine.reducer.optimizer_parameters(), config.optim, device), schedule,
               flops_per_token(model_config, counts["matmul"], data.seq_length), peak,
               telemetry=SourceTelemetry(data.source_names, data.source_weights) if num_sources else None)
+    run.compiled = compiled
     fp8.parts.attach_optimizer(run.optimizer)
     _log_choices(run, vocab, counts, compiled, peak_note)
     if config.model.compile_cache and not compiled:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from corpus.core.errors import UserError
-from corpus.core.figures import new_figure, save_figure
+from corpus.core.figures import TWO_PANELS, new_figure, save_figure
 
 
 class MetricsFileError(UserError):
@@ -117,7 +117,7 @@ def format_summary(result: dict) -> str:
 def write_curves(curves: Curves, out: str | os.PathLike) -> None:
     """Draw the training and validation loss of each source against the tokens trained into the image ``out``
     (type from its suffix)."""
-    figure = new_figure(out, "trainer plot --out", (12, 4.5))
+    figure = new_figure(out, "trainer plot --out", TWO_PANELS)
     train_axes, valid_axes = figure.subplots(1, 2)
     for name in curves.names:
         points = [(x, y) for x, y in zip(curves.tokens, curves.train[name]) if y is not None]
@@ -135,4 +135,4 @@ def write_curves(curves: Curves, out: str | os.PathLike) -> None:
         axes.set(xlabel="tokens trained (all sources)", ylabel="loss", title=title)
         if axes.lines:
             axes.legend(fontsize="small", loc="best")
-    save_figure(figure, out)
+    save_figure(figure, out, "trainer plot --out")

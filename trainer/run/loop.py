@@ -8,6 +8,7 @@ micro-batches gives the same gradient as one large batch.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -22,7 +23,7 @@ from trainer.config.schema import TrainConfig
 from trainer.errors import OutOfMemory, TrainingDiverged
 from trainer.optim.optimizer import clipped_step, set_learning_rate
 from trainer.parallel.state import shutdown_parallel
-from trainer.parallelize.compile import save_compiled
+from trainer.parallelize.compile import announce_compilation, save_compiled
 from trainer.run.build import build_run, metrics_sink
 from trainer.run.metrics import MetricsSink, perplexity, throughput
 from trainer.run.profiling import StepProfiler
@@ -220,16 +221,20 @@ def _loop(run: Run, sink: MetricsSink, profiler: StepProfiler, stop,
           collection: GarbageCollection) -> tuple[str, WindowLoss | None]:
     """Steps until ``--train-iters`` or a stop request; returns (why it stopped, the loss as logged)."""
     config, window, last, steps = run.config, _Window(), None, 0
+    compiling_step = 1 + run.fp8.parts.eager_steps if run.compiled else None  # this process's steps, from 1
     while run.iteration < config.training.train_iters:
         profiler.before_step(run.iteration + 1)
+        announce = (announce_compilation(run.iteration + 1, run.compile_cache) if steps + 1 == compiling_step
+                    else contextlib.nullcontext())
         try:
-            last = train_step(run)
+            with announce:
+                last = train_step(run)
         except RuntimeError as error:
             if not out_of_memory(error):
                 raise
             raise OutOfMemory(f"out of memory at step {run.iteration + 1}: {OOM_HINT}") from None
         steps += 1
-        if steps == 1 + run.fp8.parts.eager_steps and run.compile_cache:
+        if steps == compiling_step and run.compile_cache:
             save_compiled(run.compile_cache)  # the training graphs, kept even if this run is killed later
         profiler.after_step(run.iteration)
         collection.after_step(run.iteration)

@@ -36,6 +36,7 @@ class Run:
     checkpoint_dir: Path | None = None  # the last checkpoint written or loaded
     checkpoint_iteration: int | None = None
     iterators: dict = field(default_factory=dict)
+    compiled: bool = False  # the blocks run through torch.compile (they compile during the first step)
     compile_cache: Path | None = None  # --compile-cache's file for this rank, when the blocks are compiled
     telemetry: SourceTelemetry | None = None  # per-source counts (None under --log-per-source off)
 

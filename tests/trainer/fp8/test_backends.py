@@ -1,17 +1,17 @@
-"""FP8 backend selection: refusal without FP8 hardware, aliases, recipe fallback, registration, a run."""
+"""FP8 backend selection: refusal without FP8 hardware, the aliases for every recipe and set of installed backends,
+a named backend obeyed or refused (never a changed recipe), the start-up line, registration, a run."""
 
 from __future__ import annotations
 
 import importlib.util
 import logging
-from dataclasses import replace
+import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from corpus.core.errors import ConfigError
-from tests.conftest import invoke_cli
+from tests.conftest import invoke_cli, run_cli
 from tests.trainer.conftest import read_metrics, tiny_config
 from trainer.config.schema import FP8Config
 from trainer.fp8 import backends
@@ -45,19 +45,98 @@ def test_gpus_older_than_ada_are_refused(monkeypatch):
         check_hardware(torch.device("cuda", 0))
 
 
-def test_aliases_resolve_to_the_first_importable_backend():
-    auto, notes = resolve_backend("auto")
-    expected = "te" if HAS_TE else "torchao" if HAS_TORCHAO else "scaled_mm"
-    assert auto.name == expected and len(notes) == ["te", "torchao", "scaled_mm"].index(expected)
-    assert resolve_backend("torch")[0].name == ("torchao" if HAS_TORCHAO else "scaled_mm")
-    with pytest.raises(ConfigError, match="unknown; choose one of auto, torch, te, torchao, scaled_mm"):
-        resolve_backend("fp4")
+RECIPES = ("delayed", "tensorwise", "blockwise")
+#: Every set of optional FP8 packages a machine may have.
+INSTALLS = [frozenset(), frozenset({"te"}), frozenset({"torchao"}), frozenset({"te", "torchao"})]
+MODULES = {"transformer_engine.pytorch": "te", "torchao.float8": "torchao"}
 
 
-@pytest.mark.skipif(HAS_TE, reason="Transformer Engine is installed here")
-def test_asking_for_a_missing_backend_names_it():
+def names(present: frozenset) -> str:
+    return "+".join(sorted(present)) or "neither"
+
+
+@pytest.fixture
+def installed(monkeypatch):
+    """``installed(names)``: pretend exactly the backends ``names`` (of te, torchao) import here."""
+    def pretend(present: frozenset) -> None:
+        monkeypatch.setattr(backends, "missing", lambda module: None if MODULES[module] in present else
+                            f"{module.split('.')[0]} does not import (ModuleNotFoundError: stubbed)")
+    return pretend
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("present", INSTALLS, ids=names)
+@pytest.mark.parametrize("alias", ["auto", "torch"])
+def test_an_alias_takes_the_fastest_measured_backend_whatever_else_is_installed(installed, alias, present, recipe):
+    """bench/RESULTS.md: scaled_mm is the fastest for delayed and tensorwise (blockwise unmeasured, same order)."""
+    installed(present)
+    backend, why = resolve_backend(alias, recipe)
+    assert backend.name == "scaled_mm"
+    assert why == f"--fp8-backend {alias}: the fastest for the {recipe} recipe (bench/RESULTS.md)"
+
+
+# Were TE measured fastest, auto would walk down the list: each recipe to the first backend that imports and runs it.
+TE_FIRST = {frozenset(): ("scaled_mm",) * 3, frozenset({"te"}): ("te",) * 3,
+            frozenset({"torchao"}): ("scaled_mm", "torchao", "torchao"), frozenset({"te", "torchao"}): ("te",) * 3}
+
+
+@pytest.mark.parametrize("present", INSTALLS, ids=names)
+def test_auto_passes_over_what_does_not_import_or_cannot_run_the_recipe(installed, monkeypatch, present):
+    installed(present)
+    monkeypatch.setitem(backends.ALIASES, "auto", ("te", "torchao", "scaled_mm"))
+    taken = {recipe: resolve_backend("auto", recipe) for recipe in RECIPES}
+    assert tuple(taken[recipe][0].name for recipe in RECIPES) == TE_FIRST[present]
+    if not present:
+        assert "passed over: transformer_engine does not import" in taken["delayed"][1]
+        assert "torchao has no delayed recipe" in taken["delayed"][1]
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("name", ["te", "torchao", "scaled_mm"])
+def test_a_named_backend_is_obeyed_or_refused_never_swapped(installed, name, recipe):
+    installed(frozenset({"te", "torchao"}))
+    if recipe == "delayed" and name == "torchao":
+        with pytest.raises(ConfigError, match="--fp8-backend torchao cannot run --fp8-recipe delayed; backends that "
+                                              r"can: scaled_mm, te\. .* or another --fp8-recipe \(tensorwise, "
+                                              r"blockwise\)"):
+            resolve_backend(name, recipe)
+    else:
+        assert resolve_backend(name, recipe) == (backends.BACKENDS[name], f"--fp8-backend {name}")
+
+
+def test_a_refusal_marks_the_backends_that_can_but_are_not_installed(installed):
+    installed(frozenset())
+    with pytest.raises(ConfigError, match=r"backends that can: scaled_mm, te \(not installed here\)"):
+        resolve_backend("torchao", "delayed")
     with pytest.raises(ConfigError, match="--fp8-backend te: transformer_engine does not import.*--fp8-backend auto"):
-        resolve_backend("te")
+        resolve_backend("te", "delayed")
+    with pytest.raises(ConfigError, match="unknown; choose one of auto, torch, te, torchao, scaled_mm"):
+        resolve_backend("fp4", "delayed")
+
+
+def test_an_alias_with_no_backend_for_the_recipe_names_those_that_could(installed, monkeypatch):
+    installed(frozenset())
+    monkeypatch.setitem(backends.ALIASES, "torch", ("torchao",))
+    with pytest.raises(ConfigError, match=r"--fp8-backend torch --fp8-recipe delayed: no backend here runs it "
+                                          r"\(torchao has no delayed recipe\); backends that can: scaled_mm, te"):
+        resolve_backend("torch", "delayed")
+
+
+def test_the_default_fp8_command_logs_what_it_took_and_why(fp8_capable, caplog):
+    with caplog.at_level(logging.INFO, logger="trainer.fp8.backends"):
+        engine = select_fp8(FP8Config(fp8_format="hybrid"), torch.device("cpu"), "plain")
+    line, = [record.getMessage() for record in caplog.records]
+    assert line == f"precision: {engine.description}" and engine.gemm_name == "fp8_scaled_mm"
+    assert "recipe delayed: delayed scaling" in line
+    assert ("backend scaled_mm (own torch._scaled_mm linear; --fp8-backend auto: the fastest for the delayed recipe "
+            "(bench/RESULTS.md))") in line
+
+
+def test_a_recipe_the_named_backend_cannot_run_stops_the_cli_before_anything_else():
+    done = invoke_cli("trainer", "run", "--mock-data", "--seq-length", "16", "--train-iters", "1", "--fp8-format",
+                      "hybrid", "--fp8-backend", "torchao", "--fp8-recipe", "delayed")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "--fp8-backend torchao cannot run --fp8-recipe delayed; backends that can: scaled_mm" in done.stderr
 
 
 def test_delayed_scaling_on_scaled_mm_is_delayed(fp8_capable, caplog):
@@ -79,18 +158,10 @@ def test_fp8_transpose_producers_has_the_gradient_kernels_write_their_transposes
     assert "transposed FP8 copies: producers (--fp8-transpose)" in engine.description
 
 
-def test_delayed_scaling_on_torchao_runs_tensorwise_and_says_so(fp8_capable, caplog, monkeypatch):
-    stand_in = replace(backends.BACKENDS["torchao"], needs_module=None,
-                       build=lambda config, recipe, eligible: backends.BackendParts(F.linear))
-    monkeypatch.setitem(backends.BACKENDS, "torchao", stand_in)
-    with caplog.at_level(logging.INFO, logger="trainer.fp8.backends"):
-        engine = select_fp8(FP8Config(fp8_format="hybrid", fp8_backend="torchao"), torch.device("cpu"), "plain")
-    assert "runs tensorwise (current) scaling instead" in caplog.text and "recipe tensorwise" in engine.description
-
-
-def test_rowwise_takes_e4m3_gradients(fp8_capable):
+def test_rowwise_takes_e4m3_gradients_and_says_its_scales_are_per_row(fp8_capable):
     config = FP8Config(fp8_format="hybrid", fp8_recipe="blockwise", fp8_backend="scaled_mm")
-    assert "float8_e4m3fn gradients" in select_fp8(config, torch.device("cpu"), "plain").description
+    description = select_fp8(config, torch.device("cpu"), "plain").description
+    assert "float8_e4m3fn gradients" in description and "recipe blockwise: row-wise scales" in description
 
 
 @pytest.mark.slow  # two training runs, one on torch's slow CPU _scaled_mm
@@ -124,10 +195,26 @@ def test_te_backend_matches_bf16_within_fp8_error():
 
 @pytest.mark.skipif(not HAS_TORCHAO, reason="torchao is not installed")
 def test_torchao_backend_matches_the_exact_product(fp8_capable):
-    engine = select_fp8(FP8Config(fp8_format="hybrid", fp8_backend="torchao", fp8_min_dim=16), torch.device("cpu"),
-                        "plain")
+    config = FP8Config(fp8_format="hybrid", fp8_recipe="tensorwise", fp8_backend="torchao", fp8_min_dim=16)
+    engine = select_fp8(config, torch.device("cpu"), "plain")
     x, w = torch.randn(64, 128, requires_grad=True), torch.randn(96, 128, requires_grad=True)
     y = GEMMS[engine.gemm_name](x, w)
     y.sum().backward()
     exact = torch.nn.functional.linear(x.detach(), w.detach())
     assert ((y.detach() - exact).norm() / exact.norm()) < 0.08 and w.grad is not None
+
+
+FP8_GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() >= backends.MIN_CAPABILITY
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not FP8_GPU, reason="needs a CUDA GPU with FP8 tensor cores")
+def test_the_default_fp8_command_trains_on_scaled_mm_with_delayed_scaling(tmp_path):
+    """What a GPU user's first ``--fp8-format hybrid`` run gets, whatever else is installed: the fastest backend."""
+    done = run_cli("trainer", "run", "--mock-data", "--preset", "tiny", "--seq-length", "64", "--train-iters", "4",
+                   "--eval-iters", "0", "--fp8-format", "hybrid", "--fp8-min-dim", "16", "--metrics-jsonl",
+                   str(tmp_path / "metrics.jsonl"))
+    assert "recipe delayed: delayed scaling" in done.stderr + done.stdout
+    assert "backend scaled_mm (own torch._scaled_mm linear; --fp8-backend auto" in done.stderr + done.stdout
+    losses = [r["loss"] for r in read_metrics(tmp_path / "metrics.jsonl") if "loss" in r]
+    assert losses and all(math.isfinite(loss) for loss in losses)

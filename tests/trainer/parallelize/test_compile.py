@@ -1,10 +1,12 @@
-"""--compile blocks: compiled blocks train like eager ones, keep their state-dict keys, and the choice rule;
+"""--compile blocks: compiled blocks train like eager ones, keep their state-dict keys, the first step says it
+compiles, and the choice rule;
 --compile-cache: a fresh process on an empty Inductor cache gets every graph from the file; the cache keys
 carry a digest of our Triton ops' sources."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from pathlib import Path
 
@@ -27,11 +29,20 @@ def test_the_choice_rule():
         should_compile("blocks", cuda, "the te FP8 backend cannot be traced")
 
 
-def test_compiled_blocks_train_like_eager_and_checkpoints_load_into_eager_runs(tmp_path):
+def test_compiled_blocks_train_like_eager_and_checkpoints_load_into_eager_runs(tmp_path, caplog):
     save = str(tmp_path / "ckpt")
     compiled = tiny_config(tmp_path / "compiled", model={"compile": "blocks"}, checkpoint={"save": save},
                            training={"train_iters": 4})
-    train(compiled)
+    with caplog.at_level(logging.INFO):
+        train(compiled)
+    said = [record.getMessage() for record in caplog.records]
+    # the first step says it compiles before it runs, and what it did once it has: a long silence is not a hang
+    started = said.index("step 1: compiling the transformer blocks (torch.compile; minutes on a GPU when Inductor's "
+                         "cache is cold; --compile-cache FILE keeps the result for the next run)")
+    ended = [i for i, line in enumerate(said) if re.fullmatch(r"step 1: compiled and ran in [0-9.]+ s \(\d+ graphs "
+                                                               r"compiled, \d+ from a cache\); later steps run the "
+                                                               r"compiled blocks", line)]
+    assert ended and started < ended[0] and not any(line.startswith("step 2: compil") for line in said)
     train(tiny_config(tmp_path / "eager", training={"train_iters": 4}))
     losses = [[r["loss"] for r in read_metrics(path / "metrics.jsonl") if "loss" in r]
               for path in (tmp_path / "compiled", tmp_path / "eager")]
@@ -60,6 +71,10 @@ def test_a_compile_cache_file_serves_a_fresh_process_every_graph(tmp_path):
     # branch needs a gradient as the others' does, or Dynamo compiles the whole block a second time)
     assert graphs[0][-1] == (0, 4)
     assert "loaded" in logs[1] and graphs[1][-1] == (graphs[0][-1][1], 0)
+    first_step = r"step 1: compiled and ran in [0-9.]+ s \((\d+) graphs compiled, (\d+) from a cache\)"
+    assert [tuple(map(int, found)) for found in re.findall(first_step, logs[0])] == [(4, 0)]
+    assert [tuple(map(int, found)) for found in re.findall(first_step, logs[1])] == [(0, 4)]
+    assert f"a warm Inductor cache or --compile-cache {cache} (when it holds this model) makes it seconds" in logs[1]
     cache.write_bytes(b"not a cache")  # a damaged file costs the compilation it would have saved, nothing more
     # NOTE: on the first run's Inductor cache: what is checked is that the file is refused and the run goes on,
     # and that cache spares it compiling every graph (and its C++ kernels) cold a third time

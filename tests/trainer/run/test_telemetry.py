@@ -15,7 +15,9 @@ import pytest
 
 from corpus.blending.resolve import resolve_blend
 from corpus.blending.schema import load_blend
+from corpus.core.figures import TWO_PANELS
 from tests.conftest import REPO, run_cli
+from tests.images import svg_size
 from tests.trainer.conftest import blend_overrides, read_metrics
 from trainer.config.loading import load_config
 from trainer.run.build import build_run
@@ -87,9 +89,9 @@ def test_the_repeated_source_learns_far_faster_everywhere_a_user_looks(forty_ste
 
 
 def test_trainer_plot_draws_the_run(forty_steps, tmp_path):
-    pytest.importorskip("matplotlib", reason="matplotlib (the plot extra) is not installed")
-    run_cli("trainer", "plot", str(forty_steps), "--out", str(tmp_path / "c.png"))
-    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    run_cli("trainer", "plot", str(forty_steps), "--out", str(tmp_path / "c.svg"))  # a vector type: PNG is tested apart
+    assert svg_size(tmp_path / "c.svg") == (TWO_PANELS[0] * 72, TWO_PANELS[1] * 72)  # 72 points an inch
+
 
 
 def test_token_counts_are_what_the_samples_hold(two_sources, tmp_path):
