@@ -44,22 +44,18 @@ def temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
 
 
-def _create_temporary(path: Path) -> tuple[int, Path]:
-    """Create a fresh temporary file for ``path`` (exclusively: never one another writer holds); its descriptor."""
+def _create_temporary(path: Path) -> Path:
+    """Create a fresh, empty temporary file for ``path``, exclusively (never one another writer holds); its errors
+    name ``path`` (a missing or read-only folder is the target's)."""
     while True:
         temporary = temporary_name(path)
         try:
-            return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), temporary
+            os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return temporary
         except FileExistsError:
             continue  # a token drawn twice: draw again
-
-
-def _created(path: Path) -> tuple[int, Path]:
-    """:func:`_create_temporary`, its errors naming ``path`` (a missing or read-only folder is the target's)."""
-    try:
-        return _create_temporary(path)
-    except OSError as error:
-        raise _naming(path, Path(error.filename or path), error) from error
+        except OSError as error:
+            raise _naming(path, temporary, error) from error
 
 
 def fsync_folder(folder: str | os.PathLike) -> None:
@@ -106,9 +102,9 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_file writes a new file: mode 'w' or 'wb', not {mode!r}")
     path = Path(path)
-    descriptor, temporary = _created(path)
+    temporary = _create_temporary(path)
     try:
-        with os.fdopen(descriptor, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
+        with open(temporary, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -126,8 +122,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """The path of a fresh, empty temporary file for a writer that takes a file name; when the block ends without
     an exception, whatever was written there is synced and becomes ``path``; otherwise it is removed."""
     path = Path(path)
-    descriptor, temporary = _created(path)
-    os.close(descriptor)
+    temporary = _create_temporary(path)
     try:
         yield temporary
         descriptor = os.open(temporary, os.O_RDONLY)  # the writer may have replaced the file: sync what is there

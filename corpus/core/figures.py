@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from corpus.core.atomic_write import atomic_path
+from corpus.core.disk import guard
 from corpus.core.errors import UserError
 from corpus.core.optional import missing
 
@@ -44,10 +46,5 @@ def new_figure(path: str | os.PathLike, option: str, size: tuple[float, float]) 
 
 def save_figure(figure: Any, path: str | os.PathLike) -> None:
     """Write ``figure`` to ``path`` (type from its suffix) atomically."""
-    path = Path(path)
-    partial = path.with_name(path.name + ".partial")
-    try:
-        figure.savefig(partial, format=path.suffix.lstrip(".").lower(), dpi=120)
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
+    with guard(path), atomic_path(path) as temporary:
+        figure.savefig(temporary, format=Path(path).suffix.lstrip(".").lower(), dpi=120)

@@ -16,10 +16,9 @@ import functools
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 
+from corpus.core.atomic_write import write_atomically
 from corpus.core.cache import default_cache_dir
 from corpus.indexed.sidecar import fingerprint_files
 from corpus.tokenizers.base import library_version
@@ -75,18 +74,6 @@ def load(key: str) -> tuple[dict, bytes | None] | None:
     return verdict, source
 
 
-def _write(path: Path, data: bytes) -> None:
-    """``data`` into ``path`` under a temporary name, then renamed (a reader never sees half a file)."""
-    handle, partial = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".partial")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(partial, path)
-    except BaseException:
-        os.unlink(partial)
-        raise
-
-
 def store(key: str, verdict: dict, source: bytes | None) -> None:
     """Keep ``verdict`` (and the source gigatoken reads) under ``key``; a failure is logged, never raised."""
     base = folder() / key
@@ -94,7 +81,7 @@ def store(key: str, verdict: dict, source: bytes | None) -> None:
         base.parent.mkdir(parents=True, exist_ok=True)
         if source is not None:
             verdict = {**verdict, "source_sha256": hashlib.sha256(source).hexdigest()}
-            _write(base.with_suffix(".source"), source)  # first: a verdict never points at a missing source
-        _write(base.with_suffix(".json"), json.dumps(verdict, indent=1).encode())
+            write_atomically(base.with_suffix(".source"), source)  # first: a verdict never points at a missing source
+        write_atomically(base.with_suffix(".json"), json.dumps(verdict, indent=1).encode())
     except OSError as error:
         log.warning("cannot cache the tokenizer check in %s (%s): the next run checks again", base.parent, error)

@@ -27,11 +27,11 @@ from __future__ import annotations
 import hashlib
 import importlib
 import logging
-import os
 from pathlib import Path
 
 import torch
 
+from corpus.core.atomic_write import write_atomically
 from corpus.core.errors import ConfigError
 from trainer.model.fused_loss import compile_chunk_loss
 from trainer.model.gpt import GPT
@@ -123,9 +123,7 @@ def save_compiled(path: Path) -> None:
     if artifacts is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(artifacts[0])
-    os.replace(partial, path)
+    write_atomically(path, artifacts[0])
     from torch._dynamo.utils import counters  # NOTE: here, so a run that never compiles never imports Dynamo
 
     hits, misses = counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
