@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from corpus.core.atomic_write import atomic_path, write_atomically
-from corpus.core.cache import user_cache_home
+from corpus.core.cache import cache_folder
 from corpus.storage.objects import ObjectInfo, download, info
 from corpus.storage.paths import is_remote, local_form
 
@@ -43,8 +43,7 @@ _lock = threading.Lock()
 
 def cache_root() -> Path:
     """Where remote objects are cached on this node."""
-    explicit = os.environ.get("BLENDFORGE_OBJECT_CACHE_DIR")
-    return Path(explicit) if explicit else user_cache_home() / "objects"
+    return cache_folder("objects")
 
 
 def mirror_dir(url: str) -> Path:
