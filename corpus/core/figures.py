@@ -15,7 +15,7 @@ from typing import Any
 from corpus.core.atomic_write import atomic_path
 from corpus.core.disk import guard
 from corpus.core.errors import UserError
-from corpus.core.optional import missing
+from corpus.core.optional import install_hint, missing
 
 
 class PlotError(UserError):
@@ -26,7 +26,7 @@ def require_matplotlib(option: str) -> None:
     """Raise :class:`PlotError` naming ``option`` (what asked for the figure) and the install command when
     matplotlib is not importable."""
     if missing("matplotlib"):
-        raise PlotError(f"{option} needs matplotlib, which is not installed: pip install 'blendforge[plot]' "
+        raise PlotError(f"{option} needs matplotlib, which is not installed: {install_hint('matplotlib')} "
                         f"(or pip install matplotlib), or drop {option}")
 
 
