@@ -90,31 +90,9 @@ def _publish(temporary: Path, path: Path) -> None:
 
 def _naming(path: Path, temporary: Path, error: OSError) -> OSError:
     """``error`` naming ``path`` where it named the temporary file (the file a person asked for is ``path``)."""
-    if error.filename in (str(temporary), None) and error.errno is not None:
+    if error.filename == str(temporary) and error.errno is not None:
         return type(error)(error.errno, error.strerror, str(path))
     return error
-
-
-@contextlib.contextmanager
-def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
-    """An open file (``mode`` ``"wb"`` or ``"w"``, UTF-8) whose content becomes ``path`` when the block ends
-    without an exception, and is removed otherwise."""
-    if mode not in ("w", "wb"):
-        raise ValueError(f"atomic_file writes a new file: mode 'w' or 'wb', not {mode!r}")
-    path = Path(path)
-    temporary = _create_temporary(path)
-    try:
-        with open(temporary, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        _publish(temporary, path)
-    except OSError as error:
-        _discard(temporary)
-        raise _naming(path, temporary, error) from error
-    except BaseException:
-        _discard(temporary)
-        raise
 
 
 @contextlib.contextmanager
@@ -125,7 +103,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     temporary = _create_temporary(path)
     try:
         yield temporary
-        descriptor = os.open(temporary, os.O_RDONLY)  # the writer may have replaced the file: sync what is there
+        # NOTE: synced through a descriptor of its own: the writer's is closed by now, or was never ours (a library
+        # may even have replaced the file), and fsync makes the file's data durable whichever descriptor asks.
+        descriptor = os.open(temporary, os.O_RDONLY)
         try:
             os.fsync(descriptor)
         finally:
@@ -137,6 +117,17 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         _discard(temporary)
         raise
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
+    """An open file (``mode`` ``"wb"`` or ``"w"``, UTF-8) whose content becomes ``path`` when the block ends
+    without an exception, and is removed otherwise."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_file writes a new file: mode 'w' or 'wb', not {mode!r}")
+    with atomic_path(path) as temporary, open(temporary, mode, **({} if "b" in mode else {"encoding": "utf-8"})
+                                              ) as handle:
+        yield handle
 
 
 def write_atomically(path: str | os.PathLike, data: bytes | str) -> None:
