@@ -5,9 +5,9 @@ Every file written in one go goes through here: sidecars, the tokenize checkpoin
 figures, tokenizer verdicts, cached objects, compiled kernels, checkpoint trackers and ``run.json``, exports,
 metrics files. The steps, in this order:
 
-1. a temporary file beside the target, named for this process and a random token (``.<name>.<pid>.<token>.partial``)
-   and created exclusively, so two processes (or threads) writing the same file never share one; it gets the
-   umask's mode, as a file created under its final name would;
+1. a temporary file beside the target, named for this host, this process and a random token
+   (``.<name>.<host>.<pid>.<token>.partial``) and created exclusively, so two processes (or threads) writing the
+   same file never share one; it gets the umask's mode, as a file created under its final name would;
 2. the caller writes it (an open handle from :func:`atomic_file`, or its path from :func:`atomic_path` for a
    library that wants a file name: numpy, matplotlib, safetensors, a compiler, a download);
 3. flush and ``fsync``, so the rename cannot reach the disk before the data does;
@@ -15,14 +15,17 @@ metrics files. The steps, in this order:
 5. ``fsync`` of the folder, so the rename itself survives a power loss.
 
 Any failure on the way (an exception in the caller's block, a full disk, ``KeyboardInterrupt``) removes the temporary
-file and re-raises; the target keeps its old content. ``OSError``s of these steps name the target, not the temporary
-file; callers that write for a person wrap the call in :func:`corpus.core.disk.guard` to turn them into one line.
+file and re-raises; the target keeps its old content. A process killed outright (``kill -9``) cannot clean up: the
+next write of the same file on that host removes what dead processes left. ``OSError``s of these steps name the
+target, not the temporary file; callers that write for a person wrap the call in :func:`corpus.core.disk.guard` to
+turn them into one line.
 
 NOTE: not for files that grow while a run goes on and are checkpointed on the way (the ``.bin``/``.idx`` writer's
 ``*.partial`` files, the tokenize quarantine file, the metrics JSONL): a resumed run reopens and extends those, so
-their names must be fixed and known to the next run; they are published by one rename once complete, under their
-own protocol (``corpus/indexed/writer.py``). Folders published whole (index-map cache entries, checkpoints) fill a
-private folder and rename it: the files inside are never visible under a final name before the folder is.
+their names must be fixed and known to the next run. The token files are published by one rename once complete,
+under their own protocol (``corpus/indexed/writer.py``); the metrics JSONL is appended to, line by line. Folders
+published whole (index-map cache entries, checkpoints) fill a private folder and rename it: the files inside are
+never visible under a final name before the folder is.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import contextlib
 import errno
 import os
 import secrets
+import socket
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -39,9 +43,40 @@ from typing import IO, Iterator
 _FOLDER_SYNC_UNSUPPORTED = (errno.EINVAL, errno.EBADF, errno.ENOTSUP, errno.EACCES)
 
 
+def _owner_prefix(path: Path) -> str:
+    """The start of the temporary names this host's processes give ``path``."""
+    return f".{path.name}.{socket.gethostname()}."
+
+
 def temporary_name(path: Path) -> Path:
-    """A name beside ``path`` that no other process or call uses: this process's id and a random token."""
-    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
+    """A name beside ``path`` that no other process or call uses: this host, this process's id and a random
+    token (``.<name>.<host>.<pid>.<token>.partial``)."""
+    return path.with_name(f"{_owner_prefix(path)}{os.getpid()}.{secrets.token_hex(4)}.partial")
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _sweep_dead_writers(path: Path) -> None:
+    """Remove the temporary files of ``path`` left by processes of this host that died mid-write (``kill -9``),
+    so that a writer killed again and again does not pile them up. Other hosts' are left alone: their process ids
+    mean nothing here (a folder may be shared)."""
+    prefix = _owner_prefix(path)
+    try:
+        entries = [entry.name for entry in os.scandir(path.parent) if entry.name.startswith(prefix)]
+    except OSError:
+        return
+    for name in entries:
+        pid, _, rest = name[len(prefix):].partition(".")
+        if pid.isdigit() and rest.endswith(".partial") and not _is_running(int(pid)):
+            _discard(path.with_name(name))
 
 
 def _create_temporary(path: Path) -> Path:
@@ -111,6 +146,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         finally:
             os.close(descriptor)
         _publish(temporary, path)
+        _sweep_dead_writers(path)
     except OSError as error:
         _discard(temporary)
         raise _naming(path, temporary, error) from error

@@ -103,6 +103,30 @@ def test_two_processes_writing_the_same_file_never_collide_nor_show_half_a_file(
     assert seen
 
 
+_KILLED_MIDWAY = """
+import os, signal, sys
+from corpus.core.atomic_write import atomic_file
+with atomic_file(sys.argv[1]) as handle:
+    handle.write(b"half of the new state")
+    handle.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_what_a_killed_writer_left_is_removed_by_the_next_write_and_a_running_writers_file_is_kept(tmp_path):
+    target = tmp_path / "out.tokenize-state.json"
+    write_atomically(target, "old")
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    for _ in range(3):  # a run killed again and again mid-checkpoint
+        killed = subprocess.run([sys.executable, "-c", _KILLED_MIDWAY, str(target)], env=environment)
+        assert killed.returncode == -9
+    assert len(_entries(tmp_path)) == 4 and target.read_text() == "old"
+    running = atomic_write.temporary_name(target)  # this process's: as if another thread were writing it now
+    running.write_text("being written")
+    write_atomically(target, "new")
+    assert _entries(tmp_path) == sorted([running.name, target.name]) and target.read_text() == "new"
+
+
 def test_the_file_gets_the_umask_mode_like_any_new_file(tmp_path):
     mask = os.umask(0o027)
     try:
