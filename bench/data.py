@@ -29,6 +29,8 @@ from typing import Callable, Iterator
 
 import orjson
 
+from corpus.core.atomic_write import atomic_file
+
 CACHE = Path(__file__).resolve().parent / ".cache"
 MB = 1_000_000
 
@@ -164,15 +166,13 @@ def build(name: str) -> Path:
         return target
     sources, cap = CORPORA[name]
     CACHE.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".jsonl.partial")
     written = 0
-    with open(partial, "wb") as out:
+    with atomic_file(target) as out:
         for line in records(sources):
             if written + len(line) > cap:
                 break
             out.write(line)
             written += len(line)
-    partial.rename(target)
     print(f"{target}: {written / MB:.1f} MB")
     return target
 

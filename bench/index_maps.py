@@ -110,7 +110,7 @@ def main() -> None:
                                     args.seq_length)
     stamp = time.time_ns()  # a first process ever: no compiled C kernels and no numba cache yet
     first_process = {"NUMBA_CACHE_DIR": str(work / f"numba-{stamp}"),
-                     "BLENDFORGE_CACHE_DIR": str(work / f"kernels-{stamp}")}
+                     "BLENDFORGE_KERNEL_CACHE_DIR": str(work / f"kernels-{stamp}")}
     _fresh(work / "two-cache")
     first_ever = _run("ours", two, args.samples, first_process)
     rows = [("(a) 2 sources, cold, first process ever (kernels compile)", first_ever, None)]

@@ -25,6 +25,7 @@ from typing import Iterator
 import orjson
 
 from bench.data import CACHE, MB
+from corpus.core.atomic_write import atomic_file, write_atomically
 
 FOLDER = CACHE / "installed"
 EXTENSIONS = (".py", ".pyi", ".pyx", ".pxd", ".h", ".hh", ".hpp", ".inl", ".ipp", ".tcc", ".c", ".cc", ".cpp",
@@ -66,13 +67,11 @@ def records() -> Iterator[bytes]:
 
 
 def _write(target: Path, lines: Iterator[bytes]) -> int:
-    partial = target.with_name(target.name + ".partial")
     written = 0
-    with open(partial, "wb") as out:
+    with atomic_file(target) as out:
         for line in lines:
             out.write(line)
             written += len(line)
-    partial.rename(target)
     return written
 
 
@@ -91,7 +90,7 @@ def build(min_bytes: int) -> dict:
     facts = {"min_bytes": min_bytes, "unique_bytes": unique_bytes, "copies": copies,
              "scaled_bytes": scaled.stat().st_size, "records": sum(1 for _ in open(unique, "rb")),
              "zst_files": len(list((FOLDER / "zst").iterdir())), "roots": [str(root) for root in roots()]}
-    facts_file.write_text(json.dumps(facts, indent=1))
+    write_atomically(facts_file, json.dumps(facts, indent=1))  # last: it says the files above are complete
     return facts
 
 
@@ -107,10 +106,10 @@ def _write_zst(source: Path, folder: Path) -> None:
             held.append(line)
             size += len(line)
             if size >= ZST_FILE_BYTES:
-                (folder / f"{index:04d}.jsonl.zst").write_bytes(compressor.compress(b"".join(held)))
+                write_atomically(folder / f"{index:04d}.jsonl.zst", compressor.compress(b"".join(held)))
                 index, held, size = index + 1, [], 0
     if held:
-        (folder / f"{index:04d}.jsonl.zst").write_bytes(compressor.compress(b"".join(held)))
+        write_atomically(folder / f"{index:04d}.jsonl.zst", compressor.compress(b"".join(held)))
 
 
 def main() -> None:

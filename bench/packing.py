@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from corpus.core.atomic_write import atomic_file
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 CACHE = REPO / "bench" / ".cache"
@@ -65,15 +67,13 @@ def write_lengths(prefix: Path, lengths: np.ndarray) -> None:
     count = len(lengths)
     pointers = np.zeros(count, dtype=np.int64)
     np.cumsum(lengths[:-1].astype(np.int64) * 2, out=pointers[1:])
-    partial = prefix.with_name(prefix.name + ".idx.partial")
-    with open(partial, "wb") as handle:
+    with open(prefix.with_suffix(".bin"), "wb") as handle:
+        handle.truncate(int(lengths.sum(dtype=np.int64)) * 2)
+    with atomic_file(prefix.with_suffix(".idx")) as handle:  # last: the pair exists once its index does
         handle.write(b"MMIDIDX\x00\x00" + np.array([1], "<u8").tobytes() + bytes([8]))
         handle.write(np.array([count, count + 1], "<u8").tobytes())
         handle.write(lengths.astype("<i4").tobytes() + pointers.tobytes())
         handle.write(np.arange(count + 1, dtype="<i8").tobytes())
-    with open(prefix.with_suffix(".bin"), "wb") as handle:
-        handle.truncate(int(lengths.sum(dtype=np.int64)) * 2)
-    os.replace(partial, prefix.with_suffix(".idx"))
 
 
 def _worker_ours(blend: Path, samples: int) -> dict:

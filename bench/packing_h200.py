@@ -32,6 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench.step_records import steady_means  # noqa: E402
+from corpus.core.atomic_write import write_atomically  # noqa: E402
 
 DATA = REPO / "bench" / ".cache" / "h200"
 BLENDS = {"concat": "samples: {reset_attention_mask: true, reset_position_ids: true}\n",
@@ -180,8 +181,8 @@ def main() -> None:
                 results.update(PHASES[phase](args, blends, folder))
             except subprocess.TimeoutExpired as error:
                 results[phase] = {"failed": f"timed out after {error.timeout:.0f} s"}
-            (out / "packing_h200.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                                               "results": results}, indent=1))
+            write_atomically(out / "packing_h200.json", json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                                                    "results": results}, indent=1))
     table(results)
 
 

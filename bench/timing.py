@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from corpus.core.atomic_write import write_atomically
+
 
 def synchronize() -> None:
     """Wait for the GPU's queued work (nothing to wait for without CUDA)."""
@@ -116,7 +118,5 @@ def write_results(name: str, results: object) -> Path:
     """Every number of a benchmark as ``<results_folder()>/<name>.json`` (written whole, then renamed, so that a
     run killed at its time limit leaves the previous file, not half of one); returns its path."""
     target = results_folder() / f"{name}.json"
-    partial = target.with_suffix(".json.partial")
-    partial.write_text(json.dumps(results, indent=1, default=str))
-    partial.replace(target)
+    write_atomically(target, json.dumps(results, indent=1, default=str))
     return target

@@ -288,7 +288,7 @@ def main() -> None:
               else sorted(str(path) for path in (FOLDER / "zst").iterdir()))
     size = sum(os.path.getsize(path) for path in inputs) if args.case == "jsonl" else facts["scaled_bytes"]
     # NOTE: a cache folder of this run's own, filled by one small run first, as every run after a user's first.
-    os.environ["BLENDFORGE_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-scaling-cache-")
+    os.environ["BLENDFORGE_TOKENIZER_CHECKS_DIR"] = tempfile.mkdtemp(prefix="bench-scaling-checks-")
     cache_bytecode()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-scaling-", dir=FOLDER) as out:

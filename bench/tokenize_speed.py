@@ -201,14 +201,14 @@ def compare(family: str, corpus: str, methods: list[str], repeat: int = 1) -> di
 def startup_row(family: str) -> dict:
     """(c) twice on a one-document file, from an empty check cache: the first run's start-up (the check made)
     and the second's (the check cached), with its whole-process time."""
-    path, shared = one_document(), os.environ["BLENDFORGE_CACHE_DIR"]
+    path, shared = one_document(), os.environ["BLENDFORGE_TOKENIZER_CHECKS_DIR"]
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as out:
-        os.environ["BLENDFORGE_CACHE_DIR"] = f"{out}/cache"  # the first run checks cold, the second finds it
+        os.environ["BLENDFORGE_TOKENIZER_CHECKS_DIR"] = f"{out}/checks"  # the first checks cold, the second finds it
         try:
             first = run_child("c", family, path, out)
             second = run_child("c", family, path, out)
         finally:
-            os.environ["BLENDFORGE_CACHE_DIR"] = shared
+            os.environ["BLENDFORGE_TOKENIZER_CHECKS_DIR"] = shared
     row = {"family": family, "first_startup": first["startup"], "startup": second["startup"],
            "run": second["run_seconds"], "process": second["seconds"], "encoder": second["encoder"]}
     print(json.dumps(row), flush=True)
@@ -272,7 +272,7 @@ def main() -> None:
         return child_main(args)
     files()  # build the tokenizer files once, outside any timed process
     # NOTE: a cache folder of this run's own (children inherit it): the first run of each family checks cold.
-    os.environ["BLENDFORGE_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-tokenize-cache-")
+    os.environ["BLENDFORGE_TOKENIZER_CHECKS_DIR"] = tempfile.mkdtemp(prefix="bench-tokenize-checks-")
     corpora, scale = ([] if names == ["none"] else names for names in (args.corpora, args.scale_corpora))
     plan = [(f, c) for f in args.families for c in corpora] + [(args.families[0], c) for c in scale]
     rows = [compare(family, corpus, args.methods, args.repeat) for family, corpus in plan]

@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     args = parser.parse_args()
-    os.environ["BLENDFORGE_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-encoders-cache-")  # checks of its own
+    os.environ["BLENDFORGE_TOKENIZER_CHECKS_DIR"] = tempfile.mkdtemp(prefix="bench-encoders-checks-")  # its own
     texts = read_texts(args.input)
     megabytes = sum(len(text.encode("utf-8")) for text in texts) / 1e6
     rows, built = [], files()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from bench.data import CACHE
+from corpus.core.atomic_write import write_atomically
 
 FOLDER = CACHE / "tokenizer_families"
 
@@ -101,5 +102,5 @@ def files() -> dict:
         if built.exists():
             shutil.rmtree(built)
         built.mkdir()
-        index.write_text(json.dumps(asdict(build_tokenizer_files(built))))
+        write_atomically(index, json.dumps(asdict(build_tokenizer_files(built))))  # last: the files are complete
     return json.loads(index.read_text())

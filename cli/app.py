@@ -1,5 +1,7 @@
 """The command groups' shared behaviour: every :class:`~corpus.core.errors.UserError` a command raises is caught
-here, in one place, and printed as ``Error: <message>`` with exit status 1 — never a traceback."""
+here, in one place, and printed as ``Error: <message>`` with exit status 1 — never a traceback; so is a package
+missing that an extra of blendforge installs (torch for ``trainer run`` in a data-only install), with the pip
+command."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Callable
 import click
 
 from corpus.core.errors import UserError
+from corpus.core.optional import install_hint
 from corpus.indexed.sidecar import tool_version
 
 #: What every group of this project shows in ``--help``.
@@ -39,6 +42,12 @@ class Group(click.Group):
             return super().invoke(ctx)
         except UserError as error:
             raise click.ClickException(str(error)) from None
+        except ModuleNotFoundError as error:  # ``trainer run`` in a data-only install: name the extra to add
+            hint = install_hint(error.name or "")
+            if hint is None:
+                raise
+            raise click.ClickException(f"{ctx.info_name} {ctx.invoked_subcommand} needs {error.name.split('.')[0]}, "
+                                       f"which is not installed: {hint}") from None
 
 
 def version_option(program: str) -> Callable:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from corpus.core.cache import CACHE_FOLDERS
+
 REPO = Path(__file__).resolve().parents[1]
 
 # Real tokenizer files (tokenizer_files), megatron-core's tokenizers (megatron_tokenizer), and a real S3 server
@@ -123,11 +125,12 @@ def megatron_datasets(tmp_path_factory):
 
 @pytest.fixture(scope="session", autouse=True)
 def index_map_cache(tmp_path_factory):
-    """Keep index maps built by tests out of the user's cache (~/.cache/blendforge/index_maps):
-    every process the tests start inherits this $BLENDFORGE_CACHE_DIR."""
+    """Keep what tests build out of the user's caches (~/.cache/blendforge/…): every process the tests start
+    inherits these folders for index maps ($BLENDFORGE_CACHE_DIR, yielded), compiled kernels and tokenizer checks."""
     with pytest.MonkeyPatch.context() as patch:
-        folder = tmp_path_factory.mktemp("index_maps")
-        patch.setenv("BLENDFORGE_CACHE_DIR", str(folder))
+        for name in ("compiled_kernels", "tokenizer_checks", "index_maps"):
+            folder = tmp_path_factory.mktemp(name)
+            patch.setenv(CACHE_FOLDERS[name], str(folder))
         yield folder
 
 

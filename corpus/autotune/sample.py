@@ -15,6 +15,7 @@ from pathlib import Path
 import orjson
 
 from corpus import storage
+from corpus.core.atomic_write import atomic_file
 from corpus.readers import ColumnPayload, LinePayload, ReadOptions, expand_inputs, read_slices
 from corpus.tokenize.config import TokenizeConfig
 from corpus.tokenize.shards import Shard, plan_slices
@@ -51,7 +52,7 @@ def write_sample(config: TokenizeConfig, max_documents: int, path: Path) -> Samp
     documents = size = 0
     whole = True
     try:
-        with open(path, "wb") as out:
+        with atomic_file(path) as out:
             for batch in batches:
                 lines = _lines(batch.payload, config.json_keys)
                 if documents + len(lines) > max_documents:

@@ -26,7 +26,15 @@ import logging
 from typing import Iterator
 
 import numpy as np
-import torch
+
+from corpus.core.optional import install_hint
+
+try:
+    import torch
+except ModuleNotFoundError as error:  # a data-only install: say what to install, and what works without it
+    raise ModuleNotFoundError(f"{__name__} gives torch tensors and needs torch, which is not installed: "
+                              f"{install_hint('torch')}; corpus.blending.datasets.build_split_datasets gives the same "
+                              "samples as numpy arrays without it", name="torch") from error
 
 from corpus.blending.datasets import BlendDatasets, SampleCounts, SplitDataset, build_split_datasets
 from corpus.blending.resolve import ResolvedBlend

@@ -7,13 +7,13 @@ packing (``pack_best_fit``, ours: ``packing: best_fit``). Compiled with
 ``-ffp-contract=off`` so ``w * x - c`` never becomes an FMA (that would change which source wins a tie).
 
 Why C and not numba alone: numba costs ~0.2–0.4 s to import and ~0.3–0.45 s at the first call of a
-cached kernel in every new process, more than a cold 1,000-shard build itself. The library is built
-with the system C compiler (``$CC``, else ``cc``) into ``kernels/`` of the index-map cache folder the first time it is
-needed
-(~0.2 s), under a name that hashes the source, and renamed into place atomically, so concurrent
-processes never load a half-written file. ctypes releases the GIL during the calls, so sources still
-build in parallel threads. Without a working compiler the numba versions (``loops_numba``) are used
-and one line says so.
+cached kernel in every new process, more than a cold 1,000-shard build itself. Importing this module compiles
+and loads nothing: the loops are looked up on first use (:func:`kernels`), which happens where a map is first
+built (``corpus.blending.index_maps.prepare_kernels``). The first use on a machine builds the library with the
+system C compiler (``$CC``, else ``cc``; ~0.2 s, one log line) into the ``compiled_kernels`` cache folder
+(:mod:`corpus.core.cache`), under a name that hashes the source, written atomically so concurrent processes never
+load a half-written file; later uses load it. ctypes releases the GIL during the calls, so sources still build in
+parallel threads. Without a working compiler the numba versions (``loops_numba``) are used and one line says so.
 """
 
 from __future__ import annotations
@@ -25,12 +25,15 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 
-from corpus.core.cache import default_cache_dir
+from corpus.core.atomic_write import atomic_path
+from corpus.core.cache import cache_folder
 
 log = logging.getLogger(__name__)
 
@@ -237,28 +240,30 @@ _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
 
 
-def _cache_dir() -> Path:
-    return default_cache_dir() / "kernels"
+def library_path() -> Path:
+    """Where the compiled library of this source lives (its name hashes the source: an edit builds anew)."""
+    digest = hashlib.sha256(_C_SOURCE.encode()).hexdigest()[:16]
+    return cache_folder("compiled_kernels") / f"index-kernels-{digest}.so"
 
 
 def _compile(target: Path) -> None:
-    """Build the library into ``target`` (via a temporary name in the same folder, then rename)."""
+    """Build the library into ``target`` atomically, and say so in one line."""
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise OSError("no C compiler (cc/gcc) on PATH")
+    started = time.perf_counter()
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+    with tempfile.TemporaryDirectory() as scratch, atomic_path(target) as built:
         source = Path(scratch) / "kernels.c"
         source.write_text(_C_SOURCE)
-        built = Path(scratch) / target.name
         subprocess.run([compiler, "-O2", "-std=c99", "-ffp-contract=off", "-shared", "-fPIC", "-o", str(built),
                         str(source), "-lm"], check=True, capture_output=True, timeout=120)
-        os.replace(built, target)
+    log.info("index-map loops: compiled with %s into %s in %.1f s (once per machine)", compiler, target,
+             time.perf_counter() - started)
 
 
 def _load_c() -> ctypes.CDLL:
-    digest = hashlib.sha256(_C_SOURCE.encode()).hexdigest()[:16]
-    target = _cache_dir() / f"index-kernels-{digest}.so"
+    target = library_path()
     if not target.exists():
         _compile(target)
     library = ctypes.CDLL(str(target))
@@ -324,8 +329,24 @@ def _select() -> SimpleNamespace:
                                pack_best_fit=loops_numba.pack_best_fit)
 
 
-_KERNELS = _select()
-fill_sample_index = _KERNELS.fill_sample_index
-fill_blending_indices = _KERNELS.fill_blending_indices
-fill_exhaustive_blending_indices = _KERNELS.fill_exhaustive_blending_indices
-pack_best_fit = _KERNELS.pack_best_fit
+_kernels: SimpleNamespace | None = None
+_kernels_lock = threading.Lock()
+#: The loops this module offers (attributes resolved by :func:`__getattr__`).
+LOOPS = ("fill_sample_index", "fill_blending_indices", "fill_exhaustive_blending_indices", "pack_best_fit")
+
+
+def kernels() -> SimpleNamespace:
+    """The loops, chosen (and the C library built or loaded) at the first call in this process."""
+    global _kernels
+    with _kernels_lock:
+        if _kernels is None:
+            _kernels = _select()
+    return _kernels
+
+
+def __getattr__(name: str):
+    """``loops.fill_sample_index`` and the other :data:`LOOPS`, from :func:`kernels` on first access, so that
+    importing this module builds nothing."""
+    if name in LOOPS:
+        return getattr(kernels(), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -36,6 +36,8 @@ import yaml
 
 from corpus import storage
 from corpus.blending.index_maps import SPLIT_NAMES
+from corpus.core.atomic_write import write_atomically
+from corpus.core.disk import guard
 from corpus.core.errors import ConfigError, parse_key
 from corpus.core.typed_config import build, coerce, read_yaml
 from corpus.tokenizers.registry import FAMILIES, family_of
@@ -352,7 +354,5 @@ def blend_to_dict(config: BlendConfig) -> dict:
 def dump_blend(config: BlendConfig, path: str | os.PathLike) -> None:
     """Write ``config`` as a blend file (absolute paths), atomically. A blend made from
     ``--data-path`` saved this way is what ``corpus blend`` needs to reproduce a run's samples."""
-    target = Path(path)
-    partial = target.with_name(target.name + ".partial")
-    partial.write_text(yaml.safe_dump(blend_to_dict(config), sort_keys=False))
-    os.replace(partial, target)
+    with guard(path):
+        write_atomically(path, yaml.safe_dump(blend_to_dict(config), sort_keys=False))

@@ -12,9 +12,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from corpus.core.disk import OutputError, discard, guard
+from corpus.core.atomic_write import atomic_path
+from corpus.core.disk import OutputError, guard
 from corpus.core.errors import UserError
-from corpus.core.optional import missing
+from corpus.core.optional import install_hint, missing
 
 #: Resolution of every image written (dots per inch): a figure of W × H inches is W·DPI × H·DPI pixels.
 DPI = 120
@@ -30,7 +31,7 @@ def require_matplotlib(option: str) -> None:
     """Raise :class:`PlotError` naming ``option`` (what asked for the figure) and the install command when
     matplotlib is not importable."""
     if missing("matplotlib"):
-        raise PlotError(f"{option} needs matplotlib, which is not installed: pip install 'blendforge[plot]' "
+        raise PlotError(f"{option} needs matplotlib, which is not installed: {install_hint('matplotlib')} "
                         f"(or pip install matplotlib), or drop {option}")
 
 
@@ -60,13 +61,10 @@ def save_figure(figure: Any, path: str | os.PathLike, option: str) -> None:
     """Write ``figure`` to ``path`` (type from its suffix) atomically, making its folder if needed; a path that
     cannot be written is an :class:`~corpus.core.disk.OutputError` naming ``option``."""
     path = Path(path)
-    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
     try:
         with guard(path):
             path.parent.mkdir(parents=True, exist_ok=True)
-            figure.savefig(partial, format=path.suffix.lstrip(".").lower(), dpi=DPI)
-            os.replace(partial, path)
+            with atomic_path(path) as temporary:
+                figure.savefig(temporary, format=path.suffix.lstrip(".").lower(), dpi=DPI)
     except OutputError as error:
         raise error.for_command(option) from None
-    finally:
-        discard(partial)

@@ -2,7 +2,8 @@
 
 Every optional package (Triton, Transformer Engine, flash-attn, torchao, gigatoken, matplotlib) is imported only
 where it is used, after :func:`missing` said it can be: a caller that can do without it degrades and says why in
-one log line; one that cannot stops with an error naming what to install.
+one log line; one that cannot stops with an error naming what to install (:func:`install_hint`). torch is optional
+in the same sense: ``corpus`` never imports it, and a command or module that needs it names the extra.
 """
 
 from __future__ import annotations
@@ -31,3 +32,15 @@ def installed(module: str) -> bool:
     if module in sys.modules:
         return sys.modules[module] is not None
     return importlib.util.find_spec(module) is not None
+
+
+#: The pip extra that installs each package a whole command or module cannot do without (``corpus`` needs none:
+#: ``pip install blendforge`` is the data-only install; the trainer's stack is ``blendforge[train]``).
+EXTRAS: dict[str, str] = {"torch": "train", "safetensors": "train", "tensorboard": "train", "matplotlib": "plot"}
+
+
+def install_hint(module: str) -> str | None:
+    """``pip install 'blendforge[<extra>]'`` for ``module`` (dotted names by their package), None when no extra
+    of blendforge installs it."""
+    extra = EXTRAS.get(module.split(".")[0])
+    return f"pip install 'blendforge[{extra}]'" if extra else None

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from corpus import storage
-from corpus.core.disk import discard, guard
+from corpus.core.atomic_write import write_atomically
+from corpus.core.disk import guard
 from corpus.core.errors import UserError
 from corpus.storage import ObjectPath
 
@@ -105,16 +106,9 @@ def tool_version() -> str:
 def write(prefix: str | os.PathLike, meta: dict) -> None:
     """Atomically write the sidecar of ``prefix`` (an ``OutputError`` when the disk refuses)."""
     target = path_for(prefix)
-    partial = target.with_name(target.name + ".partial")
     document = {"tool": TOOL_NAME, "tool_version": tool_version(), **meta}
-    try:
-        with guard(partial):
-            with open(partial, "w") as handle:
-                handle.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
-            os.replace(partial, target)
-    except BaseException:
-        discard(partial)
-        raise
+    with guard(target):
+        write_atomically(target, json.dumps(document, indent=2, sort_keys=True) + "\n")
 
 
 def _shown(value: object) -> str:

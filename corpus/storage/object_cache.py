@@ -22,12 +22,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-from corpus.core.cache import user_cache_home
+from corpus.core.atomic_write import atomic_path, write_atomically
+from corpus.core.cache import cache_folder
 from corpus.storage.objects import ObjectInfo, download, info
 from corpus.storage.paths import is_remote, local_form
 
@@ -43,8 +43,7 @@ _lock = threading.Lock()
 
 def cache_root() -> Path:
     """Where remote objects are cached on this node."""
-    explicit = os.environ.get("BLENDFORGE_OBJECT_CACHE_DIR")
-    return Path(explicit) if explicit else user_cache_home() / "objects"
+    return cache_folder("objects")
 
 
 def mirror_dir(url: str) -> Path:
@@ -63,16 +62,13 @@ def object_dir(found: ObjectInfo) -> Path:
     folder = cache_root() / key
     if not folder.is_dir():
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "source").write_text(found.path + "\n")
+        write_atomically(folder / "source", found.path + "\n")
     return folder
 
 
 def store(target: Path, data: bytes) -> None:
     """Write ``data`` to ``target`` atomically (temporary name, then rename) and count it against the budget."""
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
-    with os.fdopen(handle, "wb") as out:
-        out.write(data)
-    os.replace(temporary, target)
+    write_atomically(target, data)
     note_written(len(data))
 
 
@@ -130,10 +126,8 @@ def local_file(path: str | os.PathLike) -> Path:
     while not (target.exists() and target.stat().st_size == found.size):
         if claim(target):
             try:
-                handle, temporary = tempfile.mkstemp(prefix=".whole-", dir=target.parent)
-                os.close(handle)
-                download(text, temporary)
-                os.replace(temporary, target)
+                with atomic_path(target) as temporary:
+                    download(text, temporary)
                 note_written(found.size)
             finally:
                 release(target)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
+from corpus.core.atomic_write import write_atomically
 from corpus.storage.errors import ObjectNotFound
 from corpus.storage.filesystems import call, filesystem
 from corpus.storage.paths import basename, has_magic, is_remote, local_form, parent, protocol_of
@@ -184,9 +185,7 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write a small file (through a temporary name) or object (a PUT is atomic)."""
     text = str(path)
     if not is_remote(text):
-        partial = Path(local_form(text) + ".partial")
-        partial.write_bytes(data)
-        os.replace(partial, local_form(text))
+        write_atomically(local_form(text), data)
         return
     client = s3_client(text)
     if client is not None:

@@ -11,20 +11,16 @@ disk with room for one shard's outputs.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 from pathlib import Path
 
+from corpus.core.cache import cache_folder
 from corpus.storage.paths import basename
 
 
 def staging_root() -> Path:
     """The folder holding every staging folder."""
-    explicit = os.environ.get("BLENDFORGE_STAGING_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "blendforge" / "staging"
+    return cache_folder("staging")
 
 
 def staging_prefix(url: str) -> str:

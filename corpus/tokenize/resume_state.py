@@ -12,10 +12,10 @@ silently mixing two runs. A checkpoint of an older layout is refused with the wa
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-from corpus.core.disk import discard, guard
+from corpus.core.atomic_write import write_atomically
+from corpus.core.disk import guard
 from corpus.core.errors import UserError
 from corpus.readers import ResumePoint
 
@@ -34,17 +34,8 @@ def state_path(prefix: str) -> Path:
 def save(prefix: str, state: dict) -> None:
     """Atomically replace the checkpoint (the previous one stays in place when the disk refuses the new one)."""
     target = state_path(prefix)
-    partial = target.with_name(target.name + ".partial")
-    try:
-        with guard(partial):
-            with open(partial, "w") as handle:
-                json.dump({"version": STATE_VERSION, **state}, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(partial, target)
-    except BaseException:
-        discard(partial)
-        raise
+    with guard(target):
+        write_atomically(target, json.dumps({"version": STATE_VERSION, **state}))
 
 
 def load(prefix: str) -> dict | None:

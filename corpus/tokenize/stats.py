@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corpus.core.disk import OutputError, discard, guard
+from corpus.core.atomic_write import write_atomically
+from corpus.core.disk import OutputError, guard
 
 
 @dataclass
@@ -140,12 +140,9 @@ def peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
 def write_stats_json(path: str, stats: RunStats) -> None:
     """Write ``--stats-json`` atomically."""
     target = Path(path)
-    partial = target.with_name(target.name + ".partial")
     try:
-        with guard(partial):
+        with guard(target):
             target.parent.mkdir(parents=True, exist_ok=True)
-            partial.write_text(json.dumps(stats.to_dict(), indent=2) + "\n")
-            os.replace(partial, target)
+            write_atomically(target, json.dumps(stats.to_dict(), indent=2) + "\n")
     except OutputError as error:
-        discard(partial)
         raise error.for_command("--stats-json") from None

@@ -15,6 +15,7 @@ import json
 import os
 from pathlib import Path
 
+from corpus.core.atomic_write import write_atomically
 from corpus.tokenizers.base import HuggingFaceForm, TextTokenizer
 from corpus.tokenizers.errors import NotExportable
 from corpus.tokenizers.registry import lookup
@@ -54,14 +55,11 @@ def tokenizer_config(form: HuggingFaceForm, tokenizer: TextTokenizer, max_length
 
 
 def write_tokenizer_files(tokenizer: TextTokenizer, directory: str | os.PathLike, max_length: int) -> list[str]:
-    """Write ``tokenizer`` into ``directory`` (made if missing) as :data:`FILES`, each under a temporary name, then
-    renamed; ``max_length``: the longest input the model takes. Raises :class:`NotExportable` before writing."""
+    """Write ``tokenizer`` into ``directory`` (made if missing) as :data:`FILES`, each atomically;
+    ``max_length``: the longest input the model takes. Raises :class:`NotExportable` before writing."""
     form = huggingface_form(tokenizer)
     contents = (form.tokenizer.to_str(), json.dumps(tokenizer_config(form, tokenizer, max_length), indent=2) + "\n")
     Path(directory).mkdir(parents=True, exist_ok=True)
     for name, text in zip(FILES, contents):
-        path = Path(directory) / name
-        partial = path.with_name(f".{name}.partial-{os.getpid()}")
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, path)
+        write_atomically(Path(directory) / name, text)
     return list(FILES)

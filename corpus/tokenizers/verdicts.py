@@ -2,12 +2,11 @@
 
 The check (:mod:`corpus.tokenizers.select`) depends only on the tokenizer, never on the input: its verdict,
 what gigatoken is built from and the reference's :class:`~corpus.tokenizers.gigatoken.Profile` are kept as
-``<key>.json`` and ``<key>.source`` (the bytes gigatoken reads) in ``tokenizer_checks/`` of the cache
-folder (:func:`corpus.core.cache.default_cache_dir`). The key is a sha256 of the tokenizer files' bytes, the
-options that change ids, the versions of gigatoken and of the reference library, and the source of this
-package (changed adapters or checks never reuse an old verdict). Entries are written under a temporary name
-and renamed; one that cannot be read or parsed, or whose source fails its sha256, is a miss; a cache folder
-that cannot be written only means the next run checks again.
+``<key>.json`` and ``<key>.source`` (the bytes gigatoken reads) in the ``tokenizer_checks`` cache folder
+(:mod:`corpus.core.cache`). The key is a sha256 of the tokenizer files' bytes, the options that change ids, the
+versions of gigatoken and of the reference library, and the source of this package (changed adapters or checks
+never reuse an old verdict). Entries are written atomically; one that cannot be read or parsed, or whose source
+fails its sha256, is a miss; a cache folder that cannot be written only means the next run checks again.
 """
 
 from __future__ import annotations
@@ -16,11 +15,10 @@ import functools
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 
-from corpus.core.cache import default_cache_dir
+from corpus.core.atomic_write import write_atomically
+from corpus.core.cache import cache_folder
 from corpus.indexed.sidecar import fingerprint_files
 from corpus.tokenizers.base import library_version
 from corpus.tokenizers.config import TokenizerConfig
@@ -28,14 +26,13 @@ from corpus.tokenizers.registry import lookup
 
 log = logging.getLogger(__name__)
 
-FOLDER = "tokenizer_checks"
 #: Config fields that locate files rather than change ids (the files' bytes are in the key instead).
 _LOCATIONS = ("model", "vocab_file", "merge_file", "encoder")
 
 
 def folder() -> Path:
-    """Where verdicts live (``tokenizer_checks/`` of the cache folder)."""
-    return default_cache_dir() / FOLDER
+    """Where verdicts live (the ``tokenizer_checks`` cache folder)."""
+    return cache_folder("tokenizer_checks")
 
 
 @functools.cache
@@ -75,18 +72,6 @@ def load(key: str) -> tuple[dict, bytes | None] | None:
     return verdict, source
 
 
-def _write(path: Path, data: bytes) -> None:
-    """``data`` into ``path`` under a temporary name, then renamed (a reader never sees half a file)."""
-    handle, partial = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".partial")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(partial, path)
-    except BaseException:
-        os.unlink(partial)
-        raise
-
-
 def store(key: str, verdict: dict, source: bytes | None) -> None:
     """Keep ``verdict`` (and the source gigatoken reads) under ``key``; a failure is logged, never raised."""
     base = folder() / key
@@ -94,7 +79,7 @@ def store(key: str, verdict: dict, source: bytes | None) -> None:
         base.parent.mkdir(parents=True, exist_ok=True)
         if source is not None:
             verdict = {**verdict, "source_sha256": hashlib.sha256(source).hexdigest()}
-            _write(base.with_suffix(".source"), source)  # first: a verdict never points at a missing source
-        _write(base.with_suffix(".json"), json.dumps(verdict, indent=1).encode())
+            write_atomically(base.with_suffix(".source"), source)  # first: a verdict never points at a missing source
+        write_atomically(base.with_suffix(".json"), json.dumps(verdict, indent=1).encode())
     except OSError as error:
         log.warning("cannot cache the tokenizer check in %s (%s): the next run checks again", base.parent, error)

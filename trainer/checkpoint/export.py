@@ -17,6 +17,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
+from corpus.core.atomic_write import atomic_path, write_atomically
 from corpus.core.disk import OutputError, guard
 from corpus.core.errors import ConfigError
 from corpus.tokenizers import TextTokenizer, TokenizerConfigError, build_tokenizer, config_from_record
@@ -96,9 +97,7 @@ def llama_config(model: GPT, info: dict, dtype: str) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    partial.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(partial, path)
+    write_atomically(path, json.dumps(data, indent=2) + "\n")
 
 
 def _umask() -> int:
@@ -108,15 +107,16 @@ def _umask() -> int:
 
 
 def _save_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    """``save_file`` with its I/O errors as an :class:`OutputError`, and the umask's mode like every other file
-    (safetensors writes a private temporary file, mode 0600, and renames it)."""
-    try:
-        save_file(tensors, str(path), metadata={"format": "pt"})
-    except SafetensorError as error:  # it carries the OS error only in its text: "... (os error 28) ..."
-        code = re.search(r"os error (\d+)", str(error))
-        number = int(code.group(1)) if code else errno.EIO
-        raise OutputError(path, OSError(number, os.strerror(number))) from None
-    os.chmod(path, 0o666 & ~_umask())
+    """``save_file`` into ``path``, atomically, with its I/O errors as an :class:`OutputError`, and the umask's
+    mode like every other file (safetensors writes a private temporary file, mode 0600, and renames it)."""
+    with atomic_path(path) as temporary:
+        try:
+            save_file(tensors, str(temporary), metadata={"format": "pt"})
+        except SafetensorError as error:  # it carries the OS error only in its text: "... (os error 28) ..."
+            code = re.search(r"os error (\d+)", str(error))
+            number = int(code.group(1)) if code else errno.EIO
+            raise OutputError(path, OSError(number, os.strerror(number))) from None
+        os.chmod(temporary, 0o666 & ~_umask())
 
 
 def _write_shards(tensors: dict[str, torch.Tensor], directory: Path) -> list[str]:
@@ -132,9 +132,7 @@ def _write_shards(tensors: dict[str, torch.Tensor], directory: Path) -> list[str
     names = (["model.safetensors"] if len(shards) == 1 else
              [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
     for name, shard in zip(names, shards):
-        partial = directory / f".{name}.partial-{os.getpid()}"
-        _save_safetensors(shard, partial)
-        os.replace(partial, directory / name)
+        _save_safetensors(shard, directory / name)
     if len(shards) > 1:
         weight_map = {tensor: name for name, shard in zip(names, shards) for tensor in shard}
         total = sum(t.nbytes for t in tensors.values())

@@ -30,6 +30,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
+from corpus.core.atomic_write import fsync_folder, write_atomically
 from corpus.core.disk import OutputError, free_bytes
 from trainer.errors import CheckpointError
 
@@ -61,23 +62,6 @@ def _dcp_call(function, state: dict, directory: Path) -> None:
     with warnings.catch_warnings():  # NOTE: one process needs no process group; DCP warns about that
         warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
         function(state, checkpoint_id=str(directory), no_dist=not dist.is_initialized())
-
-
-def _fsync_dir(directory: Path) -> None:
-    handle = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    with partial.open("w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(partial, path)
 
 
 def _is_writer() -> bool:
@@ -157,7 +141,7 @@ def _save_failed(root: Path, partial: Path, error: OSError, needed: int) -> Outp
 
 
 def _commit(root: Path, partial: Path, final: Path, iteration: int, info: dict, retain: int | None) -> None:
-    _write_atomically(partial / INFO, json.dumps({"iteration": iteration, **info}, indent=2, sort_keys=True) + "\n")
+    write_atomically(partial / INFO, json.dumps({"iteration": iteration, **info}, indent=2, sort_keys=True) + "\n")
     if final.exists():  # re-saving an iteration (a new run over an old folder): swap, then drop the old one
         replaced = root / f".{final.name}.replaced-{os.getpid()}"
         os.replace(final, replaced)
@@ -165,8 +149,8 @@ def _commit(root: Path, partial: Path, final: Path, iteration: int, info: dict, 
         shutil.rmtree(replaced)
     else:
         os.replace(partial, final)
-    _fsync_dir(root)
-    _write_atomically(root / TRACKER, f"{iteration}\n")
+    fsync_folder(root)
+    write_atomically(root / TRACKER, f"{iteration}\n")
     _prune(root, retain, keep=iteration)
 
 

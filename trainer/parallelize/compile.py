@@ -28,13 +28,13 @@ import contextlib
 import hashlib
 import importlib
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Iterator
 
 import torch
 
+from corpus.core.atomic_write import write_atomically
 from corpus.core.errors import ConfigError
 from trainer.model.fused_loss import compile_chunk_loss
 from trainer.model.gpt import GPT
@@ -150,9 +150,7 @@ def save_compiled(path: Path) -> None:
     if artifacts is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(artifacts[0])
-    os.replace(partial, path)
+    write_atomically(path, artifacts[0])
     hits, misses = _graph_counts()
     log.info("--compile-cache %s: written (%.1f MB); graphs so far: %d from a cache, %d compiled", path,
              len(artifacts[0]) / 1e6, hits, misses)

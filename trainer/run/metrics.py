@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from corpus.core.atomic_write import write_atomically
 from trainer.config.schema import LoggingConfig, ModelConfig
 
 log = logging.getLogger(__name__)
@@ -82,9 +83,7 @@ def trim_jsonl(path: Path, last_step: int) -> None:
             continue
         if record.get("step", math.inf) <= last_step:
             kept.append(line)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text("".join(line + "\n" for line in kept))
-    os.replace(partial, path)
+    write_atomically(path, "".join(line + "\n" for line in kept))
 
 
 def set_aside(path: Path) -> Path | None:

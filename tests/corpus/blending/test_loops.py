@@ -3,10 +3,15 @@ conformance test_blend_conformance checks end to end), and a machine without a c
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from corpus.blending import loops, loops_numba
+from tests.conftest import REPO
 
 
 @pytest.mark.parametrize("extra_token", [0, 1])
@@ -71,10 +76,38 @@ def test_wrong_dtype_is_refused() -> None:
 
 
 def test_no_compiler_falls_back_to_numba(tmp_path, monkeypatch, caplog) -> None:
-    monkeypatch.setenv("BLENDFORGE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("BLENDFORGE_KERNEL_CACHE_DIR", str(tmp_path / "compiled_kernels"))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     with caplog.at_level("INFO", logger="corpus.blending.loops"):
         kernels = loops._select()
     assert kernels.fill_sample_index is loops_numba.fill_sample_index
     assert "using numba" in caplog.text
-    assert not list((tmp_path / "kernels").glob("*.so"))
+    assert not list((tmp_path / "compiled_kernels").glob("*.so"))
+
+
+_FIRST_MAP = """
+import logging, sys
+from pathlib import Path
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s: %(message)s")
+import numpy as np
+import corpus.blending, corpus.blending.index_maps, corpus.blending.loops
+folder = Path(sys.argv[1])
+print("after import:", sorted(p.name for p in folder.iterdir()) if folder.exists() else "no folder")
+corpus.blending.index_maps.sample_index(np.ones(4, np.int32), np.arange(4, dtype=np.int32), 2, 4, 1)
+print("after a map:", sorted(p.name for p in folder.iterdir()))
+"""
+
+
+def test_importing_compiles_nothing_and_the_first_map_builds_the_kernels_once_in_their_own_folder(tmp_path):
+    folders = {name: tmp_path / name for name in ("compiled_kernels", "index_maps")}
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "BLENDFORGE_CACHE_DIR": str(folders["index_maps"]),
+                   "BLENDFORGE_KERNEL_CACHE_DIR": str(folders["compiled_kernels"])}
+    runs = [subprocess.run([sys.executable, "-c", _FIRST_MAP, str(folders["compiled_kernels"])], env=environment,
+                           capture_output=True, text=True, check=True).stdout for _ in range(2)]
+    library = loops.library_path().name
+    assert "after import: no folder" in runs[0] and f"after import: ['{library}']" in runs[1]
+    assert f"after a map: ['{library}']" in runs[0]
+    compiled = [line for line in runs[0].splitlines() if "compiled with" in line]
+    assert len(compiled) == 1 and str(folders["compiled_kernels"] / library) in compiled[0], runs[0]
+    assert "compiled with" not in runs[1]  # built once per machine, loaded since
+    assert not folders["index_maps"].exists()  # nothing of the kernels lands among the maps

@@ -90,17 +90,19 @@ class _FullDiskFile:
 
 class FullDisk:
     """``open`` for the writers' modules that fills up: once ``budget`` bytes were written to files whose name
-    ends with ``suffix``, the next write to such a file raises ``OSError(ENOSPC)``, as a full disk does. The
-    same for root (CI) as for anyone: no mount, no chmod."""
+    ends with ``suffix`` (or, for a file written whole, whose temporary name holds that: ``.x.meta.json.<pid>.…``),
+    the next write to such a file raises ``OSError(ENOSPC)``, as a full disk does. The same for root (CI) as for
+    anyone: no mount, no chmod."""
 
-    MODULES = ("corpus.indexed.writer", "corpus.indexed.partial_files", "corpus.indexed.sidecar",
-               "corpus.tokenize.outputs", "corpus.tokenize.resume_state")
+    MODULES = ("corpus.indexed.writer", "corpus.indexed.partial_files", "corpus.core.atomic_write",
+               "corpus.tokenize.outputs")
 
     def __init__(self, suffix: str, budget: int) -> None:
         self.suffix, self.budget, self.failures = suffix, budget, 0
 
     def spend(self, name: str, size: int) -> None:
-        if str(name).endswith(self.suffix):
+        name = Path(name).name
+        if name.endswith(self.suffix) or name.startswith(".") and f"{self.suffix}." in name:
             if size > self.budget:
                 self.failures += 1
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

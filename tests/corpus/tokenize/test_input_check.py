@@ -24,7 +24,7 @@ PLANTED = "a record the fast encoder gets wrong"
 @pytest.fixture(autouse=True)
 def own_checks(tmp_path, monkeypatch):
     """A cache folder of this test's own (the spawned reference process inherits it)."""
-    monkeypatch.setenv("BLENDFORGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("BLENDFORGE_TOKENIZER_CHECKS_DIR", str(tmp_path / "cache"))
 
 
 def _plant_a_difference(monkeypatch) -> None:

@@ -89,7 +89,7 @@ def test_a_crash_while_renaming_outputs_into_place_resumes(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("suffix, share", [(".bin.partial", 0.5), (".lengths.partial", 0.5), (".idx.partial", 0),
-                                           (".meta.json.partial", 0)])
+                                           (".meta.json", 0)])
 def test_a_full_disk_is_one_line_naming_the_file_and_resume_completes(tmp_path, monkeypatch, uninterrupted, suffix,
                                                                       share):
     """The disk fills up while writing tokens, a spill buffer, the index or the sidecar: one line naming the file,

@@ -39,7 +39,7 @@ HARD_CASES = [
 def fresh_tokenizer_checks(tmp_path, monkeypatch):
     """Each test starts with no cached encoder check (its own cache folder): what a test plants or patches
     never reaches another test's verdict."""
-    monkeypatch.setenv("BLENDFORGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("BLENDFORGE_TOKENIZER_CHECKS_DIR", str(tmp_path / "tokenizer_checks"))
 
 
 def _documents(name: str, limit: int, max_chars: int) -> list[str]:

@@ -80,7 +80,7 @@ def test_a_cache_folder_that_cannot_be_written_only_costs_the_check(tokenizer_fi
                                                                    reference_builds, caplog):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the cache folder should be")
-    monkeypatch.setenv("BLENDFORGE_CACHE_DIR", str(blocker))
+    monkeypatch.setenv("BLENDFORGE_TOKENIZER_CHECKS_DIR", str(blocker))
     config = TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.sample_json)
     for _ in range(2):
         tokenizer, _ = select_encoder(config)
@@ -97,3 +97,13 @@ def test_a_recorded_difference_sends_later_runs_to_the_reference(tokenizer_files
     assert reason.endswith("(fallback: gigatoken ids differed from the reference library at a.jsonl:3; cached check)")
     with pytest.raises(TokenizerConfigError, match="--encoder gigatoken: gigatoken ids differed"):
         select_encoder(config.replace(encoder="gigatoken"))
+
+
+def test_verdicts_live_in_a_cache_folder_of_their_own(tokenizer_files, tmp_path, monkeypatch):
+    """By default ~/.cache/blendforge/tokenizer_checks ($XDG_CACHE_HOME here), never among the index maps."""
+    monkeypatch.delenv("BLENDFORGE_TOKENIZER_CHECKS_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("BLENDFORGE_CACHE_DIR", str(tmp_path / "index_maps"))
+    select_encoder(TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.sample_json))
+    assert list((tmp_path / "xdg" / "blendforge" / "tokenizer_checks").glob("*.json"))
+    assert not (tmp_path / "index_maps").exists()

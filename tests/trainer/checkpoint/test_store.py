@@ -81,7 +81,7 @@ def _train_until_killed(target: str, nth: int, overrides: dict) -> None:
     from torch.distributed.checkpoint.filesystem import FileSystemWriter
 
     torch.set_num_threads(1)
-    owner, name = {"dcp_write": (FileSystemWriter, "write_data"), "json": (checkpoint, "_write_atomically"),
+    owner, name = {"dcp_write": (FileSystemWriter, "write_data"), "json": (checkpoint, "write_atomically"),
                    "prune": (checkpoint.shutil, "rmtree")}[target]
     original, calls = getattr(owner, name), []
 
