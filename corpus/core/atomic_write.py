@@ -117,10 +117,11 @@ def _discard(temporary: Path) -> None:
         pass
 
 
-def _publish(temporary: Path, path: Path) -> None:
-    """Rename the complete, synced ``temporary`` over ``path`` and make the rename durable."""
+def _publish(temporary: Path, path: Path, durable: bool) -> None:
+    """Rename the complete ``temporary`` over ``path`` (and make the rename durable)."""
     os.replace(temporary, path)
-    fsync_folder(path.parent)
+    if durable:
+        fsync_folder(path.parent)
 
 
 def _naming(path: Path, temporary: Path, error: OSError) -> OSError:
@@ -131,21 +132,27 @@ def _naming(path: Path, temporary: Path, error: OSError) -> OSError:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, durable: bool = True) -> Iterator[Path]:
     """The path of a fresh, empty temporary file for a writer that takes a file name; when the block ends without
-    an exception, whatever was written there is synced and becomes ``path``; otherwise it is removed."""
+    an exception, whatever was written there is synced and becomes ``path``; otherwise it is removed.
+
+    ``durable=False`` leaves out both fsyncs (steps 3 and 5): the file is still never seen half-written by another
+    process, but a power loss may leave it missing or empty. Only for a record whose reader takes a missing or
+    unreadable one as absent and redoes the work it stood for (a tokenize part's record of being done): at a few
+    tens of milliseconds an fsync on a busy disk, many such records cost more than the work they would save."""
     path = Path(path)
     temporary = _create_temporary(path)
     try:
         yield temporary
-        # NOTE: synced through a descriptor of its own: the writer's is closed by now, or was never ours (a library
-        # may even have replaced the file), and fsync makes the file's data durable whichever descriptor asks.
-        descriptor = os.open(temporary, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-        _publish(temporary, path)
+        if durable:
+            # NOTE: synced through a descriptor of its own: the writer's is closed by now, or was never ours (a
+            # library may even have replaced the file), and fsync makes the file's data durable whichever asks.
+            descriptor = os.open(temporary, os.O_RDONLY)
+            try:
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+        _publish(temporary, path, durable)
         _sweep_dead_writers(path)
     except OSError as error:
         _discard(temporary)
@@ -156,17 +163,17 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
+def atomic_file(path: str | os.PathLike, mode: str = "wb", durable: bool = True) -> Iterator[IO]:
     """An open file (``mode`` ``"wb"`` or ``"w"``, UTF-8) whose content becomes ``path`` when the block ends
-    without an exception, and is removed otherwise."""
+    without an exception, and is removed otherwise (``durable``: see :func:`atomic_path`)."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_file writes a new file: mode 'w' or 'wb', not {mode!r}")
-    with atomic_path(path) as temporary, open(temporary, mode, **({} if "b" in mode else {"encoding": "utf-8"})
-                                              ) as handle:
+    with atomic_path(path, durable) as temporary, open(temporary, mode, **({} if "b" in mode else
+                                                                           {"encoding": "utf-8"})) as handle:
         yield handle
 
 
-def write_atomically(path: str | os.PathLike, data: bytes | str) -> None:
-    """Write ``data`` (text is written as UTF-8) to ``path`` atomically."""
-    with atomic_file(path, "w" if isinstance(data, str) else "wb") as handle:
+def write_atomically(path: str | os.PathLike, data: bytes | str, durable: bool = True) -> None:
+    """Write ``data`` (text is written as UTF-8) to ``path`` atomically (``durable``: see :func:`atomic_path`)."""
+    with atomic_file(path, "w" if isinstance(data, str) else "wb", durable) as handle:
         handle.write(data)

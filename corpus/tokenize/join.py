@@ -3,9 +3,11 @@
 A thread appends each finished part to the run's outputs as soon as every part before it is in: the ``.bin`` by the
 kernel (:mod:`corpus.indexed.append`), lengths as they are, document indices shifted, the skipped-records list with
 line numbers made whole (a part cut inside a JSONL file numbers its lines from the cut; the joiner knows how many
-lines came before, from the parts before it). Every ``--checkpoint-interval`` it makes the outputs durable, records
-how many parts are in (the run's checkpoint), and only then deletes those parts' files: a run resumed after a crash
-reopens the outputs there and joins the rest again.
+lines came before, from the parts before it). A part's files are deleted as soon as it is joined (its ``.bin`` is
+still being copied from the descriptor the copy holds open), so the parts never take much more disk than the parts
+being written, and nothing is left to delete at the end. Every ``--checkpoint-interval`` the joiner makes the outputs
+durable and records how many parts are in (the run's checkpoint): a run resumed after a crash reopens the outputs
+there, writes again the parts joined after it (their files are gone) and joins the rest.
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ def remove_parts(stage: str) -> None:
     shutil.rmtree(parts_folder(stage), ignore_errors=True)
 
 
+def remove_part(stage: str, index: int) -> None:
+    """Delete every file of part ``index`` (its outputs and its checkpoint)."""
+    for path in parts_folder(stage).glob(f"{index:05d}[._]*"):
+        path.unlink(missing_ok=True)
+
+
 class Joiner:
     """Appends finished parts to ``outputs`` in order, in a thread (see the module docstring)."""
 
@@ -50,7 +58,6 @@ class Joiner:
         """Per JSONL file, the number of the last line joined so far."""
         self.peak_rss_kb = 0
         self._finished: dict[int, PartResult] = {}
-        self._unsaved: list[int] = []
         self._last_checkpoint = time.monotonic()
         self._wake = threading.Condition()
         self._stopping = False
@@ -96,19 +103,15 @@ class Joiner:
         self.counters = self.counters.plus(result.counters)
         self.peak_rss_kb = max(self.peak_rss_kb, result.peak_rss_kb)
         self.joined += 1
-        self._unsaved.append(part.index)
+        remove_part(self.stage, part.index)
 
     def record(self) -> dict:
         """The run's checkpoint fields the joiner owns."""
         return {"joined": self.joined, "counters": self.counters.to_dict(), "line_ends": self.line_ends}
 
     def checkpoint(self, phase: str = "running") -> None:
-        """Make the outputs durable, record the run's progress, then delete the parts joined since the last time."""
+        """Make the outputs durable, then record the run's progress."""
         self.save({"phase": phase, **self.record(), **self.outputs.checkpoint()})
-        for index in self._unsaved:
-            for path in parts_folder(self.stage).glob(f"{index:05d}[._]*"):
-                path.unlink(missing_ok=True)
-        self._unsaved.clear()
         self._last_checkpoint = time.monotonic()
 
     def raise_error(self) -> None:

@@ -163,9 +163,8 @@ def encoded_batches(task: PartTask, encoder: BatchEncoder, state: dict | None
 
 
 def write_part(writing: PartWriting, encoder: BatchEncoder, state: dict | None, report: Report | None = None) -> None:
-    """Read, encode and write the part from ``state`` on (a fresh part when None)."""
-    if state is None:
-        writing.checkpoint({"slice_index": 0})
+    """Read, encode and write the part from ``state`` on (a fresh part when None: a part stopped before its first
+    checkpoint has none, and is written from the start again)."""
     for batch, result in encoded_batches(writing.task, encoder, state):
         writing.consume(batch, result)
         if report:
@@ -189,7 +188,7 @@ def run_part(task: PartTask, encoder: BatchEncoder, report: Report | None = None
     """Write one part of a run of several into its own files (continuing from its checkpoint when it has one) and
     mark it done; a part found done already is not written again. Its files stay under their partial names for
     the join."""
-    state = checkpoints.load(task.prefix)
+    state = _part_state(task)
     if state is not None and state["phase"] == "done":
         result = PartResult.from_record(state["result"])
         if intact(task.prefix, result.outputs):
@@ -208,7 +207,19 @@ def run_part(task: PartTask, encoder: BatchEncoder, report: Report | None = None
         outputs.close()
         raise
     result = writing.hand_over()
-    # NOTE: the files are not synced: a killed process leaves them in the page cache, and the run checks the checksums
-    # recorded here before it joins a part done before a resume, which catches a machine that went down.
-    checkpoints.save(task.prefix, {"phase": "done", "result": result.record()})
+    # NOTE: neither the files nor this record are synced (a part takes seconds; fsyncs on a busy disk would add a
+    # good share of that): a killed process leaves them in the page cache, and after a machine that went down the
+    # run finds the record missing or unreadable, or the files' checksums changed, and writes the part again.
+    checkpoints.save(task.prefix, {"phase": "done", "result": result.record()}, durable=False)
     return result
+
+
+def _part_state(task: PartTask) -> dict | None:
+    """The part's checkpoint, or None to write it from the start (none yet, or one a machine going down left
+    unreadable: its record of being done is not synced)."""
+    try:
+        return checkpoints.load(task.prefix)
+    except checkpoints.ResumeError:
+        log.warning("part %d of %s: its checkpoint %s is unreadable (the machine went down?); writing the part "
+                    "again", task.part.index, task.run_prefix, checkpoints.state_path(task.prefix))
+        return None

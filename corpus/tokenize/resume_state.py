@@ -31,11 +31,12 @@ def state_path(prefix: str) -> Path:
     return Path(f"{prefix}.tokenize-state.json")
 
 
-def save(prefix: str, state: dict) -> None:
-    """Atomically replace the checkpoint (the previous one stays in place when the disk refuses the new one)."""
+def save(prefix: str, state: dict, durable: bool = True) -> None:
+    """Atomically replace the checkpoint (the previous one stays in place when the disk refuses the new one);
+    ``durable=False``: not synced (see :func:`corpus.core.atomic_write.atomic_path`)."""
     target = state_path(prefix)
     with guard(target):
-        write_atomically(target, json.dumps({"version": STATE_VERSION, **state}))
+        write_atomically(target, json.dumps({"version": STATE_VERSION, **state}), durable)
 
 
 def load(prefix: str) -> dict | None:

@@ -22,7 +22,7 @@ from corpus.core.errors import UserError
 from corpus.indexed.append import file_tree_digest
 from corpus.tokenize import resume_state
 from corpus.tokenize.executor import WorkerDied
-from corpus.tokenize.join import parts_folder
+from corpus.tokenize.join import Joiner, parts_folder
 from corpus.tokenize.parallel import _Run
 from corpus.tokenize.run import BadRecordError, tokenize
 from tests.conftest import REPO
@@ -169,14 +169,17 @@ def joined(prefix: Path) -> int:
 
 
 def parts_in_phase(prefix: Path, phase: str) -> int:
-    """How many parts' checkpoints are in ``phase`` (``running``, ``done``)."""
-    found = 0
+    """How many parts are ``running`` (being written: files but no record of being done) or ``done``."""
+    done, started = set(), set()
     for path in parts_folder(str(prefix)).glob("*.tokenize-state.json"):
         try:
-            found += json.loads(path.read_text())["phase"] == phase
+            if json.loads(path.read_text())["phase"] == "done":
+                done.add(path.name[:5])
         except (OSError, ValueError):
             pass
-    return found
+    for path in parts_folder(str(prefix)).glob("*.bin.partial"):
+        started.add(path.name[:5])
+    return len(done) if phase == "done" else len(started - done)
 
 
 @pytest.fixture(scope="module")
@@ -244,27 +247,32 @@ def test_a_full_disk_in_a_run_of_parts_is_one_line_and_resume_completes(tmp_path
     assert output_bytes(tmp_path / "out", KEYS) == expected
 
 
-def interrupted_once(tmp_path: Path, inputs: list[Path], phase: str, parts: int):
-    """A run of parts stopped (Ctrl-C) once ``parts`` parts' checkpoints are in ``phase``, joining nothing meanwhile;
-    returns its config."""
+def interrupted_once(tmp_path: Path, inputs: list[Path], phase: str, parts: int, checkpoint_interval: float = 3600):
+    """A run of parts stopped (Ctrl-C) once ``parts`` parts are in ``phase`` (see :func:`parts_in_phase`), joining
+    none of them (a joined part's files are deleted); with the default ``checkpoint_interval`` no part records a
+    running checkpoint. Returns its config."""
     run = config(tmp_path, inputs, json_keys=KEYS, workers=3, min_part_bytes=SMALL_PARTS, on_error="skip",
-                 checkpoint_interval=3600)
+                 checkpoint_interval=checkpoint_interval)
 
     def stop(counters, rss_kb) -> None:
         if parts_in_phase(tmp_path / "out", phase) >= parts:
             raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        patch.setattr(Joiner, "offer", lambda self, index, result: None)
         tokenize(run, on_batch=stop)
     return run
 
 
 def test_a_part_that_cannot_resume_stops_the_run_with_its_own_message(tmp_path, killed_inputs):
     """A worker's error whose class cannot be rebuilt from a pickle still reaches the run, message and all."""
-    run = interrupted_once(tmp_path, killed_inputs[0], "running", 2)
+    run = interrupted_once(tmp_path, killed_inputs[0], "running", 2, checkpoint_interval=0)
     for state in parts_folder(str(tmp_path / "out")).glob("*.tokenize-state.json"):
         if json.loads(state.read_text())["phase"] == "running":
             Path(str(state).replace(".tokenize-state.json", "_text_document.bin.partial")).unlink()
+            break
+    else:
+        raise AssertionError("no part recorded a running checkpoint")
     with pytest.raises(UserError, match=r"_text_document\.bin\.partial: cannot resume: this partial file is missing"):
         tokenize(run.replace(resume=True))
 
@@ -274,9 +282,42 @@ def test_a_done_part_damaged_before_the_resume_is_written_again(tmp_path, killed
     cache reached the disk) is written again, not joined."""
     expected = killed_inputs[1]
     run = interrupted_once(tmp_path, killed_inputs[0], "done", 3)
-    damaged = sorted(parts_folder(str(tmp_path / "out")).glob("*_text_document.bin.partial"))[0]
+    done = [Path(str(state).replace(".tokenize-state.json", "_text_document.bin.partial"))
+            for state in parts_folder(str(tmp_path / "out")).glob("*.tokenize-state.json")
+            if json.loads(state.read_text())["phase"] == "done"]
+    damaged = max(done, key=lambda path: path.stat().st_size)  # a part of bad records only has no tokens
     data = bytearray(damaged.read_bytes())
     data[len(data) // 2] ^= 0xFF
     damaged.write_bytes(bytes(data))
     tokenize(run.replace(resume=True))
     assert output_bytes(tmp_path / "out", KEYS) == expected
+
+
+def test_a_part_is_deleted_as_soon_as_it_is_joined(tmp_path, killed_inputs, monkeypatch):
+    """The parts never take much more disk than those being written: each goes once its bytes are in the outputs,
+    not at the next checkpoint (here never) or the end."""
+    joins, left = [], []
+    original = Joiner._join
+
+    def join_and_look(self, part, result) -> None:
+        original(self, part, result)
+        joins.append(part.index)
+        left.extend(parts_folder(self.stage).glob(f"{part.index:05d}[._]*"))
+
+    monkeypatch.setattr(Joiner, "_join", join_and_look)
+    inputs, expected, _ = killed_inputs
+    tokenize(config(tmp_path, inputs, json_keys=KEYS, workers=3, min_part_bytes=SMALL_PARTS, on_error="skip",
+                    checkpoint_interval=3600))
+    assert len(joins) > 2 and left == []
+    assert output_bytes(tmp_path / "out", KEYS) == expected
+
+
+def test_an_unreadable_record_of_a_done_part_means_writing_it_again(tmp_path, killed_inputs, caplog):
+    """A part's record of being done is not synced: a machine that goes down may leave it empty."""
+    run = interrupted_once(tmp_path, killed_inputs[0], "done", 2)
+    record = next(state for state in parts_folder(str(tmp_path / "out")).glob("*.tokenize-state.json")
+                  if json.loads(state.read_text())["phase"] == "done")
+    record.write_text("")
+    tokenize(run.replace(resume=True))
+    assert output_bytes(tmp_path / "out", KEYS) == killed_inputs[1]
+    assert f"its checkpoint {record} is unreadable (the machine went down?); writing the part again" in caplog.text
