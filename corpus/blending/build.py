@@ -2,7 +2,8 @@
 
 One cache entry per source split (``gpt-…``: document, sample and shuffle index; ``packed-…`` with
 ``packing: best_fit``, see :mod:`corpus.blending.packing`) and one per
-blended split (``blend-…``: source and sample-within-source of every blended sample). Keys hold
+blended split (``blend-…``: source and sample-within-source of every blended sample; a weight schedule's
+phases, as laid over the split, are in its key). Keys hold
 everything that changes the arrays, including what megatron-core forgets to hash
 (``add_extra_token_to_sequence``, the surplus, the drop-last rule) and the content digest of
 every ``.idx`` (so a copied dataset hits the cache and a rewritten one misses it).
@@ -76,11 +77,17 @@ def member_entry(resolved: ResolvedBlend, member: MemberPlan, split: str) -> Ent
 
 
 def _blend_entry(resolved: ResolvedBlend, plan: SplitPlan, member_keys: list[str], lengths: list[int]) -> Entry:
-    key = cache_key({"kind": "blend", "version": MAPS_VERSION, "members": member_keys, "mode": plan.mode,
-                     "weights": plan.blend_weights, "size": plan.size})
+    schedule = plan.schedule
+    material = {"kind": "blend", "version": MAPS_VERSION, "members": member_keys, "mode": plan.mode,
+                "weights": plan.blend_weights, "size": plan.size}
+    if schedule is not None:
+        material["schedule"] = schedule.describe()
+    key = cache_key(material)
 
     def build() -> tuple[dict[str, np.ndarray], dict]:
-        if plan.blend_weights is None:
+        if schedule is not None:
+            index, sample, counts = maps.scheduled_blending_indices(schedule.start, schedule.end, schedule.bounds)
+        elif plan.blend_weights is None:
             index, sample, counts = maps.exhaustive_blending_indices(lengths)
         else:
             index, sample, counts = maps.blending_indices(list(plan.blend_weights), plan.size)

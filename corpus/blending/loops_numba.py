@@ -74,6 +74,36 @@ def fill_blending_indices(weights, dataset_index, dataset_sample_index):  # prag
 
 
 @numba.njit(cache=True, nogil=True)
+def fill_scheduled_blending_indices(start, end, bounds, dataset_index, dataset_sample_index):  # pragma: no cover
+    """A weight schedule's blend: Megatron's greedy rule in each phase against the phase's expected draws
+    ``a*s + (b - a)*s*s/(2L)`` (see ``corpus.blending.schedule``), the same operations as the C library's."""
+    num_phases, num_datasets = start.shape
+    counts = np.zeros(num_datasets, dtype=np.int64)
+    phase_counts = np.zeros(num_datasets, dtype=np.int64)
+    for phase in range(num_phases):
+        first, length = bounds[phase], bounds[phase + 1] - bounds[phase]
+        span = 2.0 * float(length)
+        phase_counts[:] = 0
+        for taken in range(length):
+            scale = max(float(taken), 1.0)
+            best = 0
+            best_error = (start[phase, 0] * scale + (end[phase, 0] - start[phase, 0]) * scale * scale / span
+                          - float(phase_counts[0]))
+            for dataset in range(1, num_datasets):
+                error = (start[phase, dataset] * scale
+                         + (end[phase, dataset] - start[phase, dataset]) * scale * scale / span
+                         - float(phase_counts[dataset]))
+                if error > best_error:
+                    best_error = error
+                    best = dataset
+            dataset_index[first + taken] = best
+            dataset_sample_index[first + taken] = counts[best]
+            counts[best] += 1
+            phase_counts[best] += 1
+    return counts
+
+
+@numba.njit(cache=True, nogil=True)
 def fill_exhaustive_blending_indices(sizes, dataset_index, dataset_sample_index):  # pragma: no cover - compiled
     """Megatron's exhaustive blend: exactly ``sizes[d]`` samples of each dataset, interleaved by
     the same greedy rule among the datasets not yet spent (visited in ascending order)."""
