@@ -104,7 +104,8 @@ def build_run(config: TrainConfig) -> Run:
     run = Run(config, parallel, precision, data, engine,
               build_optimizer(engine.reducer.optimizer_parameters(), config.optim, device), schedule,
               flops_per_token(model_config, counts["matmul"], data.seq_length), peak,
-              telemetry=SourceTelemetry(data.source_names, data.source_weights) if num_sources else None)
+              telemetry=(SourceTelemetry(data.source_names, data.source_weights, data.schedule) if num_sources
+                         else None))
     fp8.parts.attach_optimizer(run.optimizer)
     _log_choices(run, vocab, counts, compiled, peak_note)
     if config.model.compile_cache and not compiled:

@@ -30,6 +30,7 @@ from corpus.blending.index_maps import normalize
 from corpus.blending.loader import BlendLoader, build_datasets
 from corpus.blending.resolve import ResolvedBlend, resolve_blend, tokenizer_config
 from corpus.blending.samples import make_batch
+from corpus.blending.schedule import WeightSchedule
 from corpus.blending.schema import (
     BlendConfig,
     BlendError,
@@ -84,6 +85,8 @@ class TrainData:
     """Each source's fixed validation samples, alone (``--eval-samples-per-source``)."""
     source_valid_samples: int = 0
     """How many of them each evaluation reads (whole global batches)."""
+    schedule: WeightSchedule | None = None
+    """The train split's weight schedule, laid over the run's train samples (None: fixed weights)."""
 
 
 @dataclass
@@ -288,15 +291,17 @@ def build_data(config: TrainConfig, opened: OpenedData, parallel: ParallelState,
                                              [split for split, loader in loaders.items() if loader is not None]),
                      document_masked=opened.document_masked, source_names=blend.source_names(),
                      source_weights=train_weights(blend), source_valid=source_valid,
-                     source_valid_samples=wanted if source_valid else 0)
+                     source_valid_samples=wanted if source_valid else 0,
+                     schedule=built.train.plan.schedule if built.train is not None else None)
 
 
 def train_weights(blend: BlendConfig) -> tuple[float | None, ...]:
-    """Each of ``blend.source_names()``'s normalised weight in the train split (None where it has none)."""
-    sources = blend.split_sources("train")
-    if not sources or sources[0].weight is None:
+    """Each of ``blend.source_names()``'s normalised weight in the train split (None where it has none; a
+    schedule's first phase)."""
+    sources, asked = blend.split_sources("train"), blend.weights_of("train")
+    if asked is None:
         return (None,) * len(blend.source_names())
-    weights = dict(zip((source.name for source in sources), normalize([source.weight for source in sources])))
+    weights = dict(zip((source.name for source in sources), normalize(list(asked))))
     return tuple(weights.get(name) for name in blend.source_names())
 
 
@@ -307,7 +312,7 @@ def _alone(blend: BlendConfig, name: str) -> BlendConfig:
     source = next(s for s in blend.split_sources("valid") if s.name == name)
     source = replace(source, weight=1.0, max_epochs=None)
     alone = {"valid": (source,)} if isinstance(blend.sources, dict) else (source,)
-    return replace(blend, sources=alone, max_epochs=None)
+    return replace(blend, sources=alone, max_epochs=None, schedule=None)
 
 
 def source_valid_loaders(config: TrainConfig, blend: BlendConfig, parallel: ParallelState,
