@@ -148,3 +148,31 @@ def test_show_samples_decode_with_the_sources_tokenizer_like_inspect_show(projec
     assert len(human) == 3 and human[0].endswith(json.dumps(printed[0]["text"], ensure_ascii=False))
     raw = run_cli(*command, "--ids").stdout.splitlines()
     assert raw[0].endswith(" ".join(map(str, printed[0]["tokens"][-4:]))) and "text" not in raw[0]
+
+
+def test_the_shipped_anneal_schedule_per_phase_and_across_its_boundaries(project: Path) -> None:
+    """blends/web_code_anneal.yaml over the quickstart's data: the dry run shows each phase's draws per source,
+    and --show-samples crosses from one phase into the next exactly as the trainer's dataset does."""
+    anneal = project / "blends" / "web_code_anneal.yaml"
+    shutil.copy(REPO / "blends" / "web_code_anneal.yaml", anneal)
+    table = run_cli("corpus", "blend", str(anneal), "--num-samples", "1000").stdout
+    assert "scheduled blend: 1,000 samples asked" in table
+    phase_lines = [line.split() for line in table.splitlines() if line[:1].isdigit()]
+    assert [words[:2] for words in phase_lines] == [["1", "0-799"], ["2", "800-899"], ["3", "900-999"]]
+    assert phase_lines[1][2:5] == ["ramp", "web", "0.700->0.400"]
+    report = json.loads(run_cli("corpus", "blend", str(anneal), "--num-samples", "1000", "--json").stdout)[0]
+    for phase, weights in zip(report["phases"], ({"web": 0.7, "code": 0.3}, None, {"web": 0.4, "code": 0.6})):
+        assert sum(row["samples"] for row in phase["rows"]) == phase["stop"] - phase["first"]
+        for row in phase["rows"] if weights else ():
+            assert abs(row["samples"] - weights[row["name"]] * (phase["stop"] - phase["first"])) <= 1
+            assert row["tokens"] == row["samples"] * 256
+    assert report["phases"][2]["rows"][1]["epochs"] > report["phases"][0]["rows"][1]["epochs"] > 0
+    shown = [json.loads(line) for line in run_cli("corpus", "blend", str(anneal), "--num-samples", "1000",
+                                                  "--show-samples", "797:803", "--json").stdout.splitlines()]
+    assert [sample["phase"] for sample in shown] == [1, 1, 1, 2, 2, 2]
+    trainer_view = build_split_datasets(load_blend(anneal), megatron_sample_counts(125, 8, 1000, 0)).train
+    for sample in shown:
+        assert sample["tokens"] == trainer_view.tokens_of(sample["index"]).tolist()
+        assert sample["source"] == trainer_view.source_name(sample["index"])
+    human = run_cli("corpus", "blend", str(anneal), "--num-samples", "1000", "--show-samples", "800:801").stdout
+    assert "     800 phase 2 " in human
