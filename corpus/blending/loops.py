@@ -86,9 +86,11 @@ void fill_blending_indices(const double *weights, int64_t num_datasets, int16_t 
     }
 }
 
-/* A weight schedule's blend (corpus/blending/schedule.py): in each phase, Megatron's greedy rule against the
-   phase's expected draws C_d(s) = a_d*s + (b_d - a_d)*s*s/(2L), counts restarting per phase; for a step phase
-   (a == b) the error is Megatron's bit for bit. */
+/* A weight schedule's blend (corpus/blending/schedule.py): in each phase, the greedy rule against the phase's
+   expected draws C_d(s) = a_d*s + (b_d - a_d)*s*s/(2L), counts restarting per phase. A step phase (a == b) takes
+   Megatron's scale max(taken, 1), so its error is Megatron's bit for bit; a ramp takes the draws expected once this
+   one is made (taken + 1), so a source ramping up from 0 is not drawn before its time. A source weighted 0 at both
+   ends of a phase is never drawn in it. */
 void fill_scheduled_blending_indices(const double *start, const double *end, const int64_t *bounds,
                                      int64_t num_phases, int64_t num_datasets, int16_t *dataset_index,
                                      int64_t *dataset_sample_index, int64_t *counts, int64_t *phase_counts) {
@@ -97,14 +99,19 @@ void fill_scheduled_blending_indices(const double *start, const double *end, con
         const double *a = start + p * num_datasets, *b = end + p * num_datasets;
         int64_t first = bounds[p], length = bounds[p + 1] - bounds[p];
         double span = 2.0 * (double)length;
-        for (int64_t d = 0; d < num_datasets; ++d) phase_counts[d] = 0;
+        int ramp = 0;
+        for (int64_t d = 0; d < num_datasets; ++d) {
+            phase_counts[d] = 0;
+            if (a[d] != b[d]) ramp = 1;
+        }
         for (int64_t taken = 0; taken < length; ++taken) {
-            double scale = (double)taken > 1.0 ? (double)taken : 1.0;
-            int64_t best = 0;
-            double best_error = a[0] * scale + (b[0] - a[0]) * scale * scale / span - (double)phase_counts[0];
-            for (int64_t d = 1; d < num_datasets; ++d) {
+            double scale = ramp ? (double)taken + 1.0 : ((double)taken > 1.0 ? (double)taken : 1.0);
+            int64_t best = -1;
+            double best_error = 0.0;
+            for (int64_t d = 0; d < num_datasets; ++d) {
+                if (a[d] == 0.0 && b[d] == 0.0) continue;
                 double error = a[d] * scale + (b[d] - a[d]) * scale * scale / span - (double)phase_counts[d];
-                if (error > best_error) { best_error = error; best = d; }
+                if (best < 0 || error > best_error) { best_error = error; best = d; }
             }
             dataset_index[first + taken] = (int16_t)best;
             dataset_sample_index[first + taken] = counts[best];

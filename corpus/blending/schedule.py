@@ -17,11 +17,13 @@ schedule laid over a run of ``n`` samples (phase boundaries in samples, normalis
 loop, the dry run and the trainer's telemetry read.
 
 The blending rule: within each phase, sample ``j`` of the phase (``j`` counted from 0) goes to the source whose
-expected draws so far exceed its actual draws in the phase the most, ``argmax_d(C_d(max(j, 1)) - count_d)``, ties
-to the lower index, where ``C_d(s) = a_d·s + (b_d − a_d)·s²/(2L)`` integrates the weight of source d over the
-phase's first ``s`` samples (``a``/``b``: its weights at the phase's start and end; ``L``: the phase's length).
-For a step phase ``C_d(s) = w_d·s``, Megatron's greedy rule exactly, so a one-phase schedule gives Megatron's
-blend bit for bit, and each phase's draws stay within one sample of its expected draws per source.
+expected draws exceed its actual draws in the phase the most, ``argmax_d(C_d(s) - count_d)``, ties to the lower
+index, where ``C_d(s) = a_d·s + (b_d − a_d)·s²/(2L)`` integrates the weight of source d over the phase's first
+``s`` samples (``a``/``b``: its weights at the phase's start and end; ``L``: the phase's length). A step phase
+takes Megatron's ``s = max(j, 1)`` (``C_d(s) = w_d·s``: Megatron's greedy rule exactly, so a one-phase schedule
+gives Megatron's blend bit for bit); a ramp takes ``s = j + 1``, the draws expected once this one is made (with
+``max(j, 1)`` a source ramping up from 0 would win the second sample on a tie). A source weighted 0 at both ends
+of a phase is never drawn in it. Each phase's draws stay within one sample of its expected draws per source.
 """
 
 from __future__ import annotations

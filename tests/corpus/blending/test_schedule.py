@@ -75,6 +75,8 @@ def test_each_phase_draws_its_schedule_within_one_sample_per_source(folder, name
         expected = schedule.expected_counts(stop) - schedule.expected_counts(first)
         assert drawn.sum() == stop - first
         assert np.abs(drawn - expected).max() <= 1, (phase, drawn, expected)
+        unweighted = (schedule.start[phase] == 0) & (schedule.end[phase] == 0)
+        assert not drawn[unweighted].any()  # a weight of 0 throughout a phase: never drawn in it
     # each source's samples are taken in its own order: 0, 1, 2… across the phases
     for source in range(len(NAMES)):
         taken = np.asarray(train._dataset_sample_index)[index == source]
@@ -90,6 +92,16 @@ def test_a_ramp_moves_the_mix_gradually(folder):
     quarters = [float(np.mean(part == 0)) for part in np.array_split(index, 4)]
     assert quarters == sorted(quarters, reverse=True)
     assert quarters[0] == pytest.approx(0.8, abs=0.02) and quarters[-1] == pytest.approx(0.2, abs=0.02)
+
+
+def test_a_source_ramping_up_from_zero_waits_for_its_first_expected_sample(folder):
+    """Ramping from 0 to 1 over 1,000 samples, web's expected draws reach one half at sample ~32: not sooner."""
+    ramp = [{"until_samples": 1000, "weights": {"web": 0, "code": 1, "py": 1}},
+            {"until_samples": 2000, "weights": {"web": 1, "code": 0, "py": 0}, "ramp": "linear"},
+            {"weights": {"web": 1, "code": 1, "py": 1}}]
+    index = np.asarray(_datasets(folder, _blend(folder, ramp)).train._dataset_index)
+    assert not (index[:1000] == 0).any()
+    assert 25 <= int(np.argmax(index[1000:] == 0)) <= 45
 
 
 def test_the_schedule_is_in_the_cache_key_and_the_fingerprint(folder):
