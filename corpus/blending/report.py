@@ -298,7 +298,7 @@ def _format_phases(report: SplitReport) -> list[str]:
     for phase in report.phases:
         span = f"{phase.first:,}-{phase.stop - 1:,}" + (" ramp" if phase.ramp == "linear" else "")
         for number, row in enumerate(phase.rows):
-            weight = (f"{row.weight:.3f}" if row.weight == row.weight_end else f"{row.weight:.3f}->{row.weight_end:.3f}")
+            weight = f"{row.weight:.3f}" + (f"->{row.weight_end:.3f}" if row.weight != row.weight_end else "")
             lines.append(f"{phase.phase if number == 0 else '':<6} {span if number == 0 else '':<23} "
                          f"{row.name[:16]:<16} {weight:>13} {row.share:>7.3f} {row.samples:>11,} {row.tokens:>15,} "
                          f"{row.epochs:>7.2f}")

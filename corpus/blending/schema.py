@@ -45,7 +45,6 @@ from corpus.core.errors import parse_key
 from corpus.core.typed_config import build, coerce, read_yaml
 from corpus.tokenizers.registry import FAMILIES, family_of
 
-
 #: Megatron's ``--split`` default, used for a source list that gives no ``split`` (and for ``--data-path``).
 DEFAULT_SPLIT = "969,30,1"
 

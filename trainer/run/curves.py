@@ -2,8 +2,9 @@
 
 The picture: each source's training loss against the tokens trained so far, beside it each source's own
 validation loss (and the blend's) at every evaluation, and last the mix: each source's weight in force (a weight
-schedule's phases and ramps show as its steps and slopes) with the share of the tokens it has realised. The x axis counts every source's loss-bearing tokens
-(the sum of a record's ``tokens_total``); an evaluation sits at the tokens of its step. The summary: where each
+schedule's phases and ramps show as its steps and slopes) with the share of the tokens it has realised. The x axis
+counts every source's loss-bearing tokens (the sum of a record's ``tokens_total``); an evaluation sits at the
+tokens of its step. The summary: where each
 source ended (last training and validation loss, its tokens, the share achieved next to the weight asked).
 """
 
