@@ -113,7 +113,7 @@ def build_split_maps(resolved: ResolvedBlend, plan: SplitPlan) -> SplitMaps:
         entries = list(pool.map(lambda member: member_entry(resolved, member, plan.split), plan.members))
     built = sum(entry.built for entry in entries) + sum(member.maps_built for member in plan.members)
     members = [entry.arrays for entry in entries]
-    if plan.mode == "single":
+    if plan.mode in ("single", "online"):  # an online blend is drawn as the run reads it
         return SplitMaps(plan, members, None, None, built)
     lengths = [m["sample_index"].shape[0] - 1 for m in members]
     blend = _blend_entry(resolved, plan, [member_key(resolved, m) for m in plan.members], lengths)

@@ -19,6 +19,8 @@ import numpy as np
 
 from corpus.blending.build import SplitMaps, build_split_maps
 from corpus.blending.index_maps import SPLIT_NAMES
+from corpus.blending.mixing.draw import DrawError, OnlineDraw
+from corpus.blending.mixing.mixer import OnlineMixer
 from corpus.blending.packing import piece_lengths
 from corpus.blending.plan import SplitPlan, plan_split
 from corpus.blending.resolve import ResolvedBlend, resolve_blend
@@ -103,6 +105,7 @@ class SplitDataset:
         self.plan: SplitPlan = split_maps.plan
         self.split = self.plan.split
         self.options = resolved.config.samples
+        self.mixing = resolved.config.mixing
         self.eod_id = resolved.eod_id
         self.row_length = resolved.config.seq_length + self.options.extra_token
         self.packed = resolved.config.packing == "best_fit"
@@ -116,6 +119,12 @@ class SplitDataset:
         self._member_sources = np.array([self.source_names.index(m.name) for m in self.plan.members], np.int64)
         self._dataset_index = split_maps.dataset_index
         self._dataset_sample_index = split_maps.dataset_sample_index
+        self.draw: OnlineDraw | None = None
+        """An online-mixed split's draw (:mod:`corpus.blending.mixing.draw`): the weights in force decide each
+        sample's source when it is first read; :meth:`set_weights` changes them."""
+        if self.plan.mode == "online":
+            self.draw = OnlineDraw(tuple(m.name for m in self.plan.members), self.plan.blend_weights,
+                                   [m["sample_index"].shape[0] - 1 for m in split_maps.members])
         self.maps_built = split_maps.built
         """Cache entries this process built for the split (0: all came from the cache)."""
 
@@ -126,6 +135,8 @@ class SplitDataset:
         """(member, sample within that member's maps) of blended sample ``index``."""
         if not 0 <= index < len(self):
             raise IndexError(f"{self.split} sample {index} out of range (0..{len(self) - 1})")
+        if self.draw is not None:
+            return self.draw.locate(index)
         if self._dataset_index is None:
             return 0, index
         return int(self._dataset_index[index]), int(self._dataset_sample_index[index])
@@ -139,9 +150,44 @@ class SplitDataset:
         indices = np.asarray(indices, dtype=np.int64)
         if indices.size and not (0 <= indices.min() and indices.max() < len(self)):
             raise IndexError(f"{self.split} samples {indices.min()}..{indices.max()} out of range (0..{len(self) - 1})")
+        if self.draw is not None:
+            return self._member_sources[self.draw.sources_of(indices)]
         if self._dataset_index is None:
             return np.full(indices.shape, self._member_sources[0])
         return self._member_sources[self._dataset_index[indices]]
+
+    def taken(self, consumed: int) -> dict[str, int]:
+        """How many samples each source gave to blended samples ``[0, consumed)`` (what a resume under another
+        blend continues each source after)."""
+        if self.draw is not None:
+            self.draw.draw_to(consumed)
+            if consumed != self.draw.drawn:
+                raise DrawError(f"the draws up to sample {consumed} are asked, but samples up to "
+                                f"{self.draw.drawn - 1} are drawn")
+            return dict(zip(self.mixed_names, self.draw.totals.tolist()))
+        if self._dataset_index is None:
+            return {self.plan.members[0].name: consumed}
+        counts = np.bincount(self._dataset_index[:consumed], minlength=len(self.plan.members))
+        return dict(zip(self.mixed_names, counts.tolist()))
+
+    @property
+    def mixed_names(self) -> tuple[str, ...]:
+        """The sources whose weights online mixing moves, in the order of its weights (this split's)."""
+        return tuple(member.name for member in self.plan.members)
+
+    def online_mixer(self) -> OnlineMixer:
+        """A mixer for this online-mixed split: the blend's ``mixing`` settings, its sources' weights as the
+        prior, and the per-source arrays it observes indexed as ``source_ids`` are (:attr:`source_names`)."""
+        if self.draw is None:
+            raise ValueError(f"the {self.split} split is not mixed online; add mixing: {{kind: online}} to the blend")
+        return OnlineMixer(self.mixing, self.mixed_names, self.plan.blend_weights, self.source_names)
+
+    def set_weights(self, weights: np.ndarray, at: int) -> None:
+        """Draw this online-mixed split's samples from blended sample ``at`` on with ``weights`` (in the order of
+        :attr:`mixed_names`); ``at`` is the first sample not read yet (the loader's ``consumed_samples``)."""
+        if self.draw is None:
+            raise ValueError(f"the {self.split} split is not mixed online; its weights are fixed by the blend")
+        self.draw.set_weights(weights, at)
 
     def shard_of(self, index: int) -> str:
         """The shard prefix holding the first token of sample ``index``: for a glob source, which of its files

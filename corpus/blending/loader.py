@@ -113,16 +113,25 @@ class BlendLoader:
         return max(0, (len(self.samples) - self.consumed_samples) // self.step_samples)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        draw = getattr(self.samples, "draw", None)
         while self.consumed_samples + self.step_samples <= len(self.samples):
+            if draw is not None:  # every rank draws the whole global micro-step: the draws stay the same on all
+                draw.draw_to(self.consumed_samples + self.step_samples)
             start = self.consumed_samples + self.dp_rank * self.micro_batch_size
             batch = self.samples.batch(np.arange(start, start + self.micro_batch_size))
             self.consumed_samples += self.step_samples
             yield {name: torch.from_numpy(array) for name, array in batch.items()}
 
     def state_dict(self) -> dict:
-        """What a checkpoint needs to resume this loader exactly."""
-        return {"consumed_samples": self.consumed_samples, "blend_fingerprint": self.blend_fingerprint,
-                "num_samples": len(self.samples)}
+        """What a checkpoint needs to resume this loader exactly (an online-mixed split's draw too)."""
+        state = {"consumed_samples": self.consumed_samples, "blend_fingerprint": self.blend_fingerprint,
+                 "num_samples": len(self.samples)}
+        if hasattr(self.samples, "taken"):
+            state["source_samples"] = self.samples.taken(self.consumed_samples)
+        draw = getattr(self.samples, "draw", None)
+        if draw is not None:
+            state["draw"] = draw.state_dict()
+        return state
 
     def load_state_dict(self, state: dict, allow_blend_change: bool = False) -> None:
         """Resume from ``state``; refuses a state made for another blend unless ``allow_blend_change``."""
@@ -139,3 +148,8 @@ class BlendLoader:
             log.warning("the checkpoint's run asked for %s samples, this one for %d: the sample order after the "
                         "resume differs from an uninterrupted run", state["num_samples"], len(self.samples))
         self._seek(int(state["consumed_samples"]))
+        draw = getattr(self.samples, "draw", None)
+        if draw is not None and "draw" in state:
+            draw.load_state_dict(state["draw"], self.consumed_samples)
+        elif draw is not None and self.consumed_samples:
+            draw.continue_sources(state.get("source_samples", {}), self.consumed_samples)

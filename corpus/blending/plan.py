@@ -11,7 +11,11 @@ megatron-core's ``BlendedMegatronDatasetBuilder`` rules, case by case:
 - a weight schedule (ours, the train split only): the phases laid over the ``n`` samples, each source building
   ``ceil(ceil(E) * 1.005) + P - 1`` samples for ``E`` expected draws over ``P`` phases (each phase may draw up to
   one sample more than it expects), blended phase by phase (``mode="scheduled"``; one phase is Megatron's
-  ``weighted``, sample for sample).
+  ``weighted``, sample for sample);
+- online mixing (ours, the train split only): the weights are decided during the run, so each source builds
+  what the most its weight can reach would draw, ``ceil(ceil(n * (1 - (S - 1) * floor)) * 1.005)`` samples,
+  and the run draws the blend as it reads it (``mode="online"``, :mod:`corpus.blending.mixing.draw`; until the
+  first update, Megatron's ``weighted`` choice of sources with the sources' weights).
 
 With ``packing: best_fit`` a member's epochs and sample count are those of its packed maps, so planning
 packs (or loads from the cache) each source split's documents first (:mod:`corpus.blending.packing`).
@@ -76,7 +80,8 @@ class SplitPlan:
     members: tuple[MemberPlan, ...]
     excluded: tuple[str, ...]
     blend_weights: tuple[float, ...] | None
-    """Weights of the greedy interleave (None for ``single``, exhaustive and scheduled blends)."""
+    """Weights of the greedy interleave (None for ``single``, exhaustive and scheduled blends; an online blend's
+    weights until its first update)."""
     size: int
     schedule: WeightSchedule | None = None
     """The phases of a ``scheduled`` split, laid over its samples."""
@@ -153,6 +158,8 @@ def plan_split(resolved: ResolvedBlend, split: str, requested: int | None, requi
                                "one epoch of each source)", where)
         if config.scheduled(split):
             return _scheduled(resolved, split, requested, keep, ranges, excluded)
+        if config.mixed_online(split):
+            return _online(resolved, split, requested, [weights[i] for i in keep], keep, ranges, excluded)
         return _weighted(resolved, split, requested, [weights[i] for i in keep], keep, ranges, excluded)
     return _unweighted(resolved, split, requested, keep, ranges, excluded, required)
 
@@ -222,6 +229,17 @@ def _scheduled(resolved: ResolvedBlend, split: str, requested: int, keep: list[i
     members = tuple(_member(resolved, split, i, ranges[i], count / requested, b, t)
                     for i, count, b, t in zip(keep, expected, buffers, targets))
     return SplitPlan(split, requested, "scheduled", members, excluded, None, requested, schedule)
+
+
+def _online(resolved: ResolvedBlend, split: str, requested: int, asked: list[float], keep: list[int],
+            ranges: list[tuple[int, int]], excluded: tuple[str, ...]) -> SplitPlan:
+    weights = maps.normalize(asked)
+    most = 1.0 - (len(keep) - 1) * resolved.config.mixing.floor
+    buffers = maps.blend_counts([most] * len(keep), requested, maps.SURPLUS)
+    targets = maps.blend_counts(weights, requested)
+    members = tuple(_member(resolved, split, i, ranges[i], w, b, t)
+                    for i, w, b, t in zip(keep, weights, buffers, targets))
+    return SplitPlan(split, requested, "online", members, excluded, tuple(maps.normalize(weights)), requested)
 
 
 def _unweighted(resolved: ResolvedBlend, split: str, requested: int | None, keep: list[int],

@@ -15,7 +15,9 @@
       - {name: code, prefix: "data/code/*_text_document", weight: 0.3, max_epochs: 4}
 
 Instead of a weight per source, ``schedule:`` may give the train mix in phases (see
-:mod:`corpus.blending.schedule`); the valid and test splits keep its first phase's mix.
+:mod:`corpus.blending.schedule`); the valid and test splits keep its first phase's mix. Or ``mixing:`` moves the
+train weights during the run from the per-source losses, starting from the sources' weights
+(:mod:`corpus.blending.mixing`); the valid and test splits keep the sources' weights.
 
 ``sources`` may instead map split names to their own lists (``{train: [...], valid: [...]}``,
 Megatron's per-split blends; no ``split`` then). A source list without ``split`` is split as Megatron splits
@@ -40,6 +42,7 @@ import yaml
 from corpus import storage
 from corpus.blending.errors import BlendError
 from corpus.blending.index_maps import SPLIT_NAMES
+from corpus.blending.mixing.config import MixingConfig
 from corpus.blending.schedule import PhaseConfig, check_schedule
 from corpus.core.errors import parse_key
 from corpus.core.typed_config import build, coerce, read_yaml
@@ -171,6 +174,9 @@ class BlendConfig:
     schedule: tuple[PhaseConfig, ...] | None = None
     """The train mix in phases, instead of a weight per source (:mod:`corpus.blending.schedule`); the valid and
     test splits of a source list keep its first phase's mix."""
+    mixing: MixingConfig | None = None
+    """Train weights moved during the run by a rule fed with the per-source losses, from the sources' weights
+    (:mod:`corpus.blending.mixing`)."""
     origin: str | None = field(default=None, metadata={"yaml": False}, compare=False)
     """The file this came from (for messages)."""
     base_dir: str = field(default=".", metadata={"yaml": False})
@@ -197,6 +203,8 @@ class BlendConfig:
             _check_source_list(self.sources, "sources")
         if self.schedule is not None:
             self._check_schedule()
+        if self.mixing is not None:
+            self._check_mixing()
 
     @property
     def effective_split(self) -> str | None:
@@ -232,6 +240,29 @@ class BlendConfig:
                 raise BlendError("the schedule gives the train weights; remove this weight (or the schedule)",
                                  f"{key}[{index}].weight")
         check_schedule(self.schedule, tuple(source.name for source in train))
+
+    def _check_mixing(self) -> None:
+        if self.schedule is not None:
+            raise BlendError("a blend has a schedule or online mixing, not both; remove one of them", "mixing")
+        train = self.split_sources("train")
+        key = "sources.train" if isinstance(self.sources, dict) else "sources"
+        if not train:
+            raise BlendError("online mixing mixes the train sources, and there are none; add a 'train' list or "
+                             "remove mixing", key)
+        if len(train) < 2:
+            raise BlendError("online mixing needs at least two train sources to move weights between; add one or "
+                             "remove mixing", key)
+        if train[0].weight is None:
+            raise BlendError("online mixing starts from the sources' weights (its prior); give every train source a "
+                             "weight", f"{key}[0].weight")
+        try:
+            self.mixing.check_sources(tuple(source.name for source in train))
+        except BlendError as failure:
+            raise BlendError(failure.problem, f"mixing.{failure.key}") from None
+
+    def mixed_online(self, split: str) -> bool:
+        """Whether ``split``'s weights move during the run (the train split of a blend with ``mixing``)."""
+        return self.mixing is not None and split == "train"
 
     def scheduled(self, split: str) -> bool:
         """Whether ``split`` is mixed by the schedule (the train split of a blend that has one)."""
@@ -376,6 +407,7 @@ def blend_to_dict(config: BlendConfig) -> dict:
                else {}),
             "schedule": ([{k: v for k, v in dataclasses.asdict(phase).items() if v is not None}
                           for phase in config.schedule] if config.schedule else None),
+            "mixing": dataclasses.asdict(config.mixing) if config.mixing else None,
             "cache_dir": config.resolve_path(config.cache_dir) if config.cache_dir else None,
             "storage_options": config.storage_options,
             "tokenizer": ({"kind": config.tokenizer.kind, "path": config.resolve_path(config.tokenizer.path)

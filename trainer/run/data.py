@@ -22,6 +22,7 @@ import torch
 
 from corpus.blending.datasets import (
     SampleCounts,
+    SplitDataset,
     build_split_datasets,
     megatron_sample_counts,
     show_samples_command,
@@ -87,6 +88,8 @@ class TrainData:
     """How many of them each evaluation reads (whole global batches)."""
     schedule: WeightSchedule | None = None
     """The train split's weight schedule, laid over the run's train samples (None: fixed weights)."""
+    online: SplitDataset | None = None
+    """The train split when online mixing moves its weights (its draw takes the mixer's weights; None otherwise)."""
 
 
 @dataclass
@@ -284,6 +287,10 @@ def build_data(config: TrainConfig, opened: OpenedData, parallel: ParallelState,
     description = (f"blend {blend.origin} ({len(resolved.all_sources())} sources, vocab {opened.vocab_size}, "
                    f"EOD {resolved.eod_id}, {'best-fit packed, pad ' + str(resolved.pad_id) if packed else 'concat'}, "
                    f"fingerprint {built.fingerprint[:12]})")
+    if blend.mixing is not None:
+        mixing = blend.mixing
+        description += (f"; train weights mixed online by {mixing.rule} every {mixing.update_interval} steps from the "
+                        f"sources' weights, floor {mixing.floor}, losses rounded to {mixing.loss_decimals} decimals")
     wanted = -(-config.logging.eval_samples_per_source // global_batch_size) * global_batch_size
     source_valid = (source_valid_loaders(config, blend, parallel, wanted) if loaders["valid"] is not None else {})
     return TrainData(loaders, blend.seq_length, opened.vocab_size, resolved.eod_id, opened.tokenizer,
@@ -292,7 +299,8 @@ def build_data(config: TrainConfig, opened: OpenedData, parallel: ParallelState,
                      document_masked=opened.document_masked, source_names=blend.source_names(),
                      source_weights=train_weights(blend), source_valid=source_valid,
                      source_valid_samples=wanted if source_valid else 0,
-                     schedule=built.train.plan.schedule if built.train is not None else None)
+                     schedule=built.train.plan.schedule if built.train is not None else None,
+                     online=built.train if built.train is not None and built.train.draw is not None else None)
 
 
 def train_weights(blend: BlendConfig) -> tuple[float | None, ...]:

@@ -121,9 +121,26 @@ def train_step(run: Run) -> StepResult:
             "checkpoint is untouched. Resume from it with a lower --lr, a longer --lr-warmup-iters or "
             "--clip-grad 1.0; check the data around this step with the corpus blend command logged at start")
     run.iteration = step
+    if run.mixer is not None:
+        _mix(run, source_loss_sums, counts[1:])
     if run.telemetry is not None:
         run.telemetry.add(source_loss_sums, counts[1:])
     return StepResult(loss, grad_norm, lr, time.perf_counter() - started)
+
+
+def _mix(run: Run, loss_sums: list[float], tokens: list[float]) -> None:
+    """Hand the step's per-source losses (the same on every rank: all-reduced) to the online mixer; when it
+    updates, the next step's samples are drawn with the new weights."""
+    weights = run.mixer.after_step(run.iteration, loss_sums, tokens)
+    if weights is None:
+        return
+    run.data.online.set_weights(weights, run.iteration * run.global_batch_size)
+    mixer = run.mixer
+    losses = ", ".join(f"{name} {loss:.{mixer.config.loss_decimals}f}" for name, loss in zip(
+        mixer.names, mixer.last_losses))
+    log.info("step %d: online mixing update %d (%s) from the losses of steps %d-%d (%s): weights %s", run.iteration,
+             mixer.updates, mixer.config.rule, run.iteration - mixer.config.update_interval + 1, run.iteration, losses,
+             ", ".join(f"{name} {weight:.3f}" for name, weight in zip(mixer.names, weights)))
 
 
 def _loss_and_tokens(run: Run, draw: Callable[[], list[dict[str, torch.Tensor]]], iterations: int

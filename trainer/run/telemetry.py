@@ -5,14 +5,16 @@ ranks by the step engine and read with the step's loss, so no extra wait for the
 cumulative tokens of each source, by name (a checkpoint carries them, and a resume at any layout continues
 them), and the sums since the last logged step, and turns them into the ``sources`` object of a metrics
 record: ``{name: {loss, tokens, tokens_total, share, weight, scheduled_share}}``: ``share`` is the realised
-share of the tokens so far, ``scheduled_share`` the share the blend's weights (or its schedule) give the samples
-drawn so far, ``weight`` the weight in force at the record's step.
+share of the tokens so far, ``scheduled_share`` the share the blend's weights (or its schedule, or the weights
+online mixing set) give the samples drawn so far, ``weight`` the weight in force at the record's step (under online
+mixing, the one drawing the next step's samples: an update made at this step is in it).
 """
 
 from __future__ import annotations
 
 import logging
 
+from corpus.blending.mixing.draw import OnlineDraw
 from corpus.blending.schedule import WeightSchedule
 
 log = logging.getLogger(__name__)
@@ -22,21 +24,28 @@ class SourceTelemetry:
     """Cumulative tokens per source, and each source's loss and tokens since the last logged step."""
 
     def __init__(self, names: tuple[str, ...], weights: tuple[float | None, ...],
-                 schedule: WeightSchedule | None = None) -> None:
+                 schedule: WeightSchedule | None = None, online: OnlineDraw | None = None) -> None:
         """``weights``: each source's fixed normalised weight (None: none asked); ``schedule``: the train split's
-        weight schedule, which then gives the weights in force and the scheduled shares."""
-        self.names, self.weights, self.schedule = names, weights, schedule
+        weight schedule, or ``online``: the draw of an online-mixed train split, which then gives the weights in
+        force and the scheduled shares."""
+        self.names, self.weights, self.schedule, self.online = names, weights, schedule, online
         self.totals = [0] * len(names)
         self._start_window()
 
     def _asked(self, consumed_samples: int) -> tuple[list[float | None], list[float | None]]:
         """Each source's weight in force at the last of ``consumed_samples`` samples, and its scheduled share of
         them."""
-        if self.schedule is None or consumed_samples <= 0:
+        if self.online is not None:
+            names, weights = self.online.names, self.online.weights
+            drawn = self.online.expected.sum()
+            shares = self.online.expected / drawn if drawn else weights
+        elif self.schedule is None or consumed_samples <= 0:
             return list(self.weights), list(self.weights)
-        column = {name: index for index, name in enumerate(self.schedule.names)}
-        weights = self.schedule.weights_at(consumed_samples - 1)
-        shares = self.schedule.expected_counts(consumed_samples) / consumed_samples
+        else:
+            names = self.schedule.names
+            weights = self.schedule.weights_at(consumed_samples - 1)
+            shares = self.schedule.expected_counts(consumed_samples) / consumed_samples
+        column = {name: index for index, name in enumerate(names)}
         return ([float(weights[column[name]]) if name in column else None for name in self.names],
                 [float(shares[column[name]]) if name in column else None for name in self.names])
 

@@ -15,32 +15,12 @@ import pytest
 
 from corpus.blending.resolve import resolve_blend
 from corpus.blending.schema import load_blend
-from tests.conftest import REPO, run_cli
+from tests.conftest import run_cli
 from tests.trainer.conftest import blend_overrides, read_metrics
 from trainer.config.loading import load_config
 from trainer.run.build import build_run
 from trainer.run.loop import train
 from trainer.run.telemetry import SourceTelemetry
-
-SHORT_TEXT = "The cat sat on the mat."
-
-
-@pytest.fixture(scope="module")
-def two_sources(tmp_path_factory) -> Path:
-    """A blend of one short text repeated (``repeated``) and the shipped web prose (``varied``), half and half,
-    tokenized with the shipped tokenizer through ``corpus tokenize``."""
-    root = tmp_path_factory.mktemp("two_sources")
-    (root / "repeated.jsonl").write_text("".join(json.dumps({"text": SHORT_TEXT}) + "\n" for _ in range(400)))
-    tokenizer = REPO / "examples" / "tokenizer.json"
-    for name, text in (("repeated", root / "repeated.jsonl"), ("varied", REPO / "examples" / "web.jsonl")):
-        run_cli("corpus", "tokenize", "--input", str(text), "--output-prefix", str(root / name), "--json-keys", "text",
-                "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(tokenizer), "--append-eod",
-                "--quiet")
-    blend = root / "two.yaml"
-    blend.write_text(f"seq_length: 64\nsplit: '90,10,0'\ntokenizer: {{kind: huggingface, path: {tokenizer}}}\n"
-                     "sources:\n  - {name: repeated, prefix: repeated_text_document, weight: 0.5}\n"
-                     "  - {name: varied, prefix: varied_text_document, weight: 0.5}\n")
-    return blend
 
 
 def per_source(records: list[dict], name: str, key: str = "loss") -> list:

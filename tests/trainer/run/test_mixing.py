@@ -1,0 +1,138 @@
+"""Online mixing in the trainer, on real text: a source of one short text repeated loses weight to varied prose
+under Online Data Mixing's rule, and the console, the metrics file, TensorBoard and ``trainer plot`` all show the
+weights; a run killed and resumed (mid-window or at an update) is bit for bit the uninterrupted one; a checkpoint
+of another blend is refused unless told, and then each source goes on after the samples it gave."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from corpus.core.errors import UserError
+from tests.conftest import run_cli
+from tests.trainer.conftest import blend_overrides, read_metrics
+from trainer.config.loading import load_config
+from trainer.run.loop import train
+
+MIXING = "mixing: {kind: online, rule: odm, update_interval: 2, floor: 0.05, options: {smoothing: 0.5}}\n"
+
+
+@pytest.fixture(scope="module")
+def online(two_sources) -> Path:
+    """The two sources (repeated text, varied prose; 0.5 each) mixed online every 2 steps."""
+    blend = two_sources.parent / "online.yaml"
+    blend.write_text(two_sources.read_text() + MIXING)
+    return blend
+
+
+def training_records(path: Path) -> list[dict]:
+    return [record for record in read_metrics(path) if "loss" in record]
+
+
+def weights(records: list[dict], name: str) -> list[float]:
+    return [record["sources"][name]["weight"] for record in records]
+
+
+@pytest.fixture(scope="module")
+def mixed_run(online, tmp_path_factory) -> Path:
+    """30 steps of online mixing, TensorBoard events written; the folder holds the metrics and ``console.log``."""
+    folder = tmp_path_factory.mktemp("mixed_run")
+    handler = logging.FileHandler(folder / "console.log")
+    logging.getLogger("trainer").addHandler(handler)
+    logging.getLogger("trainer").setLevel(logging.INFO)
+    try:
+        train(load_config(None, blend_overrides(folder, online, training={"train_iters": 30},
+                                                optim={"lr": 1e-2, "lr_warmup_iters": 4},
+                                                logging={"eval_interval": 30,
+                                                         "tensorboard_dir": str(folder / "tb")})))
+    finally:
+        logging.getLogger("trainer").removeHandler(handler)
+        handler.close()
+    return folder
+
+
+def test_the_repeated_source_loses_weight_under_odm(mixed_run):
+    records = training_records(mixed_run / "metrics.jsonl")
+    repeated, varied = weights(records, "repeated"), weights(records, "varied")
+    assert repeated[0] == 0.5  # no update after step 1: the blend's weights
+    assert repeated[-1] < repeated[15] < repeated[5] < 0.5 and repeated[-1] < 0.4
+    assert all(a + b == pytest.approx(1.0) for a, b in zip(repeated, varied))
+    assert all(weight >= 0.05 for weight in repeated + varied)  # the floor
+    assert repeated[2] != repeated[3] and repeated[3] == repeated[4]  # updates after steps 4, 6…: held between
+    drawn = sum(record["sources"]["varied"]["tokens"] for record in records[-10:])
+    assert drawn > 0.55 * 10 * 4 * 64  # the last 10 steps of 4 samples of 64 tokens drew mostly varied prose
+
+
+def test_the_samples_follow_the_weights_in_force(mixed_run):
+    """Each update starts a segment that draws within one sample per source of its weights: the realised share
+    of the samples stays within one sample per segment of the share the weights in force asked."""
+    for record in training_records(mixed_run / "metrics.jsonl"):
+        samples, segments = record["consumed_samples"], 1 + record["step"] // 2
+        for name, numbers in record["sources"].items():
+            assert abs(numbers["share"] - numbers["scheduled_share"]) * samples <= segments, (record["step"], name)
+
+
+def test_every_place_a_user_looks_shows_the_weights(mixed_run):
+    console = (mixed_run / "console.log").read_text()
+    assert "train weights mixed online by odm every 2 steps" in console
+    assert "step 2: online mixing update 1 (odm) from the losses of steps 1-2 (repeated " in console
+    last = training_records(mixed_run / "metrics.jsonl")[-1]
+    assert f"(weight {last['sources']['varied']['weight']:.3f})" in console.split("step 30/30 | loss")[-1]
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(mixed_run / "tb"))
+    events.Reload()
+    assert events.Scalars("weight/varied")[-1].value == pytest.approx(last["sources"]["varied"]["weight"])
+    summary = json.loads(run_cli("trainer", "plot", str(mixed_run), "--json").stdout)["sources"]
+    assert summary["varied"]["weight"] == last["sources"]["varied"]["weight"]
+
+
+def test_trainer_plot_draws_the_online_weights(mixed_run, tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib (the plot extra) is not installed")
+    from trainer.run.curves import read_curves, write_curves
+
+    curves = read_curves(mixed_run / "metrics.jsonl")
+    assert curves.weights["repeated"][0] == 0.5 and curves.weights["repeated"][-1] < 0.4
+    write_curves(curves, tmp_path / "mix.svg")
+    assert "repeated weight" in (tmp_path / "mix.svg").read_text()
+
+
+@pytest.mark.parametrize("stop", [5, 6])  # mid-window (step 5 of the window 5-6), and right at an update
+def test_a_resume_is_the_uninterrupted_run_bit_for_bit(online, tmp_path, stop):
+    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
+    steps = {"train_iters": 12}
+    train(load_config(None, blend_overrides(reference, online, training=steps)))
+    save = str(resumed / "ckpt")
+    train(load_config(None, blend_overrides(resumed, online, training={**steps, "exit_interval": stop},
+                                            checkpoint={"save": save})))
+    train(load_config(None, blend_overrides(resumed, online, training=steps, checkpoint={"save": save, "load": save})))
+    records = lambda path: [(r["step"], r["loss"], r["sources"]) for r in training_records(path)]  # noqa: E731
+    assert records(resumed / "metrics.jsonl") == records(reference / "metrics.jsonl")
+    assert len(set(weights(training_records(reference / "metrics.jsonl"), "varied"))) > 3  # weights did move
+
+
+def test_a_checkpoint_of_another_mix_is_refused_unless_told_and_then_repeats_nothing(online, tmp_path):
+    """Resumed under other prior weights: refused; with --override-blend-check each source goes on after the
+    samples it gave (its maps are the same: online mixing sizes them from the floor, not the weights)."""
+    save = str(tmp_path / "ckpt")
+    train(load_config(None, blend_overrides(tmp_path / "first", online, training={"train_iters": 6},
+                                            checkpoint={"save": save})))
+    reweighted = online.parent / "reweighted.yaml"
+    reweighted.write_text(online.read_text().replace("weight: 0.5}", "weight: 0.9}", 1))
+    again = blend_overrides(tmp_path / "second", reweighted, training={"train_iters": 10},
+                            checkpoint={"save": save, "load": save})
+    with pytest.raises(UserError, match="another blend .* --override-blend-check"):
+        train(load_config(None, again))
+    train(load_config(None, blend_overrides(tmp_path / "second", reweighted, training={"train_iters": 10},
+                                            data={"override_blend_check": True},
+                                            checkpoint={"save": save, "load": save})))
+    first = training_records(tmp_path / "first" / "metrics.jsonl")[-1]["sources"]
+    second = training_records(tmp_path / "second" / "metrics.jsonl")
+    assert second[0]["step"] == 7
+    # the cumulative tokens go on from the checkpoint's: the per-source positions carried over
+    assert second[0]["sources"]["varied"]["tokens_total"] == (first["varied"]["tokens_total"]
+                                                              + second[0]["sources"]["varied"]["tokens"])
