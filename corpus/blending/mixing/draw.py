@@ -93,7 +93,8 @@ class OnlineDraw:
 
     def sources_of(self, indices: np.ndarray) -> np.ndarray:
         """The source of each of ``indices`` (drawn if they are not yet)."""
-        return self._sources[self._held(np.asarray(indices, dtype=np.int64))].astype(np.int64)
+        held = self._held(np.asarray(indices, dtype=np.int64))  # NOTE: first: drawing may grow the arrays
+        return self._sources[held].astype(np.int64)
 
     def set_weights(self, weights: Sequence[float], at: int) -> None:
         """Draw with ``weights`` from blended sample ``at`` on; ``at`` must be the next sample to draw (the trainer
