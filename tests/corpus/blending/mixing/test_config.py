@@ -35,7 +35,7 @@ def test_mistakes_are_located(tmp_path, mixing, line, message):
 
 def test_online_mixing_needs_the_weights_it_starts_from(tmp_path):
     blend = tmp_path / "blend.yaml"
-    blend.write_text("seq_length: 16\nsources:\n  - {name: web, prefix: data/web}\n  - {name: code, prefix: data/code}\n"
-                     "mixing: {kind: online}\n")
-    with pytest.raises(BlendError, match=r":3: sources\[0\]\.weight: online mixing starts from the sources' weights"):
+    blend.write_text("seq_length: 16\nsources:\n  - {name: web, prefix: data/web}\n"
+                     "  - {name: code, prefix: data/code}\nmixing: {kind: online}\n")
+    with pytest.raises(BlendError, match=r":3: sources\[0\]\.weight: online mixing starts from the sources'"):
         load_blend(blend)
