@@ -313,4 +313,6 @@ def _summary(report: SplitReport) -> str:
     short_cut = sum(row.short_documents_cut or 0 for row in report.rows)
     packed = (f"; best-fit packed, documents of at most S + 1 tokens cut: {short_cut}"
               if any(row.padding is not None for row in report.rows) else "")
-    return f"{report.mode} blend: {asked} samples asked, dataset length {report.size:,}{excluded}{packed}"
+    online = ("; the weights above hold until the first online-mixing update, each source's maps hold what the "
+              "most its weight can reach would draw" if report.mode == "online" else "")
+    return f"{report.mode} blend: {asked} samples asked, dataset length {report.size:,}{excluded}{packed}{online}"

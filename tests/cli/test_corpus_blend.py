@@ -176,3 +176,22 @@ def test_the_shipped_anneal_schedule_per_phase_and_across_its_boundaries(project
         assert sample["source"] == trainer_view.source_name(sample["index"])
     human = run_cli("corpus", "blend", str(anneal), "--num-samples", "1000", "--show-samples", "800:801").stdout
     assert "     800 phase 2 " in human
+
+
+def test_the_shipped_online_blend_dry_run_and_first_samples(project: Path) -> None:
+    """blends/web_code_online.yaml over the quickstart's data: the dry run says the mix moves during the run and
+    sizes each source for the most its weight can reach; --show-samples prints what the trainer reads until its
+    first update (the sources' weights, Megatron's choice of source)."""
+    online = project / "blends" / "web_code_online.yaml"
+    shutil.copy(REPO / "blends" / "web_code_online.yaml", online)
+    table = run_cli("corpus", "blend", str(online), "--num-samples", "1000").stdout
+    assert "online blend: 1,000 samples asked" in table and "hold until the first online-mixing update" in table
+    report = json.loads(run_cli("corpus", "blend", str(online), "--num-samples", "1000", "--json").stdout)[0]
+    assert [row["weight"] for row in report["rows"]] == [0.7, 0.3]
+    assert all(row["built"] >= 950 for row in report["rows"])  # 1 - floor 0.05 of the run, each
+    shown = [json.loads(line) for line in run_cli("corpus", "blend", str(online), "--num-samples", "1000",
+                                                  "--show-samples", "0:10", "--json").stdout.splitlines()]
+    trainer_view = build_split_datasets(load_blend(online), megatron_sample_counts(125, 8, 1000, 0)).train
+    assert [sample["source"] for sample in shown] == [trainer_view.source_name(i) for i in range(10)]
+    assert sum(sample["source"] == "web" for sample in shown) == 7
+    assert shown[3]["tokens"] == trainer_view.tokens_of(3).tolist()
