@@ -6,7 +6,8 @@ Order is Megatron's ``MegatronPretrainingSampler``: global micro-step k covers s
 ``[c + r * micro_batch, c + (r + 1) * micro_batch)``. The maps already shuffle, so resuming is
 exact: a loader made with ``consumed_samples=c`` yields what an uninterrupted one yields after
 ``c`` samples. Its state carries the blend fingerprint; loading a state made for another blend
-raises :class:`LoaderStateError` unless ``allow_blend_change=True``.
+raises :class:`LoaderStateError` unless ``allow_blend_change=True``. An online-mixed split's draw resumes exactly
+under the same blend; under another, each source goes on after the samples it gave (its position by name).
 
 Each batch carries ``source_ids`` (int64 [micro_batch]): the source of each sample, an index into the
 loader's ``source_names`` (the blend's sources in file order). A plain ``torch.utils.data.DataLoader`` over
@@ -149,7 +150,7 @@ class BlendLoader:
                         "resume differs from an uninterrupted run", state["num_samples"], len(self.samples))
         self._seek(int(state["consumed_samples"]))
         draw = getattr(self.samples, "draw", None)
-        if draw is not None and "draw" in state:
+        if draw is not None and theirs == self.blend_fingerprint:
             draw.load_state_dict(state["draw"], self.consumed_samples)
-        elif draw is not None and self.consumed_samples:
+        elif draw is not None:  # another blend: each source goes on after the samples it gave
             draw.continue_sources(state.get("source_samples", {}), self.consumed_samples)

@@ -116,18 +116,15 @@ class OnlineDraw:
                 "segment_start": self.segment_start, "segment_counts": self.segment_counts.tolist()}
 
     def load_state_dict(self, state: dict, at: int) -> None:
-        """Continue a saved draw at blended sample ``at`` (the loader's position). The same sources and position
-        continue exactly; otherwise (another blend) each source goes on after the draws it gave, and a new segment
-        starts with the weights in force here."""
-        if state["names"] == list(self.names) and state["drawn"] == at:
-            self.weights = np.array(state["weights"], dtype=np.float64)
-            self.totals = np.array(state["totals"], dtype=np.int64)
-            self.expected = np.array(state["expected"], dtype=np.float64)
-            self.segment_start = int(state["segment_start"])
-            self.segment_counts = np.array(state["segment_counts"], dtype=np.int64)
-        else:
-            self.continue_sources(dict(zip(state["names"], state["totals"])), at)
-            return
+        """Continue a draw saved by this blend at blended sample ``at`` (the loader's position), exactly."""
+        if state["names"] != list(self.names) or state["drawn"] != at:
+            raise DrawError(f"the saved draw is of sources {state['names']} at sample {state['drawn']}, not of "
+                            f"{list(self.names)} at {at}: it was saved by another blend")
+        self.weights = np.array(state["weights"], dtype=np.float64)
+        self.totals = np.array(state["totals"], dtype=np.int64)
+        self.expected = np.array(state["expected"], dtype=np.float64)
+        self.segment_start = int(state["segment_start"])
+        self.segment_counts = np.array(state["segment_counts"], dtype=np.int64)
         self.drawn = at
         self._restart_at(at)
 

@@ -13,8 +13,10 @@ import pytest
 
 from corpus.core.errors import UserError
 from tests.conftest import run_cli
-from tests.trainer.conftest import blend_overrides, read_metrics
-from trainer.config.loading import load_config
+from tests.trainer.conftest import blend_overrides, read_metrics, single_thread
+from tests.trainer.parallelize.support import RELATIVE_TOLERANCE, layout_overrides, run_ranks
+from trainer.checkpoint import store as checkpoint
+from trainer.config.loading import load_config, merge
 from trainer.run.loop import train
 
 MIXING = "mixing: {kind: online, rule: odm, update_interval: 2, floor: 0.05, options: {smoothing: 0.5}}\n"
@@ -130,9 +132,43 @@ def test_a_checkpoint_of_another_mix_is_refused_unless_told_and_then_repeats_not
     train(load_config(None, blend_overrides(tmp_path / "second", reweighted, training={"train_iters": 10},
                                             data={"override_blend_check": True},
                                             checkpoint={"save": save, "load": save})))
-    first = training_records(tmp_path / "first" / "metrics.jsonl")[-1]["sources"]
     second = training_records(tmp_path / "second" / "metrics.jsonl")
     assert second[0]["step"] == 7
-    # the cumulative tokens go on from the checkpoint's: the per-source positions carried over
-    assert second[0]["sources"]["varied"]["tokens_total"] == (first["varied"]["tokens_total"]
-                                                              + second[0]["sources"]["varied"]["tokens"])
+    assert second[0]["sources"]["repeated"]["weight"] == pytest.approx(0.9 / 1.4)  # the new blend's weights
+    saved = lambda step: checkpoint.read_info(Path(save) / f"iter_{step:07d}")["loaders"]["train"]  # noqa: E731
+    for source in ("repeated", "varied"):
+        drawn = sum(record["sources"][source]["tokens"] for record in second) // 64  # 64 tokens a sample
+        # each source's next sample after the resume is the one after those it gave before: none repeated
+        assert saved(10)["source_samples"][source] == saved(6)["source_samples"][source] + drawn
+
+def layout_run(folder: Path, blend: Path, **parallel) -> dict:
+    """12 steps of the layouts' 4-layer model on ``blend`` (global batch 8, seq 32), checkpointed at step 6."""
+    return merge(layout_overrides(folder, steps=12, **parallel), {
+        "data": {"mock_data": False, "blend": str(blend), "seq_length": 32, "data_cache_path": str(folder / "maps")},
+        "model": {"vocab_size": 8192}, "logging": {"eval_interval": 12},
+        "checkpoint": {"save": str(folder / "ckpt"), "save_interval": 6}})
+
+
+@pytest.mark.slow  # eight CPU ranks on 2 cores
+def test_every_layout_follows_the_same_weights(online, tmp_path):
+    with single_thread():
+        train(load_config(None, layout_run(tmp_path / "one", online)))
+    parallel = layout_run(tmp_path / "tp2_pp2_dp2", online, tensor_model_parallel_size=2,
+                          pipeline_model_parallel_size=2, sequence_parallel=True)
+    run_ranks(8, [parallel])
+    resumed = merge(layout_run(tmp_path / "resumed", online),
+                    {"checkpoint": {"load": str(tmp_path / "tp2_pp2_dp2" / "ckpt" / "iter_0000006")}})
+    with single_thread():
+        train(load_config(None, resumed))
+    reference = training_records(tmp_path / "one" / "metrics.jsonl")
+    assert len(set(weights(reference, "varied"))) > 3  # the weights moved
+    for name in ("tp2_pp2_dp2", "resumed"):
+        records = training_records(tmp_path / name / "metrics.jsonl")
+        compared = reference[-len(records):]
+        assert [r["step"] for r in records] == [r["step"] for r in compared]
+        for source in ("repeated", "varied"):
+            assert weights(records, source) == weights(compared, source), (name, source)  # exactly
+            assert [r["sources"][source]["tokens_total"] for r in records] == [
+                r["sources"][source]["tokens_total"] for r in compared]  # the same samples
+        for mine, theirs in zip(records, compared):
+            assert mine["loss"] == pytest.approx(theirs["loss"], rel=RELATIVE_TOLERANCE)

@@ -102,3 +102,30 @@ def test_a_users_loop_mixes_and_resumes_exactly(folder):
     second_loader.load_state_dict(state)
     second_mixer.load_state_dict(mixer_state)
     assert head + loop(second_loader, second_mixer, range(51, 121), easy=0) == seen
+
+
+def test_a_state_of_other_weights_continues_each_source_after_what_it_gave(folder):
+    """Resumed under other weights (allowed): every source's samples go on where they stopped, so over the
+    two parts each source gives its first samples once each, none repeated and none skipped (online mixing sizes
+    the maps from the floor, so both blends' maps are the same)."""
+    pytest.importorskip("torch")
+    before = BlendLoader(online(folder), 8, blend_fingerprint="before")
+    batches = iter(before)
+    for _ in range(30):
+        next(batches)
+    sources = [{"name": n, "prefix": f"data/{n}", "weight": w} for n, w in zip(NAMES, (0.1, 0.1, 0.8))]
+    data = {"seq_length": 16, "seed": 5, "split": "90,10,0", "cache_dir": str(folder / "cache"), "sources": sources,
+            "mixing": {"kind": "online", "update_interval": 2, "floor": 0.05}}
+    after_split = build_split_datasets(blend_from_dict(data, base_dir=folder), SampleCounts(2000, 100)).train
+    after = BlendLoader(after_split, 8, blend_fingerprint="after")
+    with pytest.raises(Exception, match="another blend"):
+        after.load_state_dict(before.state_dict())
+    after.load_state_dict(before.state_dict(), allow_blend_change=True)
+    batches = iter(after)
+    for _ in range(30):
+        next(batches)
+    read = [before.samples.locate(i) for i in range(240)] + [after_split.locate(i) for i in range(240, 480)]
+    for source in range(3):
+        given = sorted(sample for member, sample in read if member == source)
+        assert given == list(range(len(given))), NAMES[source]
+    assert sum(member == 2 for member, _ in read[240:]) > 0.7 * 240  # the new weights are in force
