@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -68,13 +69,24 @@ def test_the_repeated_source_loses_weight_under_odm(mixed_run):
     assert drawn > 0.55 * 10 * 4 * 64  # the last 10 steps of 4 samples of 64 tokens drew mostly varied prose
 
 
+def logged_updates(console: str) -> dict[int, tuple[float, float]]:
+    """The weights (repeated, varied) each console line of an online-mixing update gave, by step."""
+    found = re.findall(r"step (\d+): online mixing update .*: weights repeated ([0-9.]+), varied ([0-9.]+)", console)
+    return {int(step): (float(repeated), float(varied)) for step, repeated, varied in found}
+
+
 def test_the_samples_follow_the_weights_in_force(mixed_run):
-    """Each update starts a segment that draws within one sample per source of its weights: the realised share
-    of the samples stays within one sample per segment of the share the weights in force asked."""
-    for record in training_records(mixed_run / "metrics.jsonl"):
-        samples, segments = record["consumed_samples"], 1 + record["step"] // 2
-        for name, numbers in record["sources"].items():
-            assert abs(numbers["share"] - numbers["scheduled_share"]) * samples <= segments, (record["step"], name)
+    """Each update starts a segment (here two steps, 8 samples) drawn with the weights the mixer logged: every
+    source gives within one sample of its weight's share of the segment."""
+    updates = logged_updates((mixed_run / "console.log").read_text())
+    assert sorted(updates) == list(range(2, 31, 2))
+    totals = {record["step"]: record["sources"] for record in training_records(mixed_run / "metrics.jsonl")}
+    in_force, before = (0.5, 0.5), {"repeated": {"tokens_total": 0}, "varied": {"tokens_total": 0}}
+    for step in sorted(updates):
+        for index, name in enumerate(("repeated", "varied")):
+            drawn = (totals[step][name]["tokens_total"] - before[name]["tokens_total"]) / 64  # 64 tokens a sample
+            assert abs(drawn - 8 * in_force[index]) < 1, (step, name)
+        in_force, before = updates[step], totals[step]
 
 
 def test_every_place_a_user_looks_shows_the_weights(mixed_run):
@@ -82,6 +94,7 @@ def test_every_place_a_user_looks_shows_the_weights(mixed_run):
     assert "train weights mixed online by odm every 2 steps" in console
     assert "step 2: online mixing update 1 (odm) from the losses of steps 1-2 (repeated " in console
     last = training_records(mixed_run / "metrics.jsonl")[-1]
+    assert f"{last['sources']['varied']['weight']:.3f}" == f"{logged_updates(console)[30][1]:.3f}"  # the mixer's
     assert f"(weight {last['sources']['varied']['weight']:.3f})" in console.split("step 30/30 | loss")[-1]
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -129,3 +129,16 @@ def test_a_state_of_other_weights_continues_each_source_after_what_it_gave(folde
         given = sorted(sample for member, sample in read if member == source)
         assert given == list(range(len(given))), NAMES[source]
     assert sum(member == 2 for member, _ in read[240:]) > 0.7 * 240  # the new weights are in force
+
+
+def test_the_mixing_settings_are_part_of_the_fingerprint(folder):
+    """So that a checkpoint of other mixing settings is refused unless the resume is told to accept them."""
+    from corpus.blending.resolve import resolve_blend
+
+    def fingerprint(**mixing) -> str:
+        sources = [{"name": n, "prefix": f"data/{n}", "weight": w} for n, w in zip(NAMES, WEIGHTS)]
+        data = {"seq_length": 16, "sources": sources, "mixing": {"kind": "online", **mixing}}
+        return resolve_blend(blend_from_dict(data, base_dir=folder)).fingerprint
+
+    assert fingerprint(update_interval=2) != fingerprint(update_interval=3)
+    assert fingerprint(options={"smoothing": 0.5}) != fingerprint()
