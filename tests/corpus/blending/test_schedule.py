@@ -14,18 +14,13 @@ from corpus.blending.datasets import SampleCounts, build_split_datasets
 from corpus.blending.loader import BlendLoader
 from corpus.blending.resolve import resolve_blend
 from corpus.blending.schema import BlendError, blend_from_dict, load_blend
-from tests.corpus.blending.blend_data import write_random
-
-NAMES = ("web", "code", "py")
+from tests.corpus.blending.blend_data import THREE_SOURCES as NAMES
+from tests.corpus.blending.blend_data import write_three_sources
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    """Three sources of unequal size."""
-    root = tmp_path_factory.mktemp("schedule")
-    for number, (name, documents) in enumerate(zip(NAMES, (400, 200, 90))):
-        write_random(root / "data" / name, documents, seed=number + 1)
-    return root
+    return write_three_sources(tmp_path_factory.mktemp("schedule"))
 
 
 def _blend(folder: Path, schedule: list[dict] | None, weights: tuple[float, ...] | None = None) -> dict:

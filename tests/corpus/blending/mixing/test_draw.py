@@ -16,18 +16,15 @@ from corpus.blending.datasets import SampleCounts, build_split_datasets
 from corpus.blending.loader import BlendLoader
 from corpus.blending.mixing.draw import DrawError
 from corpus.blending.schema import blend_from_dict
-from tests.corpus.blending.blend_data import write_random
+from tests.corpus.blending.blend_data import THREE_SOURCES as NAMES
+from tests.corpus.blending.blend_data import write_three_sources
 
-NAMES = ("web", "code", "py")
 WEIGHTS = (0.5, 0.3, 0.2)
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("online")
-    for number, (name, documents) in enumerate(zip(NAMES, (400, 200, 90))):
-        write_random(root / "data" / name, documents, seed=number + 1)
-    return root
+    return write_three_sources(tmp_path_factory.mktemp("online"))
 
 
 def online(folder: Path, samples: int = 2000, **mixing):
