@@ -104,6 +104,7 @@ def test_every_place_a_user_looks_shows_the_weights(mixed_run):
     assert events.Scalars("weight/varied")[-1].value == pytest.approx(last["sources"]["varied"]["weight"])
     summary = json.loads(run_cli("trainer", "plot", str(mixed_run), "--json").stdout)["sources"]
     assert summary["varied"]["weight"] == last["sources"]["varied"]["weight"]
+    assert summary["varied"]["valid_loss"] is not None  # each source's own validation samples, as without mixing
 
 
 def test_trainer_plot_draws_the_online_weights(mixed_run, tmp_path):
