@@ -315,8 +315,8 @@ def train_weights(blend: BlendConfig) -> tuple[float | None, ...]:
 
 def _alone(blend: BlendConfig, name: str) -> BlendConfig:
     """``blend`` with its valid source ``name`` alone and uncapped (nothing to mix): Megatron's GPTDataset of that
-    source's valid share. Weighted, so that a share shorter than one sample repeats as the blend's own valid split repeats it;
-    repeating is harmless for evaluation, so ``max_epochs`` does not apply."""
+    source's valid share. Weighted, so that a share shorter than one sample repeats as the blend's own valid split
+    repeats it; repeating is harmless for evaluation, so ``max_epochs`` does not apply."""
     source = next(s for s in blend.split_sources("valid") if s.name == name)
     source = replace(source, weight=1.0, max_epochs=None)
     alone = {"valid": (source,)} if isinstance(blend.sources, dict) else (source,)
