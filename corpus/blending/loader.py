@@ -150,7 +150,7 @@ class BlendLoader:
                         "resume differs from an uninterrupted run", state["num_samples"], len(self.samples))
         self._seek(int(state["consumed_samples"]))
         draw = getattr(self.samples, "draw", None)
-        if draw is not None and theirs == self.blend_fingerprint:
+        if draw is not None and theirs == self.blend_fingerprint and "draw" in state:
             draw.load_state_dict(state["draw"], self.consumed_samples)
         elif draw is not None:  # another blend: each source goes on after the samples it gave
             draw.continue_sources(state.get("source_samples", {}), self.consumed_samples)

@@ -134,7 +134,7 @@ def _mix(run: Run, loss_sums: list[float], tokens: list[float]) -> None:
     weights = run.mixer.after_step(run.iteration, loss_sums, tokens)
     if weights is None:
         return
-    run.data.online.set_weights(weights, run.iteration * run.global_batch_size)
+    run.data.online.set_weights(weights, run.data.loaders["train"].consumed_samples)
     mixer = run.mixer
     losses = ", ".join(f"{name} {loss:.{mixer.config.loss_decimals}f}" for name, loss in zip(
         mixer.names, mixer.last_losses))

@@ -110,7 +110,7 @@ def _restore_progress(run: Run, info: dict, directory: Path) -> None:
     if run.mixer is not None:
         run.mixer.load_state_dict(info.get("mixing"))
         # NOTE: after the loader's draw is restored: unchanged weights leave its segment as it was (exact resume)
-        run.data.online.set_weights(run.mixer.weights, info["iteration"] * run.global_batch_size)
+        run.data.online.set_weights(run.mixer.weights, run.data.loaders["train"].consumed_samples)
     run.iteration = info["iteration"]
     if run.iteration > run.config.training.train_iters:
         raise CheckpointError(f"{directory} is at iteration {run.iteration}, past --train-iters "
