@@ -7,7 +7,8 @@ Order is Megatron's ``MegatronPretrainingSampler``: global micro-step k covers s
 exact: a loader made with ``consumed_samples=c`` yields what an uninterrupted one yields after
 ``c`` samples. Its state carries the blend fingerprint; loading a state made for another blend
 raises :class:`LoaderStateError` unless ``allow_blend_change=True``. An online-mixed split's draw resumes exactly
-under the same blend; under another, each source goes on after the samples it gave (its position by name).
+under the same blend. Under another (allowed), each source goes on after the samples it gave (its position by
+name), so that no sample is repeated or skipped where a source's maps are the same under both blends.
 
 Each batch carries ``source_ids`` (int64 [micro_batch]): the source of each sample, an index into the
 loader's ``source_names`` (the blend's sources in file order). A plain ``torch.utils.data.DataLoader`` over
@@ -152,5 +153,8 @@ class BlendLoader:
         draw = getattr(self.samples, "draw", None)
         if draw is not None and theirs == self.blend_fingerprint and "draw" in state:
             draw.load_state_dict(state["draw"], self.consumed_samples)
-        elif draw is not None:  # another blend: each source goes on after the samples it gave
-            draw.continue_sources(state.get("source_samples", {}), self.consumed_samples)
+        elif theirs != self.blend_fingerprint and "source_samples" in state and hasattr(self.samples,
+                                                                                     "continue_sources"):
+            self.samples.continue_sources(state["source_samples"], self.consumed_samples)
+        elif draw is not None:
+            draw.continue_sources({}, self.consumed_samples)

@@ -125,6 +125,28 @@ def test_the_loader_takes_a_schedule_and_resumes_mid_phase(folder):
     assert [batch["source_ids"].tolist() for batch in resumed] == batches[1496 // 8:]
 
 
+def test_a_resume_under_another_schedule_repeats_and_skips_nothing(folder):
+    """Megatron #457: a run reweighted on resume (allowed) goes on with each source after the samples it gave. Every
+    source is read less than once here, so its maps are the same under both schedules, and over the two parts each
+    source gives its first samples once each."""
+    before = _datasets(folder, _blend(folder, SCHEDULES["step"]), train=200).train
+    after = _datasets(folder, _blend(folder, [{"until": 0.3, "weights": {"web": 0.2, "code": 0.6, "py": 0.2}},
+                                              {"weights": {"web": 0.5, "code": 0.1, "py": 0.4}}]), train=200).train
+    assert all(m.epochs.num_epochs == 1 for m in before.plan.members + after.plan.members)
+    first = BlendLoader(before, 8, blend_fingerprint="before")
+    for _, _ in zip(range(10), first):
+        pass
+    second = BlendLoader(after, 8, blend_fingerprint="after")
+    second.load_state_dict(first.state_dict(), allow_blend_change=True)
+    assert len(list(second)) == 15
+    read = [before.locate(i) for i in range(80)] + [after.locate(i) for i in range(80, 200)]
+    for member, name in enumerate(NAMES):
+        given = sorted(sample for source, sample in read if source == member)
+        assert given == list(range(len(given))), name
+    assert second.state_dict()["source_samples"] == {name: sum(source == member for source, _ in read)
+                                                     for member, name in enumerate(NAMES)}
+
+
 def _error(folder: Path, text: str, **counts: int) -> BlendError:
     path = folder / "bad.yaml"
     path.write_text(text)
