@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -38,7 +37,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run by path: the repository's packages first
-from bench.step_records import steady_means  # noqa: E402
+from bench.step_records import run_trainer, steady_means  # noqa: E402
 from bench.timing import results_folder, write_results  # noqa: E402
 
 DATA = REPO / "bench" / ".cache" / "mixing"
@@ -127,24 +126,17 @@ def write_blends(folder: Path, data: Path, args: argparse.Namespace) -> dict[str
 def train(tag: str, blend: Path, args: argparse.Namespace) -> dict:
     """One ``trainer run`` (its log and metrics under $OUT): steady step means, per-source validation losses."""
     out = results_folder()
-    metrics = out / f"{tag}.jsonl"
-    command = [sys.executable, "-m", "cli.trainer", "run", "--blend", str(blend), "--preset", args.preset,
-               "--seq-length", str(args.seq_length), "--micro-batch-size", str(args.micro_batch),
-               "--global-batch-size", str(args.global_batch), "--train-iters", str(args.steps), "--lr", "6e-4",
-               "--min-lr", "6e-5", "--lr-decay-style", "cosine", "--lr-warmup-iters", str(max(1, args.steps // 20)),
-               "--eval-interval", str(args.eval_interval), "--eval-iters", str(args.eval_iters),
-               "--eval-samples-per-source", str(args.eval_samples_per_source), "--log-interval", "1",
-               "--metrics-jsonl", str(metrics), *args.precision]
-    print("$", " ".join(command), flush=True)
-    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    with open(out / f"{tag}.log", "w") as log:
-        done = subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": path}, stdout=log,
-                              stderr=subprocess.STDOUT, timeout=args.timeout)
-    records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
+    flags = ["--blend", str(blend), "--preset", args.preset, "--seq-length", str(args.seq_length),
+             "--micro-batch-size", str(args.micro_batch), "--global-batch-size", str(args.global_batch),
+             "--train-iters", str(args.steps), "--lr", "6e-4", "--min-lr", "6e-5", "--lr-decay-style", "cosine",
+             "--lr-warmup-iters", str(max(1, args.steps // 20)), "--eval-interval", str(args.eval_interval),
+             "--eval-iters", str(args.eval_iters), "--eval-samples-per-source", str(args.eval_samples_per_source),
+             *args.precision]
+    status, records = run_trainer(flags, out / f"{tag}.jsonl", out / f"{tag}.log", args.timeout)
     steps = [r for r in records if "tokens_per_s" in r]
     evals = [r for r in records if r.get("split") == "valid" and r.get("sources")]
-    if done.returncode or not steps or not evals:
-        return {"failed": f"exit {done.returncode}, {len(steps)} steps, {len(evals)} evaluations (see {tag}.log)"}
+    if status or not steps or not evals:
+        return {"failed": f"exit {status}, {len(steps)} steps, {len(evals)} evaluations (see {tag}.log)"}
     valid = {name: numbers["loss"] for name, numbers in evals[-1]["sources"].items()}
     last = steps[-1]["sources"]
     return {**steady_means(steps, min(args.warmup, len(steps) - 1)), "tokens": steps[-1]["consumed_samples"]
