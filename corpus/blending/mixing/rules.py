@@ -71,9 +71,10 @@ class OnlineDataMixing(MixingRule):
 
     After update ``u`` the rewards are ``R_d ← α·R_d + (1 − α)·L_d / w_d`` for each source seen (``L_d`` its loss,
     ``w_d`` its weight while it was trained) and the weights
-    ``(1 − S·ε_{u+1})·softmax(ln prior_d + ε_u·R_d) + ε_{u+1}``: ODM's policy for its step ``u + 1`` with the
-    blend's weights in place of the uniform start. Early updates explore nearly uniformly (``S·ε = 1`` until
-    ``n > S·ln S``), as ODM does."""
+    ``(1 − S·ε_{u+1})·softmax(ln prior_d + ε_u·R_d) + S·ε_{u+1}·prior_d``: ODM's policy for its step ``u + 1``
+    with the blend's weights where ODM has the uniform distribution (its start, and what it explores), so that a
+    uniform prior is ODM exactly. The first updates stay at the prior (``S·ε = 1`` until ``n > S·ln S``) and the
+    weights move as the exploration decays."""
 
     Options = OnlineDataMixingOptions
 
@@ -91,9 +92,9 @@ class OnlineDataMixing(MixingRule):
         estimate = losses / weights if self.options.importance_weighting else losses
         alpha = self.options.smoothing
         rewards[seen] = alpha * rewards[seen] + (1.0 - alpha) * estimate[seen]
-        explore = self.exploration(update + 1)
+        explore = len(self.names) * self.exploration(update + 1)
         policy = _softmax(np.log(self.prior) + self.exploration(update) * rewards)
-        return (1.0 - len(self.names) * explore) * policy + explore, {"rewards": rewards.tolist()}
+        return (1.0 - explore) * policy + explore * self.prior, {"rewards": rewards.tolist()}
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ def test_a_users_loop_mixes_and_resumes_exactly(folder):
     whole = online(folder, update_interval=1)
     mixer = whole.online_mixer()
     seen = loop(BlendLoader(whole, 8), mixer, range(1, 121), easy=0)
-    assert sum(ids.count(0) for ids in seen[-20:]) < 0.75 * 8 * 20 * WEIGHTS[0]  # web, easy, lost weight
+    assert sum(ids.count(0) for ids in seen[-20:]) < 0.85 * 8 * 20 * WEIGHTS[0]  # web, easy, lost weight
 
     first = online(folder, update_interval=1)
     first_mixer, first_loader = first.online_mixer(), BlendLoader(first, 8)

@@ -36,7 +36,7 @@ def feed(mix: OnlineMixer, losses: tuple[float, ...], steps: int, tokens: float 
 def test_odm_takes_weight_from_the_easy_source_and_explores_less_over_time():
     updates = feed(mixer(update_interval=5, floor=0.0), (4.0, 0.2, 4.0), 200)
     assert len(updates) == 40
-    assert np.allclose(updates[0], 1 / 3)  # ε = 1/S at the first updates: uniform exploration, as ODM starts
+    assert updates[0].tolist() == [0.5, 0.3, 0.2]  # S·ε = 1 at the first updates: ODM explores, here the prior
     assert updates[-1][1] < 0.25 < updates[-1][0] and updates[-1][1] < updates[10][1] < updates[3][1]
     assert all(update.sum() == pytest.approx(1.0) for update in updates)
     odm = rules.OnlineDataMixing(rules.OnlineDataMixingOptions(), NAMES, np.full(3, 1 / 3))
