@@ -31,7 +31,7 @@ class DrawError(IndexError):
 
 class OnlineDraw:
     """The source of every blended sample, drawn with the weights in force. ``limits``: samples each source's maps
-    hold (its draws never pass them)."""
+    hold (a source drawn past them starts them again, with a warning; planning sizes them so that it does not)."""
 
     def __init__(self, names: tuple[str, ...], weights: Sequence[float], limits: Sequence[int]) -> None:
         self.names = tuple(names)
@@ -68,11 +68,12 @@ class OnlineDraw:
         for sample in range(self.drawn, stop):
             scale = max(float(sample - self.segment_start), 1.0)
             source = int(np.argmax(weights * scale - counts))  # NOTE: Megatron's error terms; argmax ties low
-            if totals[source] >= self.limits[source]:
-                raise DrawError(f"online mixing drew sample {totals[source]} of {self.names[source]}, whose maps hold "
-                                f"{self.limits[source]}: more than planned; please report it")
+            if totals[source] == self.limits[source]:
+                log.warning("online mixing has drawn all %d samples the maps of %s hold (a resume under another "
+                            "blend, or weights kept at their most): its first samples come again", self.limits[source],
+                            self.names[source])
             self._sources[sample - self.first] = source
-            self._samples[sample - self.first] = totals[source]
+            self._samples[sample - self.first] = totals[source] % self.limits[source]
             totals[source] += 1
             counts[source] += 1
         self.expected += weights * (stop - self.drawn)

@@ -139,3 +139,13 @@ def test_the_mixing_settings_are_part_of_the_fingerprint(folder):
 
     assert fingerprint(update_interval=2) != fingerprint(update_interval=3)
     assert fingerprint(options={"smoothing": 0.5}) != fingerprint()
+
+
+def test_a_source_drawn_past_its_maps_starts_them_again_with_a_warning(caplog):
+    from corpus.blending.mixing.draw import OnlineDraw
+
+    draw = OnlineDraw(("a", "b"), [0.5, 0.5], [3, 100])
+    draw.set_weights([1.0, 0.0], 0)
+    draw.draw_to(5)
+    assert [draw.locate(i) for i in range(5)] == [(0, 0), (0, 1), (0, 2), (0, 0), (0, 1)]
+    assert "has drawn all 3 samples the maps of a hold" in caplog.text
