@@ -31,7 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.step_records import steady_means  # noqa: E402
+from bench.step_records import run_trainer, steady_means  # noqa: E402
 from corpus.core.atomic_write import write_atomically  # noqa: E402
 
 DATA = REPO / "bench" / ".cache" / "h200"
@@ -69,19 +69,12 @@ def trained_share(blend: Path, seq_length: int, samples: int) -> dict:
 def run(tag: str, blend: Path, flags: list[str], folder: Path, args: argparse.Namespace) -> dict:
     """One ``trainer run`` (its log under $OUT): steady-state step means and its evaluations."""
     out = Path(os.environ.get("OUT", folder))
-    metrics = out / f"{tag}.jsonl"
-    command = [sys.executable, "-m", "cli.trainer", "run", "--blend", str(blend), "--log-interval", "1",
-               "--metrics-jsonl", str(metrics), *flags]
-    print("$", " ".join(command), flush=True)
-    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    with open(out / f"{tag}.log", "w") as log:
-        done = subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": path}, stdout=log,
-                              stderr=subprocess.STDOUT, timeout=args.timeout)
-    records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
+    status, records = run_trainer(["--blend", str(blend), *flags], out / f"{tag}.jsonl", out / f"{tag}.log",
+                                  args.timeout)
     steps = [r for r in records if "tokens_per_s" in r]
     evals = [(r["step"], r["eval_loss"]) for r in records if r.get("split") == "valid"]
-    if done.returncode or not steps:
-        return {"failed": f"exit {done.returncode}, {len(steps)} steps (see {tag}.log)", "evals": evals}
+    if status or not steps:
+        return {"failed": f"exit {status}, {len(steps)} steps (see {tag}.log)", "evals": evals}
     return {**steady_means(steps, min(args.warmup, len(steps) - 1)), "evals": evals, "last_loss": steps[-1]["loss"]}
 
 

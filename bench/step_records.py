@@ -1,10 +1,31 @@
-"""Steady-state numbers of a trainer run from its ``--metrics-jsonl`` step records (every bench that
+"""Launching a trainer run and its steady-state numbers from its ``--metrics-jsonl`` step records (every bench that
 launches the trainer reports the same way), and the shape arguments those benches share."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_trainer(flags: list[str], metrics: Path, log: Path, timeout: float) -> tuple[int, list[dict]]:
+    """``trainer run FLAGS --log-interval 1 --metrics-jsonl METRICS`` from the repository (its output into ``log``):
+    its exit status and the records it wrote."""
+    command = [sys.executable, "-m", "cli.trainer", "run", *flags, "--log-interval", "1", "--metrics-jsonl",
+               str(metrics)]
+    print("$", " ".join(command), flush=True)
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    with open(log, "w") as out:
+        done = subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": path}, stdout=out,
+                              stderr=subprocess.STDOUT, timeout=timeout)
+    records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
+    return done.returncode, records
 
 
 def steady_means(steps: list[dict], warmup: int) -> dict:

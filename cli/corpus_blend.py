@@ -98,5 +98,6 @@ def _sample_line(sample: dict) -> str:
         shown = " ".join(map(str, tokens[:12])) + (" … " + " ".join(map(str, tokens[-4:])) if len(tokens) > 16 else "")
     starts = ",".join(f"{at}" + (f"(+{offset})" if offset else "") for at, _, offset, _ in sample["documents"])
     padding = f", padding {sample['padding']}" if sample["padding"] else ""
-    return (f"{sample['index']:>8} {sample['source']:<16} [documents at {starts}{padding}] {len(tokens)} tokens: "
-            f"{shown}")
+    phase = f"phase {sample['phase']} " if "phase" in sample else ""
+    return (f"{sample['index']:>8} {phase}{sample['source']:<16} [documents at {starts}{padding}] {len(tokens)} "
+            f"tokens: {shown}")

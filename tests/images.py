@@ -7,7 +7,7 @@ import re
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-from corpus.core.figures import DPI, TWO_PANELS
+from corpus.core.figures import DPI, THREE_PANELS, TWO_PANELS
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -35,5 +35,7 @@ def pdf_size(path: Path) -> tuple[float, float]:
     return float(box.group(1)), float(box.group(2))
 
 
-#: The pixel size of a two-panel figure (``corpus inspect --plot``, ``trainer plot --out``) written as PNG.
+#: The pixel size of a two-panel figure (``corpus inspect --plot``) written as PNG.
 TWO_PANELS_PIXELS = (round(TWO_PANELS[0] * DPI), round(TWO_PANELS[1] * DPI))
+#: The pixel size of a three-panel figure (``trainer plot --out``) written as PNG.
+THREE_PANELS_PIXELS = (round(THREE_PANELS[0] * DPI), round(THREE_PANELS[1] * DPI))

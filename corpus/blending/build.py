@@ -2,7 +2,8 @@
 
 One cache entry per source split (``gpt-…``: document, sample and shuffle index; ``packed-…`` with
 ``packing: best_fit``, see :mod:`corpus.blending.packing`) and one per
-blended split (``blend-…``: source and sample-within-source of every blended sample). Keys hold
+blended split (``blend-…``: source and sample-within-source of every blended sample; a weight schedule's
+phases, as laid over the split, are in its key). Keys hold
 everything that changes the arrays, including what megatron-core forgets to hash
 (``add_extra_token_to_sequence``, the surplus, the drop-last rule) and the content digest of
 every ``.idx`` (so a copied dataset hits the cache and a rewritten one misses it).
@@ -78,17 +79,23 @@ def member_entry(resolved: ResolvedBlend, member: MemberPlan, split: str) -> Ent
 
 
 def _blend_key(resolved: ResolvedBlend, plan: SplitPlan) -> str:
-    """The cache key of a blended split's maps."""
-    return cache_key({"kind": "blend", "version": MAPS_VERSION,
-                      "members": [member_key(resolved, member) for member in plan.members], "mode": plan.mode,
-                      "weights": plan.blend_weights, "size": plan.size})
+    """The cache key of a blended split's maps (a schedule's phases in it)."""
+    material = {"kind": "blend", "version": MAPS_VERSION,
+                "members": [member_key(resolved, member) for member in plan.members], "mode": plan.mode,
+                "weights": plan.blend_weights, "size": plan.size}
+    if plan.schedule is not None:
+        material["schedule"] = plan.schedule.describe()
+    return cache_key(material)
 
 
 def _blend_entry(resolved: ResolvedBlend, plan: SplitPlan, lengths: list[int]) -> Entry:
+    schedule = plan.schedule
     key = _blend_key(resolved, plan)
 
     def build() -> tuple[dict[str, np.ndarray], dict]:
-        if plan.blend_weights is None:
+        if schedule is not None:
+            index, sample, counts = maps.scheduled_blending_indices(schedule.start, schedule.end, schedule.bounds)
+        elif plan.blend_weights is None:
             index, sample, counts = maps.exhaustive_blending_indices(lengths)
         else:
             index, sample, counts = maps.blending_indices(list(plan.blend_weights), plan.size)
@@ -112,7 +119,7 @@ def missing_map_bytes(resolved: ResolvedBlend, plans: Iterable[SplitPlan | None]
             needed += sum(maps.gpt_map_bytes(member.end - member.begin, member.epochs.num_epochs, member.length,
                                              int(member.source.lengths[member.begin:member.end].max(initial=0)))
                           for member in plan.members if not cache.has("gpt", gpt_key(resolved, member)))
-        if plan.mode != "single" and not cache.has("blend", _blend_key(resolved, plan)):
+        if plan.mode not in ("single", "online") and not cache.has("blend", _blend_key(resolved, plan)):
             needed += plan.size * maps.BLEND_BYTES_PER_SAMPLE
     return needed
 
@@ -139,7 +146,7 @@ def build_split_maps(resolved: ResolvedBlend, plan: SplitPlan) -> SplitMaps:
         entries = list(pool.map(lambda member: member_entry(resolved, member, plan.split), plan.members))
     built = sum(entry.built for entry in entries) + sum(member.maps_built for member in plan.members)
     members = [entry.arrays for entry in entries]
-    if plan.mode == "single":
+    if plan.mode in ("single", "online"):  # an online blend is drawn as the run reads it
         return SplitMaps(plan, members, None, None, built)
     lengths = [m["sample_index"].shape[0] - 1 for m in members]
     blend = _blend_entry(resolved, plan, lengths)

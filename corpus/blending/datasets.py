@@ -12,6 +12,7 @@ sources in file order), which Megatron's samples drop.
 
 from __future__ import annotations
 
+import logging
 import shlex
 from dataclasses import dataclass
 
@@ -19,12 +20,16 @@ import numpy as np
 
 from corpus.blending.build import SplitMaps, build_split_maps, check_maps_fit
 from corpus.blending.index_maps import SPLIT_NAMES
+from corpus.blending.mixing.draw import DrawError, OnlineDraw
+from corpus.blending.mixing.mixer import OnlineMixer
 from corpus.blending.packing import piece_lengths
 from corpus.blending.plan import SplitPlan, plan_split
 from corpus.blending.resolve import ResolvedBlend, resolve_blend
 from corpus.blending.samples import PAD_ID, make_batch, sample_from_batch
 from corpus.blending.schema import BlendConfig
 from corpus.blending.sources import Source
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,7 @@ class SplitDataset:
         self.plan: SplitPlan = split_maps.plan
         self.split = self.plan.split
         self.options = resolved.config.samples
+        self.mixing = resolved.config.mixing
         self.eod_id = resolved.eod_id
         self.row_length = resolved.config.seq_length + self.options.extra_token
         self.packed = resolved.config.packing == "best_fit"
@@ -116,6 +122,15 @@ class SplitDataset:
         self._member_sources = np.array([self.source_names.index(m.name) for m in self.plan.members], np.int64)
         self._dataset_index = split_maps.dataset_index
         self._dataset_sample_index = split_maps.dataset_sample_index
+        self._lengths = [arrays["shuffle_index"].shape[0] for arrays in split_maps.members]
+        self._shifts: np.ndarray | None = None
+        """Per member, how far a resume under another blend moved its samples on (:meth:`continue_sources`)."""
+        self.draw: OnlineDraw | None = None
+        """An online-mixed split's draw (:mod:`corpus.blending.mixing.draw`): the weights in force decide each
+        sample's source when it is first read; :meth:`set_weights` changes them."""
+        if self.plan.mode == "online":
+            self.draw = OnlineDraw(tuple(m.name for m in self.plan.members), self.plan.blend_weights,
+                                   [m["sample_index"].shape[0] - 1 for m in split_maps.members])
         self.maps_built = split_maps.built
         """Cache entries this process built for the split (0: all came from the cache)."""
 
@@ -126,9 +141,15 @@ class SplitDataset:
         """(member, sample within that member's maps) of blended sample ``index``."""
         if not 0 <= index < len(self):
             raise IndexError(f"{self.split} sample {index} out of range (0..{len(self) - 1})")
+        if self.draw is not None:
+            return self.draw.locate(index)
         if self._dataset_index is None:
-            return 0, index
-        return int(self._dataset_index[index]), int(self._dataset_sample_index[index])
+            member, sample = 0, index
+        else:
+            member, sample = int(self._dataset_index[index]), int(self._dataset_sample_index[index])
+        if self._shifts is not None:
+            sample = (sample + int(self._shifts[member])) % self._lengths[member]
+        return member, sample
 
     def source_name(self, index: int) -> str:
         """The name of the source sample ``index`` comes from."""
@@ -139,9 +160,65 @@ class SplitDataset:
         indices = np.asarray(indices, dtype=np.int64)
         if indices.size and not (0 <= indices.min() and indices.max() < len(self)):
             raise IndexError(f"{self.split} samples {indices.min()}..{indices.max()} out of range (0..{len(self) - 1})")
+        if self.draw is not None:
+            return self._member_sources[self.draw.sources_of(indices)]
         if self._dataset_index is None:
             return np.full(indices.shape, self._member_sources[0])
         return self._member_sources[self._dataset_index[indices]]
+
+    def taken(self, consumed: int) -> dict[str, int]:
+        """How far blended samples ``[0, consumed)`` read into each source: the samples it gave, and the ones a
+        resume under another blend went past (what a later resume under another blend continues after)."""
+        if self.draw is not None:
+            self.draw.draw_to(consumed)
+            if consumed != self.draw.drawn:
+                raise DrawError(f"the draws up to sample {consumed} are asked, but samples up to "
+                                f"{self.draw.drawn - 1} are drawn")
+            return dict(zip(self.mixed_names, self.draw.totals.tolist()))
+        counts = self._given(consumed) + (self._shifts if self._shifts is not None else 0)
+        return dict(zip(self.mixed_names, counts.tolist()))
+
+    def _given(self, consumed: int) -> np.ndarray:
+        """How many of blended samples ``[0, consumed)`` each member gives, by this blend's index."""
+        if self._dataset_index is None:
+            return np.array([consumed], dtype=np.int64)
+        return np.bincount(self._dataset_index[:consumed], minlength=len(self.plan.members)).astype(np.int64)
+
+    def continue_sources(self, taken: dict[str, int], at: int) -> None:
+        """Read on from blended sample ``at`` with each source's samples going on after the ``taken`` it already gave
+        (by name; a resume under another blend, which would otherwise read each source from where *this* blend's
+        index reaches it by then). None is repeated or skipped where a source's maps are the same under both blends
+        (the same passes over it: always so for a source read less than once); a source this blend would read past
+        its maps starts them again, with a warning."""
+        if self.draw is not None:
+            self.draw.continue_sources(taken, at)
+            return
+        here = dict(zip(self.mixed_names, self._given(at).tolist()))
+        self._shifts = np.array([int(taken.get(name, 0)) - here[name] for name in self.mixed_names], dtype=np.int64)
+        final = dict(zip(self.mixed_names, self._given(len(self)).tolist()))
+        for name, shift, length in zip(self.mixed_names, self._shifts, self._lengths):
+            if final[name] + shift > length:
+                log.warning("resumed under another blend, %s would read %d samples past its maps (%d): they repeat "
+                            "its first samples", name, final[name] + shift - length, length)
+
+    @property
+    def mixed_names(self) -> tuple[str, ...]:
+        """The sources whose weights online mixing moves, in the order of its weights (this split's)."""
+        return tuple(member.name for member in self.plan.members)
+
+    def online_mixer(self) -> OnlineMixer:
+        """A mixer for this online-mixed split: the blend's ``mixing`` settings, its sources' weights as the
+        prior, and the per-source arrays it observes indexed as ``source_ids`` are (:attr:`source_names`)."""
+        if self.draw is None:
+            raise ValueError(f"the {self.split} split is not mixed online; add mixing: {{kind: online}} to the blend")
+        return OnlineMixer(self.mixing, self.mixed_names, self.plan.blend_weights, self.source_names)
+
+    def set_weights(self, weights: np.ndarray, at: int) -> None:
+        """Draw this online-mixed split's samples from blended sample ``at`` on with ``weights`` (in the order of
+        :attr:`mixed_names`); ``at`` is the first sample not read yet (the loader's ``consumed_samples``)."""
+        if self.draw is None:
+            raise ValueError(f"the {self.split} split is not mixed online; its weights are fixed by the blend")
+        self.draw.set_weights(weights, at)
 
     def shard_of(self, index: int) -> str:
         """The shard prefix holding the first token of sample ``index``: for a glob source, which of its files

@@ -199,6 +199,19 @@ def blending_indices(weights: list[float], size: int) -> Blending:
     return Blending(dataset_index, dataset_sample_index, counts)
 
 
+def scheduled_blending_indices(start: np.ndarray, end: np.ndarray, bounds: tuple[int, ...]) -> Blending:
+    """A weight schedule's blend (:mod:`corpus.blending.schedule`): phase ``p`` covers samples ``[bounds[p],
+    bounds[p + 1])`` and its weights move from ``start[p]`` to ``end[p]``; Megatron's greedy rule in each phase."""
+    from corpus.blending.loops import fill_scheduled_blending_indices
+
+    dataset_index = np.zeros(bounds[-1], dtype=np.int16)
+    dataset_sample_index = np.zeros(bounds[-1], dtype=np.int64)
+    counts = fill_scheduled_blending_indices(np.ascontiguousarray(start, np.float64),
+                                             np.ascontiguousarray(end, np.float64),
+                                             np.asarray(bounds, dtype=np.int64), dataset_index, dataset_sample_index)
+    return Blending(dataset_index, dataset_sample_index, counts)
+
+
 def exhaustive_blending_indices(sizes: list[int]) -> Blending:
     """Exactly ``sizes[d]`` samples of each source, interleaved in proportion to the sizes."""
     from corpus.blending.loops import fill_exhaustive_blending_indices
@@ -225,6 +238,7 @@ def prepare_kernels() -> None:
 def _warm_kernels() -> None:
     sample_index(np.ones(4, np.int32), np.arange(4, dtype=np.int32), 2, 4, 1)
     blending_indices([0.5, 0.5], 2)
+    scheduled_blending_indices(np.full((1, 2), 0.5), np.full((1, 2), 0.5), (0, 2))
     exhaustive_blending_indices([1, 1])
 
 

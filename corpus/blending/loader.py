@@ -6,7 +6,9 @@ Order is Megatron's ``MegatronPretrainingSampler``: global micro-step k covers s
 ``[c + r * micro_batch, c + (r + 1) * micro_batch)``. The maps already shuffle, so resuming is
 exact: a loader made with ``consumed_samples=c`` yields what an uninterrupted one yields after
 ``c`` samples. Its state carries the blend fingerprint; loading a state made for another blend
-raises :class:`LoaderStateError` unless ``allow_blend_change=True``.
+raises :class:`LoaderStateError` unless ``allow_blend_change=True``. An online-mixed split's draw resumes exactly
+under the same blend. Under another (allowed), each source goes on after the samples it gave (its position by
+name), so that no sample is repeated or skipped where a source's maps are the same under both blends.
 
 Each batch carries ``source_ids`` (int64 [micro_batch]): the source of each sample, an index into the
 loader's ``source_names`` (the blend's sources in file order). A plain ``torch.utils.data.DataLoader`` over
@@ -121,16 +123,25 @@ class BlendLoader:
         return max(0, (len(self.samples) - self.consumed_samples) // self.step_samples)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        draw = getattr(self.samples, "draw", None)
         while self.consumed_samples + self.step_samples <= len(self.samples):
+            if draw is not None:  # every rank draws the whole global micro-step: the draws stay the same on all
+                draw.draw_to(self.consumed_samples + self.step_samples)
             start = self.consumed_samples + self.dp_rank * self.micro_batch_size
             batch = self.samples.batch(np.arange(start, start + self.micro_batch_size))
             self.consumed_samples += self.step_samples
             yield {name: torch.from_numpy(array) for name, array in batch.items()}
 
     def state_dict(self) -> dict:
-        """What a checkpoint needs to resume this loader exactly."""
-        return {"consumed_samples": self.consumed_samples, "blend_fingerprint": self.blend_fingerprint,
-                "num_samples": len(self.samples)}
+        """What a checkpoint needs to resume this loader exactly (an online-mixed split's draw too)."""
+        state = {"consumed_samples": self.consumed_samples, "blend_fingerprint": self.blend_fingerprint,
+                 "num_samples": len(self.samples)}
+        if hasattr(self.samples, "taken"):
+            state["source_samples"] = self.samples.taken(self.consumed_samples)
+        draw = getattr(self.samples, "draw", None)
+        if draw is not None:
+            state["draw"] = draw.state_dict()
+        return state
 
     def load_state_dict(self, state: dict, allow_blend_change: bool = False) -> None:
         """Resume from ``state``; refuses a state made for another blend unless ``allow_blend_change``."""
@@ -147,3 +158,11 @@ class BlendLoader:
             log.warning("the checkpoint's run asked for %s samples, this one for %d: the sample order after the "
                         "resume differs from an uninterrupted run", state["num_samples"], len(self.samples))
         self._seek(int(state["consumed_samples"]))
+        draw = getattr(self.samples, "draw", None)
+        if draw is not None and theirs == self.blend_fingerprint and "draw" in state:
+            draw.load_state_dict(state["draw"], self.consumed_samples)
+        elif theirs != self.blend_fingerprint and "source_samples" in state and hasattr(self.samples,
+                                                                                     "continue_sources"):
+            self.samples.continue_sources(state["source_samples"], self.consumed_samples)
+        elif draw is not None:
+            draw.continue_sources({}, self.consumed_samples)

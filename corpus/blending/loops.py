@@ -89,6 +89,41 @@ void fill_blending_indices(const double *weights, int64_t num_datasets, int16_t 
     }
 }
 
+/* A weight schedule's blend (corpus/blending/schedule.py): in each phase, the greedy rule against the phase's
+   expected draws C_d(s) = a_d*s + (b_d - a_d)*s*s/(2L), counts restarting per phase. A step phase (a == b) takes
+   Megatron's scale max(taken, 1), so its error is Megatron's bit for bit; a ramp takes the draws expected once this
+   one is made (taken + 1), so a source ramping up from 0 is not drawn before its time. A source weighted 0 at both
+   ends of a phase is never drawn in it. */
+void fill_scheduled_blending_indices(const double *start, const double *end, const int64_t *bounds,
+                                     int64_t num_phases, int64_t num_datasets, int16_t *dataset_index,
+                                     int64_t *dataset_sample_index, int64_t *counts, int64_t *phase_counts) {
+    for (int64_t d = 0; d < num_datasets; ++d) counts[d] = 0;
+    for (int64_t p = 0; p < num_phases; ++p) {
+        const double *a = start + p * num_datasets, *b = end + p * num_datasets;
+        int64_t first = bounds[p], length = bounds[p + 1] - bounds[p];
+        double span = 2.0 * (double)length;
+        int ramp = 0;
+        for (int64_t d = 0; d < num_datasets; ++d) {
+            phase_counts[d] = 0;
+            if (a[d] != b[d]) ramp = 1;
+        }
+        for (int64_t taken = 0; taken < length; ++taken) {
+            double scale = ramp ? (double)taken + 1.0 : ((double)taken > 1.0 ? (double)taken : 1.0);
+            int64_t best = -1;
+            double best_error = 0.0;
+            for (int64_t d = 0; d < num_datasets; ++d) {
+                if (a[d] == 0.0 && b[d] == 0.0) continue;
+                double error = a[d] * scale + (b[d] - a[d]) * scale * scale / span - (double)phase_counts[d];
+                if (best < 0 || error > best_error) { best_error = error; best = d; }
+            }
+            dataset_index[first + taken] = (int16_t)best;
+            dataset_sample_index[first + taken] = counts[best];
+            counts[best] += 1;
+            phase_counts[best] += 1;
+        }
+    }
+}
+
 int fill_exhaustive_blending_indices(const int64_t *sizes, int64_t num_datasets, int16_t *dataset_index,
                                      int64_t *dataset_sample_index) {
     double *weights = malloc(sizeof(double) * num_datasets);
@@ -272,6 +307,8 @@ def _load_c() -> ctypes.CDLL:
         getattr(library, name).restype = None
     library.fill_blending_indices.argtypes = [_P, _I64, _P, _P, _I64, _P]
     library.fill_blending_indices.restype = None
+    library.fill_scheduled_blending_indices.argtypes = [_P, _P, _P, _I64, _I64, _P, _P, _P, _P]
+    library.fill_scheduled_blending_indices.restype = None
     library.fill_exhaustive_blending_indices.argtypes = [_P, _I64, _P, _P]
     library.fill_exhaustive_blending_indices.restype = ctypes.c_int
     library.pack_best_fit.argtypes = [_P, _P, _I64, _I64, _I64, _P, _P, _P]
@@ -297,6 +334,16 @@ def _c_kernels(library: ctypes.CDLL) -> SimpleNamespace:
                                       _pointer(dataset_sample_index, np.int64), len(dataset_index), counts.ctypes.data)
         return counts
 
+    def fill_scheduled_blending_indices(start, end, bounds, dataset_index, dataset_sample_index):
+        counts = np.zeros(start.shape[1], dtype=np.int64)
+        scratch = np.zeros(start.shape[1], dtype=np.int64)
+        library.fill_scheduled_blending_indices(_pointer(start, np.float64), _pointer(end, np.float64),
+                                                _pointer(bounds, np.int64), start.shape[0], start.shape[1],
+                                                _pointer(dataset_index, np.int16),
+                                                _pointer(dataset_sample_index, np.int64), counts.ctypes.data,
+                                                scratch.ctypes.data)
+        return counts
+
     def fill_exhaustive_blending_indices(sizes, dataset_index, dataset_sample_index):
         if library.fill_exhaustive_blending_indices(_pointer(sizes, np.int64), len(sizes), _pointer(dataset_index,
                                                                                                     np.int16),
@@ -312,6 +359,7 @@ def _c_kernels(library: ctypes.CDLL) -> SimpleNamespace:
         return samples
 
     return SimpleNamespace(fill_sample_index=fill_sample_index, fill_blending_indices=fill_blending_indices,
+                           fill_scheduled_blending_indices=fill_scheduled_blending_indices,
                            fill_exhaustive_blending_indices=fill_exhaustive_blending_indices,
                            pack_best_fit=pack_best_fit)
 
@@ -325,6 +373,7 @@ def _select() -> SimpleNamespace:
 
         return SimpleNamespace(fill_sample_index=loops_numba.fill_sample_index,
                                fill_blending_indices=loops_numba.fill_blending_indices,
+                               fill_scheduled_blending_indices=loops_numba.fill_scheduled_blending_indices,
                                fill_exhaustive_blending_indices=loops_numba.fill_exhaustive_blending_indices,
                                pack_best_fit=loops_numba.pack_best_fit)
 
@@ -332,7 +381,8 @@ def _select() -> SimpleNamespace:
 _kernels: SimpleNamespace | None = None
 _kernels_lock = threading.Lock()
 #: The loops this module offers (attributes resolved by :func:`__getattr__`).
-LOOPS = ("fill_sample_index", "fill_blending_indices", "fill_exhaustive_blending_indices", "pack_best_fit")
+LOOPS = ("fill_sample_index", "fill_blending_indices", "fill_scheduled_blending_indices",
+         "fill_exhaustive_blending_indices", "pack_best_fit")
 
 
 def kernels() -> SimpleNamespace:

@@ -74,6 +74,41 @@ def fill_blending_indices(weights, dataset_index, dataset_sample_index):  # prag
 
 
 @numba.njit(cache=True, nogil=True)
+def fill_scheduled_blending_indices(start, end, bounds, dataset_index, dataset_sample_index):  # pragma: no cover
+    """A weight schedule's blend: the greedy rule in each phase against the phase's expected draws
+    ``a*s + (b - a)*s*s/(2L)`` (see ``corpus.blending.schedule``), the same operations as the C library's: Megatron's
+    scale in a step phase, the draws expected after this one in a ramp, sources weighted 0 throughout skipped."""
+    num_phases, num_datasets = start.shape
+    counts = np.zeros(num_datasets, dtype=np.int64)
+    phase_counts = np.zeros(num_datasets, dtype=np.int64)
+    for phase in range(num_phases):
+        first, length = bounds[phase], bounds[phase + 1] - bounds[phase]
+        span = 2.0 * float(length)
+        phase_counts[:] = 0
+        ramp = False
+        for dataset in range(num_datasets):
+            if start[phase, dataset] != end[phase, dataset]:
+                ramp = True
+        for taken in range(length):
+            scale = float(taken) + 1.0 if ramp else max(float(taken), 1.0)
+            best = -1
+            best_error = 0.0
+            for dataset in range(num_datasets):
+                a, b = start[phase, dataset], end[phase, dataset]
+                if a == 0.0 and b == 0.0:
+                    continue
+                error = a * scale + (b - a) * scale * scale / span - float(phase_counts[dataset])
+                if best < 0 or error > best_error:
+                    best_error = error
+                    best = dataset
+            dataset_index[first + taken] = best
+            dataset_sample_index[first + taken] = counts[best]
+            counts[best] += 1
+            phase_counts[best] += 1
+    return counts
+
+
+@numba.njit(cache=True, nogil=True)
 def fill_exhaustive_blending_indices(sizes, dataset_index, dataset_sample_index):  # pragma: no cover - compiled
     """Megatron's exhaustive blend: exactly ``sizes[d]`` samples of each dataset, interleaved by
     the same greedy rule among the datasets not yet spent (visited in ascending order)."""

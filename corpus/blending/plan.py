@@ -7,7 +7,15 @@ megatron-core's ``BlendedMegatronDatasetBuilder`` rules, case by case:
 - weights: each source builds ``ceil(ceil(n * w) * 1.005)`` samples, the blend takes
   ``sum(ceil(n * w))`` of them with the greedy interleave (``mode="weighted"``);
 - no weights, several sources: one epoch of each, blended in proportion to their sizes, capped
-  at ``n`` (``mode="unweighted"``; exhaustive when no ``n`` is given).
+  at ``n`` (``mode="unweighted"``; exhaustive when no ``n`` is given);
+- a weight schedule (ours, the train split only): the phases laid over the ``n`` samples, each source building
+  ``ceil(ceil(E) * 1.005) + P - 1`` samples for ``E`` expected draws over ``P`` phases (each phase may draw up to
+  one sample more than it expects), blended phase by phase (``mode="scheduled"``; one phase is Megatron's
+  ``weighted``, sample for sample);
+- online mixing (ours, the train split only): the weights are decided during the run, so each source builds
+  what the most its weight can reach would draw, ``ceil(ceil(n * (1 - (S - 1) * floor)) * 1.005)`` samples,
+  and the run draws the blend as it reads it (``mode="online"``, :mod:`corpus.blending.mixing.draw`; until the
+  first update, Megatron's ``weighted`` choice of sources with the sources' weights).
 
 With ``packing: best_fit`` a member's epochs and sample count are those of its packed maps, so planning
 packs (or loads from the cache) each source split's documents first (:mod:`corpus.blending.packing`).
@@ -21,6 +29,7 @@ give without weights, more epochs than ``max_epochs``) are BlendErrors naming th
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +37,7 @@ import numpy as np
 from corpus.blending import index_maps as maps
 from corpus.blending import packing
 from corpus.blending.resolve import ResolvedBlend
+from corpus.blending.schedule import WeightSchedule, lay_out
 from corpus.blending.sources import Source
 
 log = logging.getLogger(__name__)
@@ -70,8 +80,11 @@ class SplitPlan:
     members: tuple[MemberPlan, ...]
     excluded: tuple[str, ...]
     blend_weights: tuple[float, ...] | None
-    """Weights of the greedy interleave (None for ``single`` and exhaustive blends)."""
+    """Weights of the greedy interleave (None for ``single``, exhaustive and scheduled blends; an online blend's
+    weights until its first update)."""
     size: int
+    schedule: WeightSchedule | None = None
+    """The phases of a ``scheduled`` split, laid over its samples."""
 
 
 def _ranges(resolved: ResolvedBlend, split: str, requested: int | None, required: bool) -> list[tuple[int, int]] | None:
@@ -133,17 +146,22 @@ def plan_split(resolved: ResolvedBlend, split: str, requested: int | None, requi
         return None
     config = resolved.config
     configs = config.split_sources(split)
-    weighted = configs[0].weight is not None
-    keep = _usable(resolved, split, ranges, unweighted=not weighted)
+    weights = config.weights_of(split)
+    keep = _usable(resolved, split, ranges, unweighted=weights is None)
     excluded = tuple(configs[i].name for i in range(len(configs)) if i not in keep)
-    single = len(keep) == 1 and (isinstance(config.sources, dict) or not weighted)
+    single = len(keep) == 1 and (isinstance(config.sources, dict) or weights is None)
     if single:
         return _single(resolved, split, requested, keep[0], ranges[keep[0]], excluded)
-    if weighted:
+    if weights is not None:
         if requested is None:
+            where = "schedule" if config.schedule is not None else f"{config.source_key(split, keep[0])}.weight"
             raise config.error("weighted sources need a sample count; pass --num-samples (or drop every weight for "
-                               "one epoch of each source)", f"{config.source_key(split, keep[0])}.weight")
-        return _weighted(resolved, split, requested, keep, ranges, excluded)
+                               "one epoch of each source)", where)
+        if config.scheduled(split):
+            return _scheduled(resolved, split, requested, keep, ranges, excluded)
+        if config.mixed_online(split):
+            return _online(resolved, split, requested, [weights[i] for i in keep], keep, ranges, excluded)
+        return _weighted(resolved, split, requested, [weights[i] for i in keep], keep, ranges, excluded)
     return _unweighted(resolved, split, requested, keep, ranges, excluded, required)
 
 
@@ -205,15 +223,38 @@ def _single(resolved: ResolvedBlend, split: str, requested: int | None, index: i
     return SplitPlan(split, requested, "single", (member,), excluded, None, member.length)
 
 
-def _weighted(resolved: ResolvedBlend, split: str, requested: int, keep: list[int], ranges: list[tuple[int, int]],
-              excluded: tuple[str, ...]) -> SplitPlan:
-    configs = resolved.config.split_sources(split)
-    weights = maps.normalize([configs[i].weight for i in keep])
+def _weighted(resolved: ResolvedBlend, split: str, requested: int, asked: list[float], keep: list[int],
+              ranges: list[tuple[int, int]], excluded: tuple[str, ...]) -> SplitPlan:
+    weights = maps.normalize(asked)
     targets = maps.blend_counts(weights, requested)
     buffers = maps.blend_counts(weights, requested, maps.SURPLUS)
     members = tuple(_member(resolved, split, i, ranges[i], w, b, t)
                     for i, w, b, t in zip(keep, weights, buffers, targets))
     return SplitPlan(split, requested, "weighted", members, excluded, tuple(maps.normalize(weights)), sum(targets))
+
+
+def _scheduled(resolved: ResolvedBlend, split: str, requested: int, keep: list[int], ranges: list[tuple[int, int]],
+               excluded: tuple[str, ...]) -> SplitPlan:
+    config = resolved.config
+    names = tuple(config.split_sources(split)[i].name for i in keep)
+    schedule = lay_out(config.schedule, names, requested, config.seq_length, config.error)
+    expected = schedule.expected_counts(requested).tolist()
+    targets = [int(math.ceil(count)) for count in expected]
+    buffers = [int(math.ceil(target * (1 + maps.SURPLUS))) + schedule.num_phases - 1 for target in targets]
+    members = tuple(_member(resolved, split, i, ranges[i], count / requested, b, t)
+                    for i, count, b, t in zip(keep, expected, buffers, targets))
+    return SplitPlan(split, requested, "scheduled", members, excluded, None, requested, schedule)
+
+
+def _online(resolved: ResolvedBlend, split: str, requested: int, asked: list[float], keep: list[int],
+            ranges: list[tuple[int, int]], excluded: tuple[str, ...]) -> SplitPlan:
+    weights = maps.normalize(asked)
+    most = 1.0 - (len(keep) - 1) * resolved.config.mixing.floor
+    buffers = maps.blend_counts([most] * len(keep), requested, maps.SURPLUS)
+    targets = maps.blend_counts(weights, requested)
+    members = tuple(_member(resolved, split, i, ranges[i], w, b, t)
+                    for i, w, b, t in zip(keep, weights, buffers, targets))
+    return SplitPlan(split, requested, "online", members, excluded, tuple(maps.normalize(weights)), requested)
 
 
 def _unweighted(resolved: ResolvedBlend, split: str, requested: int | None, keep: list[int],

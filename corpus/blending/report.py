@@ -2,7 +2,7 @@
 
 - :func:`dry_run`: per split and source, sequences, tokens, weight asked vs share achieved,
   epochs and samples, without writing any concatenating index map (``best_fit``: padding share and
-  documents cut too, from the packed maps);
+  documents cut too, from the packed maps); with a weight schedule, the same per phase;
 - :func:`prebuild`: build (or verify) every map a request needs, no torch, no GPU;
 - :func:`show_samples`: the token ids of samples ``[start, stop)`` of a split, exactly as a trainer asking
   for the same number of samples sees them, and their text.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
 import numpy as np
@@ -57,6 +57,36 @@ class SourceRow:
 
 
 @dataclass(frozen=True)
+class PhaseRow:
+    """One source in one phase of a weight schedule."""
+
+    name: str
+    weight: float
+    """Its normalised weight at the phase's start."""
+    weight_end: float
+    """At the phase's end (differs from ``weight`` on a linear ramp)."""
+    samples: int
+    """Samples the phase draws from it."""
+    tokens: int
+    """Their tokens (``samples`` × ``seq_length``)."""
+    share: float
+    """``samples`` over the phase's samples."""
+    epochs: float
+    """Passes over its split share drawn by the end of the phase, this phase and the ones before."""
+
+
+@dataclass(frozen=True)
+class PhaseReport:
+    """One phase of a scheduled split: blended samples ``[first, stop)``."""
+
+    phase: int
+    first: int
+    stop: int
+    ramp: str
+    rows: list[PhaseRow]
+
+
+@dataclass(frozen=True)
 class SplitReport:
     """One split of a dry run."""
 
@@ -66,6 +96,8 @@ class SplitReport:
     size: int | None
     rows: list[SourceRow]
     excluded: list[str]
+    phases: list[PhaseReport] = field(default_factory=list)
+    """A scheduled split's phases (empty otherwise)."""
 
 
 def _achieved(plan: SplitPlan) -> list[int]:
@@ -81,9 +113,29 @@ def _per_epoch(tokens: int, seq_length: int, extra_token: int) -> int:
     return max(0, maps.samples_in(tokens, seq_length, extra_token))
 
 
+def _phase_reports(config: BlendConfig, plan: SplitPlan, blending: maps.Blending, per_epoch: list[int]
+                   ) -> list[PhaseReport]:
+    """Each phase's draws per source, from the split's blend."""
+    schedule, drawn = plan.schedule, np.zeros(len(plan.members), dtype=np.int64)
+    reports = []
+    for phase in range(schedule.num_phases):
+        first, stop = schedule.bounds[phase], schedule.bounds[phase + 1]
+        counts = np.bincount(blending.dataset_index[first:stop], minlength=len(plan.members))
+        drawn += counts
+        rows = [PhaseRow(member.name, float(schedule.start[phase][d]), float(schedule.end[phase][d]), int(counts[d]),
+                         int(counts[d]) * config.seq_length, float(counts[d]) / (stop - first),
+                         float(drawn[d]) / per_epoch[d] if per_epoch[d] else 0.0)
+                for d, member in enumerate(plan.members)]
+        reports.append(PhaseReport(phase + 1, first, stop, config.schedule[phase].ramp, rows))
+    return reports
+
+
 def _split_report(resolved: ResolvedBlend, plan: SplitPlan) -> SplitReport:
     config = resolved.config
-    taken = _achieved(plan)
+    schedule = plan.schedule
+    blending = (maps.scheduled_blending_indices(schedule.start, schedule.end, schedule.bounds)
+                if schedule is not None else None)
+    taken = blending.counts.tolist() if blending is not None else _achieved(plan)
     total = sum(taken)
     rows = []
     for member, count in zip(plan.members, taken):
@@ -97,7 +149,8 @@ def _split_report(resolved: ResolvedBlend, plan: SplitPlan) -> SplitReport:
         rows.append(SourceRow(member.name, member.end - member.begin, member.tokens, per_epoch, member.weight,
                               count / total if total else None, member.epochs.num_epochs, count, member.length,
                               **stats))
-    return SplitReport(plan.split, plan.requested, plan.mode, plan.size, rows, list(plan.excluded))
+    phases = _phase_reports(config, plan, blending, [row.per_epoch for row in rows]) if blending is not None else []
+    return SplitReport(plan.split, plan.requested, plan.mode, plan.size, rows, list(plan.excluded), phases)
 
 
 def _inventory(resolved: ResolvedBlend, split: str) -> SplitReport | None:
@@ -110,7 +163,7 @@ def _inventory(resolved: ResolvedBlend, split: str) -> SplitReport | None:
     bookend = (0.0, 1.0) if per_split else maps.split_matrix(config.effective_split)[maps.SPLIT_NAMES.index(split)]
     if bookend is None:
         return None
-    weights = maps.normalize([c.weight for c in configs])
+    weights = maps.normalize(list(config.weights_of(split)))
     rows = []
     for source, source_config, weight in zip(resolved.sources[split], configs, weights):
         begin, end = maps.split_range(bookend, source.info.num_sequences)
@@ -131,8 +184,7 @@ def dry_run(config: BlendConfig, counts: SampleCounts | None, required: tuple[st
     resolved = resolve_blend(config)
     reports, plans = [], []
     for split in maps.SPLIT_NAMES:
-        weighted = any(c.weight is not None for c in config.split_sources(split))
-        if counts is None and weighted:
+        if counts is None and config.weights_of(split) is not None:
             report = _inventory(resolved, split)
         else:
             plan = plan_split(resolved, split, counts.of(split) if counts else None, split in required)
@@ -175,7 +227,8 @@ def _sample_tokenizer(resolved: ResolvedBlend) -> TextTokenizer | None:
 
 def show_samples(config: BlendConfig, split: str, num_samples: int | None, start: int, stop: int,
                  decode: bool = True) -> Iterator[dict]:
-    """``{"index", "source", "tokens", "documents", "padding"}`` for samples ``[start, stop)`` of ``split``
+    """``{"index", "source", "tokens", "documents", "padding"}`` (and ``"phase"``, from 1, in a scheduled split)
+    for samples ``[start, stop)`` of ``split``
     when ``num_samples`` are asked (the maps are built if the cache lacks them). ``tokens`` are raw ids
     (padding as -1); ``documents`` lists ``[position in the sample, sequence id, offset in the document,
     tokens]`` for each document piece; ``padding`` counts the padded positions at the end. With ``decode`` and a
@@ -197,6 +250,8 @@ def show_samples(config: BlendConfig, split: str, num_samples: int | None, start
         filled = sum(length for _, _, _, length in placed)
         sample = {"index": index, "source": dataset.source_name(index), "tokens": tokens.tolist(),
                   "documents": [list(piece) for piece in placed], "padding": len(tokens) - filled}
+        if plan.schedule is not None:
+            sample["phase"] = plan.schedule.phase_at(index) + 1
         text = (decode_or_none(tokenizer, sample["tokens"][:filled], f"{split} sample {index}")
                 if tokenizer is not None else None)
         yield {**sample, "text": text} if text is not None else sample
@@ -232,7 +287,26 @@ def format_report(reports: list[SplitReport], config: BlendConfig | None = None)
                          f"{fmt(row.epochs, 'd'):>6} {fmt(row.samples, ',d'):>11} {fmt(row.built, ',d'):>11}"
                          + (f" {fmt(row.padding, '.2%'):>8} {fmt(row.documents_cut, ',d'):>9}" if packed else ""))
         lines.append(f"{report.split:<6} {_summary(report)}")
+        lines += _format_phases(report)
     return "\n".join(lines)
+
+
+def _format_phases(report: SplitReport) -> list[str]:
+    """A scheduled split's phases: per source, the weight (start -> end on a ramp), the share drawn, samples,
+    tokens, and the passes over the source by the phase's end."""
+    if not report.phases:
+        return []
+    header = (f"{'phase':<6} {'samples':<23} {'source':<16} {'weight':>13} {'share':>7} {'drawn':>11} "
+              f"{'tokens':>15} {'epochs':>7}")
+    lines = ["", header, "-" * len(header)]
+    for phase in report.phases:
+        span = f"{phase.first:,}-{phase.stop - 1:,}" + (" ramp" if phase.ramp == "linear" else "")
+        for number, row in enumerate(phase.rows):
+            weight = f"{row.weight:.3f}" + (f"->{row.weight_end:.3f}" if row.weight != row.weight_end else "")
+            lines.append(f"{phase.phase if number == 0 else '':<6} {span if number == 0 else '':<23} "
+                         f"{row.name[:16]:<16} {weight:>13} {row.share:>7.3f} {row.samples:>11,} {row.tokens:>15,} "
+                         f"{row.epochs:>7.2f}")
+    return lines
 
 
 def _summary(report: SplitReport) -> str:
@@ -243,4 +317,6 @@ def _summary(report: SplitReport) -> str:
     short_cut = sum(row.short_documents_cut or 0 for row in report.rows)
     packed = (f"; best-fit packed, documents of at most S + 1 tokens cut: {short_cut}"
               if any(row.padding is not None for row in report.rows) else "")
-    return f"{report.mode} blend: {asked} samples asked, dataset length {report.size:,}{excluded}{packed}"
+    online = ("; the weights above hold until the first online-mixing update, each source's maps hold what the "
+              "most its weight can reach would draw" if report.mode == "online" else "")
+    return f"{report.mode} blend: {asked} samples asked, dataset length {report.size:,}{excluded}{packed}{online}"

@@ -41,7 +41,7 @@ class ResolvedBlend:
     vocab_size: int | None
     eod_id: int | None
     fingerprint: str
-    """sha256 of what decides the samples: sources (their lengths and tokenizer), weights, split,
+    """sha256 of what decides the samples: sources (their lengths and tokenizer), weights, schedule or mixing, split,
     seq_length, seed, sample options, packing. Stored in loader state to refuse resuming against another blend."""
     pad_id: int = 0
     """The id fed at padding positions (see :class:`~corpus.blending.schema.SampleOptions`)."""
@@ -171,6 +171,10 @@ def _fill_facts(resolved: ResolvedBlend, tokenizer_eod: int | None) -> None:
         "split": config.effective_split, "seq_length": config.seq_length, "seed": config.seed,
         "samples": {**dataclasses.asdict(config.samples), "eod_id": resolved.eod_id},
     }
+    if config.schedule is not None:
+        material["schedule"] = [dataclasses.asdict(phase) for phase in config.schedule]
+    if config.mixing is not None:
+        material["mixing"] = dataclasses.asdict(config.mixing)
     del material["samples"]["pad_id"]  # NOTE: concat never pads; a blend's fingerprint stays what it was
     if config.packing != "concat":
         material.update(packing=config.packing, packing_window=config.packing_window, pad_id=resolved.pad_id)

@@ -14,6 +14,11 @@
       - {name: web,  prefix: data/web_text_document, weight: 0.7}
       - {name: code, prefix: "data/code/*_text_document", weight: 0.3, max_epochs: 4}
 
+Instead of a weight per source, ``schedule:`` may give the train mix in phases (see
+:mod:`corpus.blending.schedule`); the valid and test splits keep its first phase's mix. Or ``mixing:`` moves the
+train weights during the run from the per-source losses, starting from the sources' weights
+(:mod:`corpus.blending.mixing`); the valid and test splits keep the sources' weights.
+
 ``sources`` may instead map split names to their own lists (``{train: [...], valid: [...]}``,
 Megatron's per-split blends; no ``split`` then). A source list without ``split`` is split as Megatron splits
 ``--data-path`` by default (:data:`DEFAULT_SPLIT`). Paths are relative to the YAML file's folder.
@@ -35,17 +40,15 @@ from typing import Any
 import yaml
 
 from corpus import storage
+from corpus.blending.errors import BlendError
 from corpus.blending.index_maps import SPLIT_NAMES
+from corpus.blending.mixing.config import MixingConfig
+from corpus.blending.schedule import PhaseConfig, check_schedule
 from corpus.core.atomic_write import write_atomically
 from corpus.core.disk import guard
-from corpus.core.errors import ConfigError, parse_key
+from corpus.core.errors import parse_key
 from corpus.core.typed_config import build, coerce, read_yaml
 from corpus.tokenizers.registry import FAMILIES, family_of
-
-
-class BlendError(ConfigError):
-    """A blend file (or a blend built in Python) is wrong; the message names file, line, key, fix."""
-
 
 #: Megatron's ``--split`` default, used for a source list that gives no ``split`` (and for ``--data-path``).
 DEFAULT_SPLIT = "969,30,1"
@@ -170,6 +173,12 @@ class BlendConfig:
     carrying its document boundaries."""
     packing_window: int = DEFAULT_PACKING_WINDOW
     """``best_fit``: how many documents (in shuffled order) are sorted and packed together."""
+    schedule: tuple[PhaseConfig, ...] | None = None
+    """The train mix in phases, instead of a weight per source (:mod:`corpus.blending.schedule`); the valid and
+    test splits of a source list keep its first phase's mix."""
+    mixing: MixingConfig | None = None
+    """Train weights moved during the run by a rule fed with the per-source losses, from the sources' weights
+    (:mod:`corpus.blending.mixing`)."""
     origin: str | None = field(default=None, metadata={"yaml": False}, compare=False)
     """The file this came from (for messages)."""
     base_dir: str = field(default=".", metadata={"yaml": False})
@@ -194,6 +203,10 @@ class BlendConfig:
             if self.split is not None:
                 self._check_split_string()
             _check_source_list(self.sources, "sources")
+        if self.schedule is not None:
+            self._check_schedule()
+        if self.mixing is not None:
+            self._check_mixing()
 
     @property
     def effective_split(self) -> str | None:
@@ -217,6 +230,56 @@ class BlendConfig:
                 raise BlendError(f"unknown split {name!r}; per-split lists are named {', '.join(SPLIT_NAMES)}",
                                  f"sources.{name}")
             _check_source_list(sources, f"sources.{name}")
+
+    def _check_schedule(self) -> None:
+        train = self.split_sources("train")
+        key = "sources.train" if isinstance(self.sources, dict) else "sources"
+        if not train:
+            raise BlendError("a schedule mixes the train sources, and there are none; add a 'train' list or remove "
+                             "the schedule", key)
+        for index, source in enumerate(train):
+            if source.weight is not None:
+                raise BlendError("the schedule gives the train weights; remove this weight (or the schedule)",
+                                 f"{key}[{index}].weight")
+        check_schedule(self.schedule, tuple(source.name for source in train))
+
+    def _check_mixing(self) -> None:
+        if self.schedule is not None:
+            raise BlendError("a blend has a schedule or online mixing, not both; remove one of them", "mixing")
+        train = self.split_sources("train")
+        key = "sources.train" if isinstance(self.sources, dict) else "sources"
+        if not train:
+            raise BlendError("online mixing mixes the train sources, and there are none; add a 'train' list or "
+                             "remove mixing", key)
+        if len(train) < 2:
+            raise BlendError("online mixing needs at least two train sources to move weights between; add one or "
+                             "remove mixing", key)
+        if train[0].weight is None:
+            raise BlendError("online mixing starts from the sources' weights (its prior); give every train source a "
+                             "weight", f"{key}[0].weight")
+        try:
+            self.mixing.check_sources(tuple(source.name for source in train))
+        except BlendError as failure:
+            raise BlendError(failure.problem, f"mixing.{failure.key}") from None
+
+    def mixed_online(self, split: str) -> bool:
+        """Whether ``split``'s weights move during the run (the train split of a blend with ``mixing``)."""
+        return self.mixing is not None and split == "train"
+
+    def scheduled(self, split: str) -> bool:
+        """Whether ``split`` is mixed by the schedule (the train split of a blend that has one)."""
+        return self.schedule is not None and split == "train"
+
+    def weights_of(self, split: str) -> tuple[float, ...] | None:
+        """The weight asked of each of ``split``'s sources (not normalised), None when they have none: the
+        sources' ``weight``, or, where a schedule mixes the sources, its first phase's."""
+        sources = self.split_sources(split)
+        if not sources:
+            return None
+        if self.schedule is not None and sources[0].weight is None and (split == "train" or not isinstance(
+                self.sources, dict)):
+            return tuple(self.schedule[0].weights[source.name] for source in sources)
+        return tuple(source.weight for source in sources) if sources[0].weight is not None else None
 
     def split_sources(self, split: str) -> tuple[SourceConfig, ...]:
         """The sources that feed ``split`` (all of them in the list form)."""
@@ -344,6 +407,9 @@ def blend_to_dict(config: BlendConfig) -> dict:
             "max_epochs": config.max_epochs, "samples": dataclasses.asdict(config.samples),
             **({"packing": config.packing, "packing_window": config.packing_window} if config.packing != "concat"
                else {}),
+            "schedule": ([{k: v for k, v in dataclasses.asdict(phase).items() if v is not None}
+                          for phase in config.schedule] if config.schedule else None),
+            "mixing": dataclasses.asdict(config.mixing) if config.mixing else None,
             "cache_dir": config.resolve_path(config.cache_dir) if config.cache_dir else None,
             "storage_options": config.storage_options,
             "tokenizer": ({"kind": config.tokenizer.kind, "path": config.resolve_path(config.tokenizer.path)

@@ -19,8 +19,10 @@ from corpus.core.optional import install_hint, missing
 
 #: Resolution of every image written (dots per inch): a figure of W × H inches is W·DPI × H·DPI pixels.
 DPI = 120
-#: Two panels side by side (``corpus inspect --plot``, ``trainer plot --out``), in inches.
+#: Two panels side by side (``corpus inspect --plot``), in inches.
 TWO_PANELS = (12.0, 4.5)
+#: Three panels side by side (``trainer plot --out``: losses, validation losses, the mix), in inches.
+THREE_PANELS = (18.0, 4.5)
 
 
 class PlotError(UserError):

@@ -296,3 +296,50 @@ def test_a_pair_inspect_rejects_is_never_read_by_a_blend_or_the_trainer(tokenize
         assert f"sources[0].prefix: {finding}" in result.stderr, (finding, result.stderr)
         assert f"this pair is damaged and is not read; list every problem with corpus inspect --check {prefix}" \
             in result.stderr
+
+
+def test_the_shipped_anneal_schedule_per_phase_and_across_its_boundaries(project: Path) -> None:
+    """blends/web_code_anneal.yaml over the quickstart's data: the dry run shows each phase's draws per source,
+    and --show-samples crosses from one phase into the next exactly as the trainer's dataset does."""
+    anneal = project / "blends" / "web_code_anneal.yaml"
+    shutil.copy(REPO / "blends" / "web_code_anneal.yaml", anneal)
+    table = run_cli("corpus", "blend", str(anneal), "--num-samples", "1000").stdout
+    assert "scheduled blend: 1,000 samples asked" in table
+    phase_lines = [line.split() for line in table.splitlines() if line[:1].isdigit()]
+    assert [words[:2] for words in phase_lines] == [["1", "0-799"], ["2", "800-899"], ["3", "900-999"]]
+    assert phase_lines[1][2:5] == ["ramp", "web", "0.700->0.400"]
+    report = json.loads(run_cli("corpus", "blend", str(anneal), "--num-samples", "1000", "--json").stdout)[0]
+    for phase, weights in zip(report["phases"], ({"web": 0.7, "code": 0.3}, None, {"web": 0.4, "code": 0.6})):
+        assert sum(row["samples"] for row in phase["rows"]) == phase["stop"] - phase["first"]
+        for row in phase["rows"] if weights else ():
+            assert abs(row["samples"] - weights[row["name"]] * (phase["stop"] - phase["first"])) <= 1
+            assert row["tokens"] == row["samples"] * 256
+    assert report["phases"][2]["rows"][1]["epochs"] > report["phases"][0]["rows"][1]["epochs"] > 0
+    shown = [json.loads(line) for line in run_cli("corpus", "blend", str(anneal), "--num-samples", "1000",
+                                                  "--show-samples", "797:803", "--json").stdout.splitlines()]
+    assert [sample["phase"] for sample in shown] == [1, 1, 1, 2, 2, 2]
+    trainer_view = build_split_datasets(load_blend(anneal), megatron_sample_counts(125, 8, 1000, 0)).train
+    for sample in shown:
+        assert sample["tokens"] == trainer_view.tokens_of(sample["index"]).tolist()
+        assert sample["source"] == trainer_view.source_name(sample["index"])
+    human = run_cli("corpus", "blend", str(anneal), "--num-samples", "1000", "--show-samples", "800:801").stdout
+    assert "     800 phase 2 " in human
+
+
+def test_the_shipped_online_blend_dry_run_and_first_samples(project: Path) -> None:
+    """blends/web_code_online.yaml over the quickstart's data: the dry run says the mix moves during the run and
+    sizes each source for the most its weight can reach; --show-samples prints what the trainer reads until its
+    first update (the sources' weights, Megatron's choice of source)."""
+    online = project / "blends" / "web_code_online.yaml"
+    shutil.copy(REPO / "blends" / "web_code_online.yaml", online)
+    table = run_cli("corpus", "blend", str(online), "--num-samples", "1000").stdout
+    assert "online blend: 1,000 samples asked" in table and "hold until the first online-mixing update" in table
+    report = json.loads(run_cli("corpus", "blend", str(online), "--num-samples", "1000", "--json").stdout)[0]
+    assert [row["weight"] for row in report["rows"]] == [0.7, 0.3]
+    assert all(row["built"] >= 950 for row in report["rows"])  # 1 - floor 0.05 of the run, each
+    shown = [json.loads(line) for line in run_cli("corpus", "blend", str(online), "--num-samples", "1000",
+                                                  "--show-samples", "0:10", "--json").stdout.splitlines()]
+    trainer_view = build_split_datasets(load_blend(online), megatron_sample_counts(125, 8, 1000, 0)).train
+    assert [sample["source"] for sample in shown] == [trainer_view.source_name(i) for i in range(10)]
+    assert sum(sample["source"] == "web" for sample in shown) == 7
+    assert shown[3]["tokens"] == trainer_view.tokens_of(3).tolist()

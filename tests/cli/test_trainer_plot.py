@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_cli
-from tests.images import TWO_PANELS_PIXELS, png_size
+from tests.images import THREE_PANELS_PIXELS, png_size
 
 
 def write_metrics(path: Path, per_source: bool = True) -> Path:
@@ -75,7 +75,7 @@ def test_what_it_cannot_plot_is_named(tmp_path, layout, message):
 def test_out_draws_the_curves_as_an_image_of_the_figure_size(tmp_path):
     out = tmp_path / "c" / "c.png"  # a folder that does not exist yet
     result = run_cli("trainer", "plot", str(write_metrics(tmp_path / "m.jsonl")), "--out", str(out))
-    assert png_size(out) == TWO_PANELS_PIXELS and f"wrote {out}" in result.stdout
+    assert png_size(out) == THREE_PANELS_PIXELS and f"wrote {out}" in result.stdout
 
 
 @pytest.mark.parametrize("name, shown", [("c.nope", "nope"), ("c", "(none)")])

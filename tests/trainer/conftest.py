@@ -17,6 +17,8 @@ from trainer.config.loading import load_config, merge
 from trainer.config.schema import TrainConfig
 from trainer.run.loop import train
 
+SHORT_TEXT = "The cat sat on the mat."
+
 TINY_MODEL = {"num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "num_query_groups": 2,
               "ffn_hidden_size": 64, "vocab_size": 96}
 
@@ -108,3 +110,21 @@ def blend_overrides(tmp_path: Path, blend: Path, **sections: dict) -> dict:
     base["data"] = {"blend": str(blend), "seq_length": 64, "data_cache_path": str(tmp_path / "maps")}
     base["model"] = {key: value for key, value in TINY_MODEL.items() if key != "vocab_size"}  # the tokenizer's
     return merge(base, sections)
+
+
+@pytest.fixture(scope="session")
+def two_sources(tmp_path_factory) -> Path:
+    """A blend of one short text repeated (``repeated``) and the shipped web prose (``varied``), half and half,
+    tokenized with the shipped tokenizer through ``corpus tokenize``."""
+    root = tmp_path_factory.mktemp("two_sources")
+    (root / "repeated.jsonl").write_text("".join(json.dumps({"text": SHORT_TEXT}) + "\n" for _ in range(400)))
+    tokenizer = REPO / "examples" / "tokenizer.json"
+    for name, text in (("repeated", root / "repeated.jsonl"), ("varied", REPO / "examples" / "web.jsonl")):
+        run_cli("corpus", "tokenize", "--input", str(text), "--output-prefix", str(root / name), "--json-keys", "text",
+                "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(tokenizer), "--append-eod",
+                "--quiet")
+    blend = root / "two.yaml"
+    blend.write_text(f"seq_length: 64\nsplit: '90,10,0'\ntokenizer: {{kind: huggingface, path: {tokenizer}}}\n"
+                     "sources:\n  - {name: repeated, prefix: repeated_text_document, weight: 0.5}\n"
+                     "  - {name: varied, prefix: varied_text_document, weight: 0.5}\n")
+    return blend

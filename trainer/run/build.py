@@ -97,14 +97,19 @@ def build_run(config: TrainConfig) -> Run:
     check_memory(config, estimate_memory(config, parallel, counts, vocab, seq_length, precision.dtype.itemsize,
                                          attention.name, uses_fused_loss(model_config, parallel)), parallel)
     data = build_data(config, opened, parallel, global_batch)
-    num_sources = len(data.source_names) if config.logging.log_per_source != "off" else 0
+    # NOTE: online mixing feeds on the per-source losses, so they are measured even under --log-per-source off
+    measured = config.logging.log_per_source != "off" or data.online is not None
+    num_sources = len(data.source_names) if measured else 0
     engine, compiled = parallelize(config, parallel, precision, fp8, attention, vocab, data.seq_length, accumulation,
                                    num_sources)
     peak, peak_note = peak_tflops(device, config.logging.peak_tflops)
     run = Run(config, parallel, precision, data, engine,
               build_optimizer(engine.reducer.optimizer_parameters(), config.optim, device), schedule,
               flops_per_token(model_config, counts["matmul"], data.seq_length), peak,
-              telemetry=SourceTelemetry(data.source_names, data.source_weights) if num_sources else None)
+              telemetry=(SourceTelemetry(data.source_names, data.source_weights, data.schedule,
+                                         data.online.draw if data.online is not None else None)
+                         if config.logging.log_per_source != "off" else None),
+              mixer=data.online.online_mixer() if data.online is not None else None)
     run.compiled = compiled
     fp8.parts.attach_optimizer(run.optimizer)
     _log_choices(run, vocab, counts, compiled, peak_note)

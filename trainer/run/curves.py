@@ -1,8 +1,10 @@
 """``trainer plot``: a run's per-source curves, read back from its ``--metrics-jsonl`` file (no torch).
 
-The picture: each source's training loss against the tokens trained so far, and beside it each source's own
-validation loss (and the blend's) at every evaluation. The x axis counts every source's loss-bearing tokens
-(the sum of a record's ``tokens_total``); an evaluation sits at the tokens of its step. The summary: where each
+The picture: each source's training loss against the tokens trained so far, beside it each source's own
+validation loss (and the blend's) at every evaluation, and last the mix: each source's weight in force (a weight
+schedule's phases and ramps show as its steps and slopes) with the share of the tokens it has realised. The x axis
+counts every source's loss-bearing tokens (the sum of a record's ``tokens_total``); an evaluation sits at the
+tokens of its step. The summary: where each
 source ended (last training and validation loss, its tokens, the share achieved next to the weight asked).
 """
 
@@ -16,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from corpus.core.errors import UserError
-from corpus.core.figures import TWO_PANELS, new_figure, save_figure
+from corpus.core.figures import THREE_PANELS, new_figure, save_figure
 
 
 class MetricsFileError(UserError):
@@ -33,6 +35,10 @@ class Curves:
     tokens: list[int] = field(default_factory=list)
     """Every source's tokens up to each training record."""
     train: dict[str, list[float | None]] = field(default_factory=dict)
+    weights: dict[str, list[float | None]] = field(default_factory=dict)
+    """Each source's weight in force at each training record."""
+    shares: dict[str, list[float | None]] = field(default_factory=dict)
+    """Each source's realised share of the tokens at each training record."""
     evals: list[dict] = field(default_factory=list)
     """The validation records, in order."""
     last: dict = field(default_factory=dict)
@@ -74,7 +80,9 @@ def read_curves(path: str | os.PathLike) -> Curves:
         curves.steps.append(record["step"])
         curves.tokens.append(sum(numbers["tokens_total"] for numbers in record["sources"].values()))
         for name in curves.names:
-            curves.train.setdefault(name, []).append((record["sources"].get(name) or {}).get("loss"))
+            numbers = record["sources"].get(name) or {}
+            for series, key in ((curves.train, "loss"), (curves.weights, "weight"), (curves.shares, "share")):
+                series.setdefault(name, []).append(numbers.get(key))
     curves.evals = [r for r in records if r.get("split") == "valid" and "eval_loss" in r]
     curves.last = train[-1]["sources"]
     return curves
@@ -117,11 +125,12 @@ def format_summary(result: dict) -> str:
 def write_curves(curves: Curves, out: str | os.PathLike) -> None:
     """Draw the training and validation loss of each source against the tokens trained into the image ``out``
     (type from its suffix)."""
-    figure = new_figure(out, "trainer plot --out", TWO_PANELS)
-    train_axes, valid_axes = figure.subplots(1, 2)
+    figure = new_figure(out, "trainer plot --out", THREE_PANELS)
+    train_axes, valid_axes, mix_axes = figure.subplots(1, 3)
     for name in curves.names:
         points = [(x, y) for x, y in zip(curves.tokens, curves.train[name]) if y is not None]
         train_axes.plot(*zip(*points), label=name)
+    _draw_mix(mix_axes, curves)
     at = [float(np.interp(r["step"], curves.steps, curves.tokens)) for r in curves.evals]
     for name in curves.names:
         points = [(x, r["sources"][name]["loss"]) for x, r in zip(at, curves.evals) if name in r.get("sources", {})]
@@ -136,3 +145,19 @@ def write_curves(curves: Curves, out: str | os.PathLike) -> None:
         if axes.lines:
             axes.legend(fontsize="small", loc="best")
     save_figure(figure, out, "trainer plot --out")
+
+
+def _draw_mix(axes, curves: Curves) -> None:
+    """Each source's weight in force (solid, drawn as steps between records) and its realised share of the tokens
+    (dashed, same colour) against the tokens trained."""
+    for name in curves.names:
+        weights = [(x, y) for x, y in zip(curves.tokens, curves.weights[name]) if y is not None]
+        line = axes.step(*zip(*weights), where="post", label=f"{name} weight")[0] if weights else None
+        shares = [(x, y) for x, y in zip(curves.tokens, curves.shares[name]) if y is not None]
+        if shares:
+            axes.plot(*zip(*shares), "--", color=line.get_color() if line else None, label=f"{name} share")
+    if not axes.lines:
+        axes.text(0.5, 0.5, "no weights in this run (an unweighted blend)", ha="center", transform=axes.transAxes)
+    axes.set(xlabel="tokens trained (all sources)", ylabel="weight / share", title="mix per source", ylim=(0, 1))
+    if axes.lines:
+        axes.legend(fontsize="small", loc="best")

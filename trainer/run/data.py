@@ -22,6 +22,7 @@ import torch
 
 from corpus.blending.datasets import (
     SampleCounts,
+    SplitDataset,
     build_split_datasets,
     megatron_sample_counts,
     show_samples_command,
@@ -30,6 +31,7 @@ from corpus.blending.index_maps import normalize
 from corpus.blending.loader import BlendLoader, build_datasets
 from corpus.blending.resolve import ResolvedBlend, resolve_blend, tokenizer_config
 from corpus.blending.samples import make_batch
+from corpus.blending.schedule import WeightSchedule
 from corpus.blending.schema import (
     BlendConfig,
     BlendError,
@@ -84,6 +86,10 @@ class TrainData:
     """Each source's fixed validation samples, alone (``--eval-samples-per-source``)."""
     source_valid_samples: int = 0
     """How many of them each evaluation reads (whole global batches)."""
+    schedule: WeightSchedule | None = None
+    """The train split's weight schedule, laid over the run's train samples (None: fixed weights)."""
+    online: SplitDataset | None = None
+    """The train split when online mixing moves its weights (its draw takes the mixer's weights; None otherwise)."""
 
 
 @dataclass
@@ -281,6 +287,10 @@ def build_data(config: TrainConfig, opened: OpenedData, parallel: ParallelState,
     description = (f"blend {blend.origin} ({len(resolved.all_sources())} sources, vocab {opened.vocab_size}, "
                    f"EOD {resolved.eod_id}, {'best-fit packed, pad ' + str(resolved.pad_id) if packed else 'concat'}, "
                    f"fingerprint {built.fingerprint[:12]})")
+    if blend.mixing is not None:
+        mixing = blend.mixing
+        description += (f"; train weights mixed online by {mixing.rule} every {mixing.update_interval} steps from the "
+                        f"sources' weights, floor {mixing.floor}, losses rounded to {mixing.loss_decimals} decimals")
     wanted = -(-config.logging.eval_samples_per_source // global_batch_size) * global_batch_size
     source_valid = (source_valid_loaders(config, blend, parallel, wanted) if loaders["valid"] is not None else {})
     return TrainData(loaders, blend.seq_length, opened.vocab_size, resolved.eod_id, opened.tokenizer,
@@ -288,26 +298,29 @@ def build_data(config: TrainConfig, opened: OpenedData, parallel: ParallelState,
                                              [split for split, loader in loaders.items() if loader is not None]),
                      document_masked=opened.document_masked, source_names=blend.source_names(),
                      source_weights=train_weights(blend), source_valid=source_valid,
-                     source_valid_samples=wanted if source_valid else 0)
+                     source_valid_samples=wanted if source_valid else 0,
+                     schedule=built.train.plan.schedule if built.train is not None else None,
+                     online=built.train if built.train is not None and built.train.draw is not None else None)
 
 
 def train_weights(blend: BlendConfig) -> tuple[float | None, ...]:
-    """Each of ``blend.source_names()``'s normalised weight in the train split (None where it has none)."""
-    sources = blend.split_sources("train")
-    if not sources or sources[0].weight is None:
+    """Each of ``blend.source_names()``'s normalised weight in the train split (None where it has none; a
+    schedule's first phase)."""
+    sources, asked = blend.split_sources("train"), blend.weights_of("train")
+    if asked is None:
         return (None,) * len(blend.source_names())
-    weights = dict(zip((source.name for source in sources), normalize([source.weight for source in sources])))
+    weights = dict(zip((source.name for source in sources), normalize(list(asked))))
     return tuple(weights.get(name) for name in blend.source_names())
 
 
 def _alone(blend: BlendConfig, name: str) -> BlendConfig:
-    """``blend`` with its valid source ``name`` alone and uncapped: Megatron's GPTDataset of that source's valid
-    share. Weighted, so that a share shorter than one sample repeats as the blend's own valid split repeats it;
-    repeating is harmless for evaluation, so ``max_epochs`` does not apply."""
+    """``blend`` with its valid source ``name`` alone and uncapped (nothing to mix): Megatron's GPTDataset of that
+    source's valid share. Weighted, so that a share shorter than one sample repeats as the blend's own valid split
+    repeats it; repeating is harmless for evaluation, so ``max_epochs`` does not apply."""
     source = next(s for s in blend.split_sources("valid") if s.name == name)
     source = replace(source, weight=1.0, max_epochs=None)
     alone = {"valid": (source,)} if isinstance(blend.sources, dict) else (source,)
-    return replace(blend, sources=alone, max_epochs=None)
+    return replace(blend, sources=alone, max_epochs=None, schedule=None, mixing=None)
 
 
 def source_valid_loaders(config: TrainConfig, blend: BlendConfig, parallel: ParallelState,

@@ -122,9 +122,26 @@ def train_step(run: Run) -> StepResult:
             "checkpoint is untouched. Resume from it with a lower --lr, a longer --lr-warmup-iters or "
             "--clip-grad 1.0; check the data around this step with the corpus blend command logged at start")
     run.iteration = step
+    if run.mixer is not None:
+        _mix(run, source_loss_sums, counts[1:])
     if run.telemetry is not None:
         run.telemetry.add(source_loss_sums, counts[1:])
     return StepResult(loss, grad_norm, lr, time.perf_counter() - started)
+
+
+def _mix(run: Run, loss_sums: list[float], tokens: list[float]) -> None:
+    """Hand the step's per-source losses (the same on every rank: all-reduced) to the online mixer; when it
+    updates, the next step's samples are drawn with the new weights."""
+    weights = run.mixer.after_step(run.iteration, loss_sums, tokens)
+    if weights is None:
+        return
+    run.data.online.set_weights(weights, run.data.loaders["train"].consumed_samples)
+    mixer = run.mixer
+    losses = ", ".join(f"{name} {loss:.{mixer.config.loss_decimals}f}" for name, loss in zip(
+        mixer.names, mixer.last_losses))
+    log.info("step %d: online mixing update %d (%s) from the losses of steps %d-%d (%s): weights %s", run.iteration,
+             mixer.updates, mixer.config.rule, run.iteration - mixer.config.update_interval + 1, run.iteration, losses,
+             ", ".join(f"{name} {weight:.3f}" for name, weight in zip(mixer.names, weights)))
 
 
 def _loss_and_tokens(run: Run, draw: Callable[[], list[dict[str, torch.Tensor]]], iterations: int
@@ -199,7 +216,9 @@ class _Window:
                   **throughput(tokens, self.seconds, run.flops_per_token, run.parallel.world_size, run.peak_tflops),
                   "consumed_samples": run.iteration * run.global_batch_size}
         if run.telemetry is not None:
-            record["sources"] = run.telemetry.record()
+            record["sources"] = run.telemetry.record(record["consumed_samples"])
+        if run.data.schedule is not None:
+            record["phase"] = run.data.schedule.phase_at(record["consumed_samples"] - 1) + 1
         if run.parallel.device.type == "cuda":  # the peak of these steps: an eager first step's stays its own
             record["peak_memory_gib"] = torch.cuda.max_memory_allocated(run.parallel.device) / 2**30
             torch.cuda.reset_peak_memory_stats(run.parallel.device)
@@ -217,12 +236,30 @@ def _evaluate_and_log(run: Run, sink: MetricsSink, split: str = "valid") -> None
         sink.write(record)
 
 
+def _announce_phase(run: Run, previous: int | None) -> int | None:
+    """Log the phase of the blend's weight schedule the next step starts in, when it is not ``previous``'s (the
+    first step of a run or of a resume always logs it); returns that phase."""
+    schedule = run.data.schedule
+    if schedule is None:
+        return None
+    first = run.iteration * run.global_batch_size
+    phase = schedule.phase_at(first)
+    if phase != previous:
+        weights = ", ".join(f"{name} {weight:.3f}" for name, weight in zip(schedule.names, schedule.weights_at(first)))
+        ramp = (f", ramping to {', '.join(f'{w:.3f}' for w in schedule.end[phase])}"
+                if (schedule.start[phase] != schedule.end[phase]).any() else "")
+        log.info("step %d: phase %d/%d of the blend's schedule (samples %d-%d): weights %s%s", run.iteration + 1,
+                 phase + 1, schedule.num_phases, schedule.bounds[phase], schedule.bounds[phase + 1] - 1, weights, ramp)
+    return phase
+
+
 def _loop(run: Run, sink: MetricsSink, profiler: StepProfiler, stop,
           collection: GarbageCollection) -> tuple[str, WindowLoss | None]:
     """Steps until ``--train-iters`` or a stop request; returns (why it stopped, the loss as logged)."""
-    config, window, last, steps = run.config, _Window(), None, 0
+    config, window, last, steps, phase = run.config, _Window(), None, 0, None
     compiling_step = 1 + run.fp8.parts.eager_steps if run.compiled else None  # this process's steps, from 1
     while run.iteration < config.training.train_iters:
+        phase = _announce_phase(run, phase)
         profiler.before_step(run.iteration + 1)
         announce = (announce_compilation(run.iteration + 1, run.compile_cache) if steps + 1 == compiling_step
                     else contextlib.nullcontext())

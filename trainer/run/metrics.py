@@ -8,7 +8,8 @@ measures for this model (a test checks it). MFU divides that work per second by 
 devices; for a device with no known peak MFU is omitted with a note (``--peak-tflops`` supplies one).
 
 A record's ``sources`` object (per-source telemetry, :mod:`trainer.run.telemetry`) goes to TensorBoard as
-``loss/<name>``, ``tokens/<name>``, ``tokens_total/<name>`` and ``share/<name>`` (training) or
+``loss/<name>``, ``tokens/<name>``, ``tokens_total/<name>``, ``share/<name>``, ``scheduled_share/<name>`` and
+``weight/<name>`` (training) or
 ``<split>_loss/<name>`` (evaluation), and to the console as one line per source when there are several.
 """
 
@@ -155,6 +156,8 @@ class MetricsSink:
             if "tokens_total" in numbers:
                 weight = "" if numbers["weight"] is None else f" (weight {numbers['weight']:.3f})"
                 share = "-" if numbers["share"] is None else f"{numbers['share']:.3f}"
+                scheduled = numbers.get("scheduled_share")
+                share += "" if scheduled is None else f" of {scheduled:.3f} scheduled"
                 line += f" | {numbers['tokens_total']:,} in all, share {share}{weight}"
             lines.append(line)
         return lines
@@ -184,14 +187,15 @@ class MetricsSink:
 
 
 def source_scalars(record: dict) -> list[tuple[str, float]]:
-    """The TensorBoard (tag, value) pairs of a record's ``sources``: training loss, tokens, cumulative tokens and
-    share per source, or an evaluation's loss per source."""
+    """The TensorBoard (tag, value) pairs of a record's ``sources``: training loss, tokens, cumulative tokens,
+    share realised and scheduled, and the weight in force per source, or an evaluation's loss per source."""
     pairs = []
     for name, numbers in (record.get("sources") or {}).items():
         if "eval_loss" in record:
             pairs.append((f"{record.get('split', 'valid')}_loss/{name}", numbers["loss"]))
         else:
-            pairs += [(f"{key}/{name}", numbers[key]) for key in ("loss", "tokens", "tokens_total", "share")]
+            pairs += [(f"{key}/{name}", numbers.get(key)) for key in ("loss", "tokens", "tokens_total", "share",
+                                                                       "scheduled_share", "weight")]
     return [(tag, value) for tag, value in pairs if value is not None]
 
 

@@ -1,6 +1,6 @@
 """A run into and out of checkpoints: :func:`save` writes the model, optimizer, RNG and loader state of every
-rank (and the per-source token counts); :func:`resume` restores them at any parallel layout (the checkpoint's
-shape must match; only the vocabulary's padding may differ)."""
+rank (and the per-source token counts, the online mixer's state); :func:`resume` restores them at any parallel
+layout (the checkpoint's shape must match; only the vocabulary's padding may differ)."""
 
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ def save(run: Run) -> Path:
             "torch_version": torch.__version__}
     if run.telemetry is not None:
         info["telemetry"] = run.telemetry.state_dict()
+    if run.mixer is not None:
+        info["mixing"] = run.mixer.state_dict()
     directory = checkpoint.save(run.config.checkpoint.save, run.iteration, {**tensors, "rng": tensor_rng}, info,
                                 run.config.checkpoint.save_retain)
     run.checkpoint_dir, run.checkpoint_iteration = directory, run.iteration
@@ -105,6 +107,10 @@ def _restore_progress(run: Run, info: dict, directory: Path) -> None:
             loader.load_state_dict(info["loaders"][split], allow_blend_change=run.config.data.override_blend_check)
     if run.telemetry is not None:
         run.telemetry.load_state_dict(info.get("telemetry"))
+    if run.mixer is not None:
+        run.mixer.load_state_dict(info.get("mixing"))
+        # NOTE: after the loader's draw is restored: unchanged weights leave its segment as it was (exact resume)
+        run.data.online.set_weights(run.mixer.weights, run.data.loaders["train"].consumed_samples)
     run.iteration = info["iteration"]
     if run.iteration > run.config.training.train_iters:
         raise CheckpointError(f"{directory} is at iteration {run.iteration}, past --train-iters "

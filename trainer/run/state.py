@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from corpus.blending.mixing.mixer import OnlineMixer
 from trainer.config.schema import TrainConfig
 from trainer.fp8 import FP8Engine
 from trainer.model.gpt import GPT
@@ -39,6 +40,7 @@ class Run:
     compiled: bool = False  # the blocks run through torch.compile (they compile during the first step)
     compile_cache: Path | None = None  # --compile-cache's file for this rank, when the blocks are compiled
     telemetry: SourceTelemetry | None = None  # per-source counts (None under --log-per-source off)
+    mixer: OnlineMixer | None = None  # the train weights' online mixer (None: the blend's weights are fixed)
 
     @property
     def model(self) -> GPT:

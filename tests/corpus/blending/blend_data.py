@@ -39,6 +39,18 @@ def write_random(prefix: Path, num_docs: int, seed: int, *, dtype: type = np.uin
     return prefix
 
 
+#: The sources :func:`write_three_sources` writes, in blend order.
+THREE_SOURCES = ("web", "code", "py")
+
+
+def write_three_sources(root: Path) -> Path:
+    """Three sources of unequal size (400, 200 and 90 random documents) under ``root/data/``: the blends whose mix
+    moves (schedules, online mixing) are tested over them."""
+    for number, (name, documents) in enumerate(zip(THREE_SOURCES, (400, 200, 90))):
+        write_random(root / "data" / name, documents, seed=number + 1)
+    return root
+
+
 def write_blend(path: Path, data: dict) -> Path:
     """Write a blend file."""
     path.parent.mkdir(parents=True, exist_ok=True)

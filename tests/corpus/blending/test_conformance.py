@@ -173,3 +173,29 @@ def _mask_from_cu_seqlens(cu_seqlens: np.ndarray, length: int) -> np.ndarray:
     segment[cu_seqlens[1:-1]] = 1
     segment = np.cumsum(segment)
     return np.tril(np.ones((length, length), dtype=bool)) & (segment[:, None] == segment[None, :])
+
+
+def _one_phase(data: dict) -> dict:
+    """``data``'s weights moved into a one-phase schedule."""
+    weights = {source["name"]: source.pop("weight") for source in data["sources"]}
+    return {**data, "schedule": [{"weights": weights}]}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.id in ("two-sources", "three-sources-raw-weights")],
+                         ids=lambda c: c.id)
+def test_a_one_phase_schedule_equals_megatron(case: Case, tmp_path, megatron_datasets) -> None:
+    """Megatron's blend is a weight schedule of one phase: every train sample, valid sample (the first phase's mix)
+    and test sample is megatron-core's for the same weights."""
+    _write_sources(case, tmp_path)
+    theirs = _megatron(megatron_datasets, case, tmp_path)
+    ours = build_split_datasets(blend_from_dict(_one_phase(_our_blend(case, tmp_path)), base_dir=tmp_path),
+                                SampleCounts(*case.counts), required=())
+    assert ours.train.plan.mode == "scheduled"
+    for split, reference, count in zip(SPLIT_NAMES, theirs, case.counts):
+        mine = ours.split(split)
+        if not count:
+            continue
+        assert len(mine) == len(reference), split
+        for index in range(len(mine)):
+            np.testing.assert_array_equal(mine.tokens_of(index), _megatron_tokens(megatron_datasets, reference, index),
+                                          err_msg=f"{split} sample {index}")

@@ -42,6 +42,21 @@ def test_blending_indices_equal_numba(size: int) -> None:
         np.testing.assert_array_equal(ours, reference)
 
 
+def test_scheduled_blending_indices_equal_numba() -> None:
+    """Three phases (a step, a ramp, a ramp to a mix with a zero weight) of uneven lengths."""
+    end = np.array([[0.3, 0.2, 0.5, 1e-3], [0.1, 0.1, 0.1, 0.7], [0.0, 0.5, 0.25, 0.25]])
+    end /= end.sum(axis=1, keepdims=True)
+    start = np.array([end[0], end[0], end[1]])
+    bounds = np.array([0, 7, 50_001, 100_003], dtype=np.int64)
+    results = []
+    for module in (loops, loops_numba):
+        index, sample = np.full(bounds[-1], -1, dtype=np.int16), np.full(bounds[-1], -1, dtype=np.int64)
+        counts = module.fill_scheduled_blending_indices(start, end, bounds, index, sample)
+        results.append((index, sample, counts))
+    for ours, reference in zip(*results):
+        np.testing.assert_array_equal(ours, reference)
+
+
 def test_exhaustive_blending_indices_equal_numba() -> None:
     sizes = np.array([5, 0, 17, 3000, 1], dtype=np.int64)
     results = []

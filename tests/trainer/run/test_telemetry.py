@@ -15,34 +15,14 @@ import pytest
 
 from corpus.blending.resolve import resolve_blend
 from corpus.blending.schema import load_blend
-from corpus.core.figures import TWO_PANELS
-from tests.conftest import REPO, run_cli
+from corpus.core.figures import THREE_PANELS
+from tests.conftest import run_cli
 from tests.images import svg_size
 from tests.trainer.conftest import blend_overrides, read_metrics
 from trainer.config.loading import load_config
 from trainer.run.build import build_run
 from trainer.run.loop import train
 from trainer.run.telemetry import SourceTelemetry
-
-SHORT_TEXT = "The cat sat on the mat."
-
-
-@pytest.fixture(scope="module")
-def two_sources(tmp_path_factory) -> Path:
-    """A blend of one short text repeated (``repeated``) and the shipped web prose (``varied``), half and half,
-    tokenized with the shipped tokenizer through ``corpus tokenize``."""
-    root = tmp_path_factory.mktemp("two_sources")
-    (root / "repeated.jsonl").write_text("".join(json.dumps({"text": SHORT_TEXT}) + "\n" for _ in range(400)))
-    tokenizer = REPO / "examples" / "tokenizer.json"
-    for name, text in (("repeated", root / "repeated.jsonl"), ("varied", REPO / "examples" / "web.jsonl")):
-        run_cli("corpus", "tokenize", "--input", str(text), "--output-prefix", str(root / name), "--json-keys", "text",
-                "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(tokenizer), "--append-eod",
-                "--quiet")
-    blend = root / "two.yaml"
-    blend.write_text(f"seq_length: 64\nsplit: '90,10,0'\ntokenizer: {{kind: huggingface, path: {tokenizer}}}\n"
-                     "sources:\n  - {name: repeated, prefix: repeated_text_document, weight: 0.5}\n"
-                     "  - {name: varied, prefix: varied_text_document, weight: 0.5}\n")
-    return blend
 
 
 def per_source(records: list[dict], name: str, key: str = "loss") -> list:
@@ -90,7 +70,7 @@ def test_the_repeated_source_learns_far_faster_everywhere_a_user_looks(forty_ste
 
 def test_trainer_plot_draws_the_run(forty_steps, tmp_path):
     run_cli("trainer", "plot", str(forty_steps), "--out", str(tmp_path / "c.svg"))  # a vector type: PNG is tested apart
-    assert svg_size(tmp_path / "c.svg") == (TWO_PANELS[0] * 72, TWO_PANELS[1] * 72)  # 72 points an inch
+    assert svg_size(tmp_path / "c.svg") == (THREE_PANELS[0] * 72, THREE_PANELS[1] * 72)  # 72 points an inch
 
 
 
@@ -148,7 +128,72 @@ def test_counts_from_a_checkpoint_of_another_blend_keep_the_sources_both_know(ca
     assert telemetry.totals == [100, 0] and "books" in caplog.text
     telemetry.add([20.0, 4.0], [10.0, 2.0])
     record = telemetry.record()
-    assert record["web"] == {"loss": 2.0, "tokens": 10, "tokens_total": 110, "share": 110 / 112, "weight": 0.7}
+    assert record["web"] == {"loss": 2.0, "tokens": 10, "tokens_total": 110, "share": 110 / 112, "weight": 0.7,
+                             "scheduled_share": 0.7}
     assert telemetry.record()["code"]["loss"] is None  # no tokens since the last record
     telemetry.load_state_dict(None)
     assert "start from zero" in caplog.text
+
+
+@pytest.fixture(scope="module")
+def scheduled(two_sources) -> Path:
+    """The two sources under a schedule: only ``repeated`` for the first quarter of the run, a linear ramp to
+    only ``varied`` over the next half, then only ``varied``."""
+    blend = two_sources.parent / "scheduled.yaml"
+    text = two_sources.read_text().replace(", weight: 0.5}", "}")
+    blend.write_text(text + "schedule:\n  - {until: 0.25, weights: {repeated: 1, varied: 0}}\n"
+                     "  - {until: 0.75, weights: {repeated: 0, varied: 1}, ramp: linear}\n"
+                     "  - {weights: {repeated: 0, varied: 1}}\n")
+    return blend
+
+
+def test_a_schedule_is_logged_per_phase_and_realised_as_scheduled(scheduled, tmp_path, caplog):
+    """8 steps of 4 samples: steps 1-2 draw only repeated, 3-6 ramp, 7-8 only varied. Every record says the phase,
+    the weight in force and the share scheduled so far; the realised shares follow within a sample's tokens."""
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        train(load_config(None, blend_overrides(tmp_path, scheduled, training={"train_iters": 8})))
+    records = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "loss" in r]
+    assert [r["phase"] for r in records] == [1, 1, 2, 2, 2, 2, 3, 3]
+    assert per_source(records, "varied", "tokens")[:2] == [0, 0] and per_source(records, "repeated", "tokens")[-2:] == [
+        0, 0]
+    assert records[3]["sources"]["repeated"]["weight"] == pytest.approx(1 - 7 / 16)  # sample 15: 7/16 of the ramp
+    assert records[5]["sources"]["varied"]["scheduled_share"] == pytest.approx((0 * 8 + 8) / 24)
+    for record in records:
+        samples = record["consumed_samples"]
+        for name, numbers in record["sources"].items():
+            realised = numbers["share"] * samples  # every sample holds 64 loss-bearing tokens here
+            assert abs(realised - numbers["scheduled_share"] * samples) <= 1, (record["step"], name)
+    assert re.search(r"step 1: phase 1/3 of the blend's schedule \(samples 0-7\): weights repeated 1.000, "
+                     r"varied 0.000", caplog.text)
+    assert "step 3: phase 2/3" in caplog.text and "ramping to 0.000, 1.000" in caplog.text
+    assert "step 7: phase 3/3" in caplog.text and "phase 2/3" not in caplog.text.split("step 7:")[1]
+    assert re.search(r"^  varied +loss .* share [0-9.]+ of [0-9.]+ scheduled \(weight 1.000\)", caplog.text, re.M)
+    summary = json.loads(run_cli("trainer", "plot", str(tmp_path), "--json").stdout)["sources"]
+    assert summary["varied"]["weight"] == 1.0 and summary["repeated"]["weight"] == 0.0
+
+
+def test_a_resume_mid_ramp_follows_the_same_schedule(scheduled, tmp_path, caplog):
+    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
+    train(load_config(None, blend_overrides(reference, scheduled, training={"train_iters": 8})))
+    save = str(resumed / "ckpt")
+    train(load_config(None, blend_overrides(resumed, scheduled, training={"train_iters": 8, "exit_interval": 5},
+                                            checkpoint={"save": save})))
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        train(load_config(None, blend_overrides(resumed, scheduled, training={"train_iters": 8},
+                                                checkpoint={"save": save, "load": save})))
+    assert "step 6: phase 2/3" in caplog.text  # a resume says where in the schedule it starts
+    records = lambda path: [(r["step"], r["loss"], r.get("phase"), r["sources"])  # noqa: E731
+                            for r in read_metrics(path) if "loss" in r]
+    assert records(resumed / "metrics.jsonl") == records(reference / "metrics.jsonl")
+
+
+def test_trainer_plot_draws_the_mix_over_tokens(scheduled, tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib (the plot extra) is not installed")
+    from trainer.run.curves import read_curves, write_curves
+
+    train(load_config(None, blend_overrides(tmp_path, scheduled, training={"train_iters": 8})))
+    curves = read_curves(tmp_path / "metrics.jsonl")
+    assert curves.weights["repeated"][:2] == [1.0, 1.0] and curves.weights["repeated"][-1] == 0.0
+    write_curves(curves, tmp_path / "mix.svg")
+    drawn = (tmp_path / "mix.svg").read_text()
+    assert "mix per source" in drawn and "repeated weight" in drawn and "varied share" in drawn
