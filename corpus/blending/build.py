@@ -75,9 +75,13 @@ def member_entry(resolved: ResolvedBlend, member: MemberPlan, split: str) -> Ent
     return resolved.cache.get_or_build("gpt", gpt_key(resolved, member), build, description)
 
 
+def blend_key(plan: SplitPlan, member_keys: list[str]) -> str:
+    """The cache key of a blended split's maps: its members' keys (in order), how they are blended and its size."""
+    return cache_key({"kind": "blend", "version": MAPS_VERSION, "members": member_keys, "mode": plan.mode,
+                      "weights": plan.blend_weights, "size": plan.size})
+
+
 def _blend_entry(resolved: ResolvedBlend, plan: SplitPlan, member_keys: list[str], lengths: list[int]) -> Entry:
-    key = cache_key({"kind": "blend", "version": MAPS_VERSION, "members": member_keys, "mode": plan.mode,
-                     "weights": plan.blend_weights, "size": plan.size})
 
     def build() -> tuple[dict[str, np.ndarray], dict]:
         if plan.blend_weights is None:
@@ -92,7 +96,7 @@ def _blend_entry(resolved: ResolvedBlend, plan: SplitPlan, member_keys: list[str
         return {"dataset_index": index, "dataset_sample_index": sample}, {"counts": counts.tolist()}
 
     description = {"split": plan.split, "members": [m.name for m in plan.members], "size": plan.size}
-    return resolved.cache.get_or_build("blend", key, build, description)
+    return resolved.cache.get_or_build("blend", blend_key(plan, member_keys), build, description)
 
 
 def build_split_maps(resolved: ResolvedBlend, plan: SplitPlan) -> SplitMaps:

@@ -10,7 +10,7 @@ Why C and not numba alone: numba costs ~0.2–0.4 s to import and ~0.3–0.45 s 
 cached kernel in every new process, more than a cold 1,000-shard build itself. The library is built
 with the system C compiler (``$CC``, else ``cc``) into ``kernels/`` of the index-map cache folder the first time it is
 needed
-(~0.2 s), under a name that hashes the source, and renamed into place atomically, so concurrent
+(~0.2 s), under a name that hashes the source, the compiler and its flags, and renamed into place atomically, so concurrent
 processes never load a half-written file. ctypes releases the GIL during the calls, so sources still
 build in parallel threads. Without a working compiler the numba versions (``loops_numba``) are used
 and one line says so.
@@ -241,26 +241,41 @@ def _cache_dir() -> Path:
     return default_cache_dir() / "kernels"
 
 
-def _compile(target: Path) -> None:
-    """Build the library into ``target`` (via a temporary name in the same folder, then rename)."""
+#: How the library is compiled (``-ffp-contract=off``: see the module's docstring).
+COMPILE_FLAGS = ("-O2", "-std=c99", "-ffp-contract=off", "-shared", "-fPIC")
+
+
+def _compiler() -> str:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise OSError("no C compiler (cc/gcc) on PATH")
+    return compiler
+
+
+def library_name(source: str, compiler: str, flags: tuple[str, ...]) -> str:
+    """The cached library's file name: a digest of everything that changes the machine code (the source, the
+    compiler and its flags), so a changed kernel or flag never loads a library built from the old one."""
+    digest = hashlib.sha256("\0".join((source, compiler, *flags)).encode()).hexdigest()[:16]
+    return f"index-kernels-{digest}.so"
+
+
+def _compile(target: Path, compiler: str) -> None:
+    """Build the library into ``target`` (via a temporary name in the same folder, then rename)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         source = Path(scratch) / "kernels.c"
         source.write_text(_C_SOURCE)
         built = Path(scratch) / target.name
-        subprocess.run([compiler, "-O2", "-std=c99", "-ffp-contract=off", "-shared", "-fPIC", "-o", str(built),
-                        str(source), "-lm"], check=True, capture_output=True, timeout=120)
+        subprocess.run([compiler, *COMPILE_FLAGS, "-o", str(built), str(source), "-lm"], check=True,
+                       capture_output=True, timeout=120)
         os.replace(built, target)
 
 
 def _load_c() -> ctypes.CDLL:
-    digest = hashlib.sha256(_C_SOURCE.encode()).hexdigest()[:16]
-    target = _cache_dir() / f"index-kernels-{digest}.so"
+    compiler = _compiler()
+    target = _cache_dir() / library_name(_C_SOURCE, compiler, COMPILE_FLAGS)
     if not target.exists():
-        _compile(target)
+        _compile(target, compiler)
     library = ctypes.CDLL(str(target))
     for name in ("fill_sample_index_i32", "fill_sample_index_i64"):
         getattr(library, name).argtypes = [_P, _P, _I64, _I64, _I64, _P, _I64]

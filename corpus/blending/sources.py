@@ -94,7 +94,7 @@ def table_key(prefixes: list[str], metas: set[str]) -> str:
     for prefix, identity in zip(prefixes, idx_rows):
         row = [storage.absolute(prefix), *identity]
         if prefix in metas:
-            row += meta_rows[prefix][:2]
+            row += meta_rows[prefix]
         rows.append(row)
     return cache_key({"kind": "source-table", "version": 2, "shards": rows})
 
