@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from corpus.blending import loops, loops_numba
+from tests.cache_keys import assert_each_field_changes_the_key
 
 
 @pytest.mark.parametrize("extra_token", [0, 1])
@@ -78,3 +79,21 @@ def test_no_compiler_falls_back_to_numba(tmp_path, monkeypatch, caplog) -> None:
     assert kernels.fill_sample_index is loops_numba.fill_sample_index
     assert "using numba" in caplog.text
     assert not list((tmp_path / "kernels").glob("*.so"))
+
+
+def test_the_librarys_name_changes_with_its_source_compiler_and_each_flag() -> None:
+    base = {"source": loops._C_SOURCE, "compiler": "/usr/bin/cc", "flags": loops.COMPILE_FLAGS}
+    assert_each_field_changes_the_key(loops.library_name, base, {
+        "source": loops._C_SOURCE.replace("ties", "ties "), "compiler": "/usr/bin/clang",
+        "flags": loops.COMPILE_FLAGS[1:]})
+    for index in range(len(loops.COMPILE_FLAGS)):
+        dropped = loops.COMPILE_FLAGS[:index] + loops.COMPILE_FLAGS[index + 1:]
+        assert loops.library_name(loops._C_SOURCE, "/usr/bin/cc", dropped) != loops.library_name(**base)
+
+
+def test_an_edited_kernel_compiles_a_library_of_its_own(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("BLENDFORGE_CACHE_DIR", str(tmp_path))
+    loops._load_c()
+    monkeypatch.setattr(loops, "_C_SOURCE", loops._C_SOURCE + "\nint edited(void) { return 7; }\n")
+    assert loops._load_c().edited() == 7  # a library built from the old source has no such function
+    assert len(list((tmp_path / "kernels").glob("index-kernels-*.so"))) == 2

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import shutil
 from importlib.util import find_spec
+from pathlib import Path
 
 import pytest
 
 from corpus.tokenizers import TokenizerConfig, TokenizerConfigError, select_encoder, verdicts
 from corpus.tokenizers import select as selection
+from tests.cache_keys import assert_each_field_changes_the_key
 
 pytestmark = pytest.mark.skipif(find_spec("gigatoken") is None, reason="gigatoken is not installed")
 
@@ -97,3 +99,46 @@ def test_a_recorded_difference_sends_later_runs_to_the_reference(tokenizer_files
     assert reason.endswith("(fallback: gigatoken ids differed from the reference library at a.jsonl:3; cached check)")
     with pytest.raises(TokenizerConfigError, match="--encoder gigatoken: gigatoken ids differed"):
         select_encoder(config.replace(encoder="gigatoken"))
+
+
+def test_every_field_of_the_key_changes_it_and_where_the_files_are_does_not(tmp_path, monkeypatch):
+    """A verdict is about the tokenizer's bytes, its id-changing options, the libraries and our code: each changes
+    the key; the files' place and the encoder asked for do not (a copied tokenizer reuses the check)."""
+    vocab = tmp_path / "tekken.json"
+    vocab.write_text('{"vocab": []}')
+    other_bytes = tmp_path / "other.json"
+    other_bytes.write_text('{"vocab": [1]}')
+    base_config = TokenizerConfig("TikTokenizer", model=str(vocab))
+
+    def key_of(files, code, libraries, **options) -> str:
+        monkeypatch.setattr(verdicts, "_code_digest", lambda: code)
+        monkeypatch.setattr(verdicts, "library_version", lambda name: f"{name} {libraries}")
+        return verdicts.key_for(base_config.replace(**options), files)
+
+    options = {name: value for name, value in base_config.to_dict().items() if name not in verdicts.NOT_IN_KEY}
+    base = {"files": [str(vocab)], "code": "ours", "libraries": "1.0", **options}
+    assert_each_field_changes_the_key(key_of, base, {
+        "files": [str(other_bytes)], "code": "edited", "libraries": "1.1", "type": "HuggingFaceTokenizer",
+        "vocab_size": 4096, "tiktoken_pattern": "file", "tiktoken_num_special_tokens": 999,
+        "hf_include_special_tokens": False, "eod_id": 3, "bos_id": 1})
+    moved = shutil.copy(vocab, tmp_path / "moved.json")
+    same = key_of(**base)
+    assert key_of(**{**base, "files": [moved]}) == same
+    for name, value in {"model": moved, "encoder": "gigatoken"}.items():
+        assert verdicts.key_for(base_config.replace(**{name: value}), [str(vocab)]) == verdicts.key_for(
+            base_config, [str(vocab)]), name
+
+
+def test_the_key_follows_this_packages_source(tmp_path, monkeypatch):
+    """An edited adapter or check never reuses a verdict of the old code."""
+    package = tmp_path / "tokenizers"
+    shutil.copytree(Path(verdicts.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(verdicts, "__file__", str(package / "verdicts.py"))
+    digests = []
+    for edit in (None, "select.py", "huggingface.py"):
+        if edit:
+            (package / edit).write_text((package / edit).read_text() + "\n# edited\n")
+        verdicts._code_digest.cache_clear()
+        digests.append(verdicts._code_digest())
+    verdicts._code_digest.cache_clear()
+    assert len(set(digests)) == 3
