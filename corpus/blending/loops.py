@@ -9,9 +9,8 @@ packing (``pack_best_fit``, ours: ``packing: best_fit``). Compiled with
 Why C and not numba alone: numba costs ~0.2–0.4 s to import and ~0.3–0.45 s at the first call of a
 cached kernel in every new process, more than a cold 1,000-shard build itself. The library is built
 with the system C compiler (``$CC``, else ``cc``) into ``kernels/`` of the index-map cache folder the first time it is
-needed
-(~0.2 s), under a name that hashes the source, the compiler and its flags, and renamed into place atomically, so concurrent
-processes never load a half-written file. ctypes releases the GIL during the calls, so sources still
+needed (~0.2 s), under a name that hashes the source, the compiler and its flags, and renamed into place atomically,
+so concurrent processes never load a half-written file. ctypes releases the GIL during the calls, so sources still
 build in parallel threads. Without a working compiler the numba versions (``loops_numba``) are used
 and one line says so.
 """

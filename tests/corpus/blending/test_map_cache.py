@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus.blending.datasets import SampleCounts, build_split_datasets
 from corpus.blending import map_cache
+from corpus.blending.datasets import SampleCounts, build_split_datasets
 from corpus.blending.map_cache import CacheError, MapCache, cache_key
 from corpus.blending.schema import blend_from_dict
 from tests.conftest import REPO

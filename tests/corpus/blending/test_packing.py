@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from corpus.blending import index_maps as maps_module
 from corpus.blending import packing
 from corpus.blending.build import build_split_maps
 from corpus.blending.datasets import SampleCounts, SplitDataset, build_split_datasets
@@ -314,3 +315,52 @@ def test_each_epoch_has_its_own_order_and_a_seed_repeats_them() -> None:
     other = packing.build_packed_maps(lengths, 0, 40, 100, 10, 12, 1)
     assert _epoch_orders(other, 40) != orders
     assert other.shuffle_index.tolist() != maps.shuffle_index.tolist()
+
+
+def test_pieces_are_counted_as_packing_cuts_them() -> None:
+    # 0 tokens: no piece; up to 10: one; 11-20: two; 21: three (capacity 10)
+    assert packing.count_pieces(np.array([0, 1, 10, 11, 20, 21], dtype=np.int32), 10) == 9
+    assert packing.min_epochs(100, 30, 10) == 3 and packing.min_epochs(100, 31, 10) == 4  # 300 and 310 tokens
+    assert packing.min_epochs(100, None, 10) == 1
+
+
+@pytest.mark.parametrize("epoch_samples, num_samples, separate, before", [
+    ((10,), 5, False, 0),  # one epoch is never separate, however few of its samples are asked
+    ((10, 10), 12, True, 10),  # 2 of the last epoch's 10: under 80% of it
+    ((10, 10, 10), 25, True, 20),
+    ((10, 10, 10), 28, False, 20),  # 8 of 10: 80% exactly is not under it
+    ((10, 10, 20), 35, True, 20),  # 15 of the last epoch's 20 (of an earlier one's 10 it would be over 80%)
+    ((10, 10), None, False, 10),  # no count: every epoch whole
+])
+def test_the_last_packed_epoch_is_separate_below_80_percent_of_its_samples(epoch_samples, num_samples, separate,
+                                                                            before) -> None:
+    assert packing.epoch_plan(1000, epoch_samples, num_samples) == maps_module.EpochPlan(
+        1000, len(epoch_samples), separate, before)
+
+
+def test_a_split_packs_its_own_documents_in_just_enough_epochs_and_shuffles_a_short_last_one_apart() -> None:
+    lengths = np.full(60, 5, dtype=np.int32)  # a window of one document: one sample per document
+    valid = packing.build_packed_maps(lengths, 40, 60, 40, 10, 3, 1)  # 20 documents, 40 samples: two epochs
+    assert valid.epoch_samples == (20, 20)
+    assert sorted(valid.piece_sequence.tolist()) == sorted(list(range(40, 60)) * 2)
+    shorter = packing.build_packed_maps(lengths, 40, 60, 43, 10, 3, 1)  # 3 of a third epoch: apart
+    assert shorter.epoch_samples == (20, 20, 20)
+    assert sorted(shorter.shuffle_index[:40].tolist()) == list(range(40))
+    assert sorted(shorter.shuffle_index[40:].tolist()) == list(range(40, 60))
+    assert shorter.shuffle_index[:40].tolist() != list(range(40))
+
+
+def test_a_split_of_one_token_packs_and_one_of_none_is_refused() -> None:
+    assert packing.build_packed_maps(np.array([0, 1], dtype=np.int32), 0, 2, None, 10, 3, 4).epoch_samples == (1,)
+    with pytest.raises(ValueError, match="no tokens"):
+        packing.build_packed_maps(np.array([0, 0], dtype=np.int32), 0, 2, None, 10, 3, 4)
+
+
+def test_packing_stats_of_hand_checked_samples() -> None:
+    """[23, 5] at capacity 10: pieces 0@0 and 0@10 fill a sample each, 0@20 (3) and 1 (5) share a third."""
+    lengths = np.array([23, 5], dtype=np.int32)
+    packed = packing.build_packed_maps(lengths, 0, 2, None, 10, 3, 64)
+    assert packing.packing_stats(packed.arrays(), lengths, 10, 3) == packing.PackingStats(pytest.approx(2 / 30), 1, 0)
+    assert packing.packing_stats(packed.arrays(), lengths, 10, 0) == packing.PackingStats(0.0, 1, 0)
+    last = int(np.flatnonzero(packed.shuffle_index == 2)[0])  # the padded sample's place in the shuffled order
+    assert packing.packing_stats(packed.arrays(), lengths, 10, last + 1).padding == pytest.approx(2 / (10 * (last + 1)))

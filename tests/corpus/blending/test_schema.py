@@ -204,13 +204,15 @@ def _sentencepiece_data(folder: Path, kind: str) -> str:
     meta = {"tokenizer": {**tokenizer_record(kind=kind), "fingerprint": None}, "vocab_size": 1000, "eod_id": 0}
     write_random(folder / "data" / "spm", 40, seed=5, meta=meta)
     (folder / "spm.model").write_bytes(b"a model")
-    return "seq_length: 16\nsplit: '1'\nsources: [{name: s, prefix: data/spm}]\ntokenizer: {kind: KIND, path: spm.model}\n"
+    return ("seq_length: 16\nsplit: '1'\nsources: [{name: s, prefix: data/spm}]\n"
+            "tokenizer: {kind: KIND, path: spm.model}\n")
 
 
 def test_an_exact_tokenizer_type_must_match_the_sidecars_and_a_family_takes_all_its_types(folder: Path) -> None:
     text = _sentencepiece_data(folder, "GPTSentencePieceTokenizer")
     message = _resolve_error(folder, text.replace("KIND", "SentencePieceTokenizer"))
-    assert "tokenizer.kind" in message and "tokenized with GPTSentencePieceTokenizer, not SentencePieceTokenizer" in message
+    assert "tokenizer.kind" in message
+    assert "tokenized with GPTSentencePieceTokenizer, not SentencePieceTokenizer" in message
     for accepted in ("GPTSentencePieceTokenizer", "sentencepiece"):
         resolve_blend(load_blend(_blend(folder, text.replace("KIND", accepted))))
 
