@@ -343,6 +343,7 @@ def test_a_split_packs_its_own_documents_in_just_enough_epochs_and_shuffles_a_sh
     valid = packing.build_packed_maps(lengths, 40, 60, 40, 10, 3, 1)  # 20 documents, 40 samples: two epochs
     assert valid.epoch_samples == (20, 20)
     assert sorted(valid.piece_sequence.tolist()) == sorted(list(range(40, 60)) * 2)
+    assert max(valid.shuffle_index[:20]) >= 20  # both whole epochs shuffled together
     shorter = packing.build_packed_maps(lengths, 40, 60, 43, 10, 3, 1)  # 3 of a third epoch: apart
     assert shorter.epoch_samples == (20, 20, 20)
     assert sorted(shorter.shuffle_index[:40].tolist()) == list(range(40))
