@@ -4,6 +4,8 @@ refused in one line naming the estimate, what is available and the knobs; a real
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 import resource
 import sys
 
@@ -148,6 +150,18 @@ def test_zero1_divides_the_adam_moments_over_data_parallel_ranks_and_plain_dp_do
     assert (zero1.weights, zero1.gradients, zero1.activations) == (alone.weights, alone.gradients, alone.activations)
 
 
+def test_the_activations_of_a_block_are_counted_value_by_value(tmp_path):
+    """Per token and block: 6 × hidden whole (norm inputs and outputs, residual) and, split over TP, 2 × hidden
+    (query, attention output) + 2 × groups × head_dim (keys, values) + 3 × ffn (SwiGLU's gate, up, product).
+    The tiny model: 6·32 + (2·32 + 2·2·8 + 3·64) / TP = 192 + 288 / TP values."""
+    config = tiny_config(tmp_path)
+    tokens_kept = config.model.num_layers * config.training.micro_batch_size * SEQ
+    assert at_layout(config).activations == tokens_kept * (192 + 288) * 4
+    assert at_layout(config, tp=2).activations == tokens_kept * (192 + 144) * 4
+    found = at_layout(config, tp=2, pp=2, dp=2)
+    assert all(isinstance(getattr(found, part.name), int) for part in dataclasses.fields(found))  # whole bytes
+
+
 def test_tensor_parallelism_splits_the_heads_ffn_and_logits_but_not_the_residual_stream(tmp_path):
     config = tiny_config(tmp_path)
     whole, split = at_layout(config), at_layout(config, tp=2)
@@ -191,10 +205,20 @@ def test_the_machines_memory_is_shared_by_the_processes_of_this_host(monkeypatch
     alone, where = trainer.run.memory.available_bytes(ParallelState(torch.device("cpu")))
     shared, shared_where = trainer.run.memory.available_bytes(world)
     assert where == "available on this machine" and "shared by 4 processes" in shared_where
+    page = os.sysconf("SC_PAGE_SIZE")  # MemAvailable (kB) in bytes: above the free pages, below all of them
+    assert page * os.sysconf("SC_AVPHYS_PAGES") // 2 <= alone <= page * os.sysconf("SC_PHYS_PAGES")
     assert abs(shared - alone // 4) < alone // 40  # MemAvailable moves a little between the two reads
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two nodes of two processes each
-    half, _ = trainer.run.memory.available_bytes(world)
-    assert abs(half - alone // 2) < alone // 20
+    half, half_where = trainer.run.memory.available_bytes(world)
+    assert abs(half - alone // 2) < alone // 20 and "shared by 2 processes" in half_where
+
+
+def test_memory_that_cannot_be_read_is_unknown(monkeypatch):
+    def unreadable(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", "/proc/meminfo")
+
+    monkeypatch.setattr(trainer.run.memory, "open", unreadable, raising=False)
+    assert trainer.run.memory.available_bytes(ParallelState(torch.device("cpu"))) == (None, "unknown")
 
 
 def test_a_run_that_fits_or_whose_available_memory_is_unknown_is_let_through(tmp_path, monkeypatch):
