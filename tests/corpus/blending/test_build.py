@@ -13,18 +13,14 @@ from corpus.blending.plan import plan_split
 from corpus.blending.resolve import ResolvedBlend, resolve_blend
 from corpus.blending.schema import blend_from_dict
 from tests.cache_keys import assert_each_field_changes_the_key
-from tests.corpus.blending.blend_data import write_random
+from tests.corpus.blending.blend_data import web_and_code, weighted_blend
 
-BLEND = {"seq_length": 32, "seed": 3, "split": "90,10,0", "cache_dir": "cache",
-         "sources": [{"name": "web", "prefix": "web", "weight": 0.6}, {"name": "code", "prefix": "code",
-                                                                       "weight": 0.4}]}
+BLEND = weighted_blend(0.6, 0.4, seq_length=32, seed=3, split="90,10,0")
 
 
 @pytest.fixture
 def resolved(tmp_path: Path) -> ResolvedBlend:
-    write_random(tmp_path / "web", 300, seed=1)
-    write_random(tmp_path / "code", 200, seed=2)
-    return resolve_blend(blend_from_dict(BLEND, base_dir=tmp_path))
+    return resolve_blend(blend_from_dict(BLEND, base_dir=web_and_code(tmp_path, 200)))
 
 
 def test_every_field_of_a_source_splits_maps_changes_its_key(resolved: ResolvedBlend) -> None:
