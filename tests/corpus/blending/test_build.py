@@ -41,11 +41,20 @@ def test_every_field_of_a_source_splits_maps_changes_its_key(resolved: ResolvedB
         "num_samples": web_member.num_samples + 1, "seq_length": 31, "seed": 4, "extra_token": False})
 
 
-def test_best_fit_members_take_the_packed_key(resolved: ResolvedBlend) -> None:
+def test_best_fit_members_take_the_packed_key_of_their_own_sequences(resolved: ResolvedBlend) -> None:
     member = plan_split(resolved, "train", 500).members[0]
     packed = replace(resolved, config=replace(resolved.config, packing="best_fit"))
     assert member_key(resolved, member) == gpt_key(resolved, member)
     assert member_key(packed, member) not in (gpt_key(resolved, member), gpt_key(packed, member))
+    code = resolved.all_sources()[1][1]
+
+    def key_of(source, begin, end, num_samples) -> str:
+        return member_key(packed, replace(member, source=source, begin=begin, end=end, num_samples=num_samples))
+
+    assert_each_field_changes_the_key(key_of, {"source": member.source, "begin": member.begin, "end": member.end,
+                                               "num_samples": member.num_samples},
+                                      {"source": code, "begin": member.begin + 1, "end": member.end - 1,
+                                       "num_samples": member.num_samples + 1})
 
 
 def test_every_field_of_a_blended_splits_maps_changes_its_key(resolved: ResolvedBlend) -> None:
