@@ -12,6 +12,7 @@ import pytest
 
 from corpus.tokenizers import TokenizerConfig, TokenizerConfigError, select_encoder, verdicts
 from corpus.tokenizers import select as selection
+from corpus.tokenizers.registry import lookup
 from tests.cache_keys import assert_each_field_changes_the_key
 
 pytestmark = pytest.mark.skipif(find_spec("gigatoken") is None, reason="gigatoken is not installed")
@@ -110,15 +111,17 @@ def test_every_field_of_the_key_changes_it_and_where_the_files_are_does_not(tmp_
     other_bytes.write_text('{"vocab": [1]}')
     base_config = TokenizerConfig("TikTokenizer", model=str(vocab))
 
-    def key_of(files, code, libraries, **options) -> str:
+    def key_of(files, code, gigatoken, reference, **options) -> str:
+        versions = {"gigatoken": gigatoken, lookup(options["type"]).library: reference}
         monkeypatch.setattr(verdicts, "_code_digest", lambda: code)
-        monkeypatch.setattr(verdicts, "library_version", lambda name: f"{name} {libraries}")
+        monkeypatch.setattr(verdicts, "library_version", lambda name: f"{name} {versions.get(name)}")
         return verdicts.key_for(base_config.replace(**options), files)
 
     options = {name: value for name, value in base_config.to_dict().items() if name not in verdicts.NOT_IN_KEY}
-    base = {"files": [str(vocab)], "code": "ours", "libraries": "1.0", **options}
+    base = {"files": [str(vocab)], "code": "ours", "gigatoken": "0.10", "reference": "1.0", **options}
     assert_each_field_changes_the_key(key_of, base, {
-        "files": [str(other_bytes)], "code": "edited", "libraries": "1.1", "type": "HuggingFaceTokenizer",
+        "files": [str(other_bytes)], "code": "edited", "gigatoken": "0.11", "reference": "1.1",
+        "type": "HuggingFaceTokenizer",
         "vocab_size": 4096, "tiktoken_pattern": "file", "tiktoken_num_special_tokens": 999,
         "hf_include_special_tokens": False, "eod_id": 3, "bos_id": 1})
     moved = shutil.copy(vocab, tmp_path / "moved.json")
