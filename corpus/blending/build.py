@@ -78,10 +78,10 @@ def member_entry(resolved: ResolvedBlend, member: MemberPlan, split: str) -> Ent
     return resolved.cache.get_or_build("gpt", gpt_key(resolved, member), build, description)
 
 
-def _blend_key(resolved: ResolvedBlend, plan: SplitPlan) -> str:
-    """The cache key of a blended split's maps (a schedule's phases in it)."""
-    material = {"kind": "blend", "version": MAPS_VERSION,
-                "members": [member_key(resolved, member) for member in plan.members], "mode": plan.mode,
+def blend_key(plan: SplitPlan, member_keys: list[str]) -> str:
+    """The cache key of a blended split's maps: its members' keys (in order), how they are blended (a schedule's
+    phases included) and its size."""
+    material = {"kind": "blend", "version": MAPS_VERSION, "members": member_keys, "mode": plan.mode,
                 "weights": plan.blend_weights, "size": plan.size}
     if plan.schedule is not None:
         material["schedule"] = plan.schedule.describe()
@@ -90,7 +90,7 @@ def _blend_key(resolved: ResolvedBlend, plan: SplitPlan) -> str:
 
 def _blend_entry(resolved: ResolvedBlend, plan: SplitPlan, lengths: list[int]) -> Entry:
     schedule = plan.schedule
-    key = _blend_key(resolved, plan)
+    member_keys = [member_key(resolved, member) for member in plan.members]
 
     def build() -> tuple[dict[str, np.ndarray], dict]:
         if schedule is not None:
@@ -107,7 +107,7 @@ def _blend_entry(resolved: ResolvedBlend, plan: SplitPlan, lengths: list[int]) -
         return {"dataset_index": index, "dataset_sample_index": sample}, {"counts": counts.tolist()}
 
     description = {"split": plan.split, "members": [m.name for m in plan.members], "size": plan.size}
-    return resolved.cache.get_or_build("blend", key, build, description)
+    return resolved.cache.get_or_build("blend", blend_key(plan, member_keys), build, description)
 
 
 def missing_map_bytes(resolved: ResolvedBlend, plans: Iterable[SplitPlan | None]) -> int:
@@ -119,7 +119,8 @@ def missing_map_bytes(resolved: ResolvedBlend, plans: Iterable[SplitPlan | None]
             needed += sum(maps.gpt_map_bytes(member.end - member.begin, member.epochs.num_epochs, member.length,
                                              int(member.source.lengths[member.begin:member.end].max(initial=0)))
                           for member in plan.members if not cache.has("gpt", gpt_key(resolved, member)))
-        if plan.mode not in ("single", "online") and not cache.has("blend", _blend_key(resolved, plan)):
+        if plan.mode not in ("single", "online") and not cache.has(
+                "blend", blend_key(plan, [member_key(resolved, member) for member in plan.members])):
             needed += plan.size * maps.BLEND_BYTES_PER_SAMPLE
     return needed
 

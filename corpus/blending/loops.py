@@ -11,9 +11,10 @@ cached kernel in every new process, more than a cold 1,000-shard build itself. I
 and loads nothing: the loops are looked up on first use (:func:`kernels`), which happens where a map is first
 built (``corpus.blending.index_maps.prepare_kernels``). The first use on a machine builds the library with the
 system C compiler (``$CC``, else ``cc``; ~0.2 s, one log line) into the ``compiled_kernels`` cache folder
-(:mod:`corpus.core.cache`), under a name that hashes the source, written atomically so concurrent processes never
-load a half-written file; later uses load it. ctypes releases the GIL during the calls, so sources still build in
-parallel threads. Without a working compiler the numba versions (``loops_numba``) are used and one line says so.
+(:mod:`corpus.core.cache`), under a name that hashes the source, the compiler and its flags, written atomically so
+concurrent processes never load a half-written file; later uses load it. ctypes releases the GIL during the calls,
+so sources still build in parallel threads. Without a working compiler the numba versions (``loops_numba``) are
+used and one line says so.
 """
 
 from __future__ import annotations
@@ -275,24 +276,38 @@ _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
 
 
-def library_path() -> Path:
-    """Where the compiled library of this source lives (its name hashes the source: an edit builds anew)."""
-    digest = hashlib.sha256(_C_SOURCE.encode()).hexdigest()[:16]
-    return cache_folder("compiled_kernels") / f"index-kernels-{digest}.so"
+#: How the library is compiled (``-ffp-contract=off``: see the module's docstring).
+COMPILE_FLAGS = ("-O2", "-std=c99", "-ffp-contract=off", "-shared", "-fPIC")
 
 
-def _compile(target: Path) -> None:
-    """Build the library into ``target`` atomically, and say so in one line."""
+def _compiler() -> str:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise OSError("no C compiler (cc/gcc) on PATH")
+    return compiler
+
+
+def library_name(source: str, compiler: str, flags: tuple[str, ...]) -> str:
+    """The cached library's file name: a digest of everything that changes the machine code (the source, the
+    compiler and its flags), so a changed kernel or flag never loads a library built from the old one."""
+    digest = hashlib.sha256("\0".join((source, compiler, *flags)).encode()).hexdigest()[:16]
+    return f"index-kernels-{digest}.so"
+
+
+def library_path() -> Path:
+    """Where the compiled library of this source, compiler and flags lives (an edit of any of them builds anew)."""
+    return cache_folder("compiled_kernels") / library_name(_C_SOURCE, _compiler(), COMPILE_FLAGS)
+
+
+def _compile(target: Path, compiler: str) -> None:
+    """Build the library into ``target`` atomically, and say so in one line."""
     started = time.perf_counter()
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch, atomic_path(target) as built:
         source = Path(scratch) / "kernels.c"
         source.write_text(_C_SOURCE)
-        subprocess.run([compiler, "-O2", "-std=c99", "-ffp-contract=off", "-shared", "-fPIC", "-o", str(built),
-                        str(source), "-lm"], check=True, capture_output=True, timeout=120)
+        subprocess.run([compiler, *COMPILE_FLAGS, "-o", str(built), str(source), "-lm"], check=True,
+                       capture_output=True, timeout=120)
     log.info("index-map loops: compiled with %s into %s in %.1f s (once per machine)", compiler, target,
              time.perf_counter() - started)
 
@@ -300,7 +315,7 @@ def _compile(target: Path) -> None:
 def _load_c() -> ctypes.CDLL:
     target = library_path()
     if not target.exists():
-        _compile(target)
+        _compile(target, _compiler())
     library = ctypes.CDLL(str(target))
     for name in ("fill_sample_index_i32", "fill_sample_index_i64"):
         getattr(library, name).argtypes = [_P, _P, _I64, _I64, _I64, _P, _I64]

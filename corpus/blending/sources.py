@@ -88,7 +88,7 @@ def table_key(prefixes: list[str], metas: set[str]) -> str:
     for prefix, identity, bin_identity in zip(prefixes, idx_rows, bin_rows):
         row = [storage.absolute(prefix), *identity, *bin_identity]
         if prefix in metas:
-            row += meta_rows[prefix][:2]
+            row += meta_rows[prefix]
         rows.append(row)
     return cache_key({"kind": "source-table", "version": 3, "shards": rows})
 

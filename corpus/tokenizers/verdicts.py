@@ -26,8 +26,9 @@ from corpus.tokenizers.registry import lookup
 
 log = logging.getLogger(__name__)
 
-#: Config fields that locate files rather than change ids (the files' bytes are in the key instead).
-_LOCATIONS = ("model", "vocab_file", "merge_file", "encoder")
+#: Config fields that change no id: where the files are (their bytes are in the key instead), and which encoder is
+#: asked for (the verdict is about the tokenizer, whoever asks).
+NOT_IN_KEY = ("model", "vocab_file", "merge_file", "encoder")
 
 
 def folder() -> Path:
@@ -46,7 +47,7 @@ def _code_digest() -> str:
 
 def key_for(config: TokenizerConfig, files: list[str]) -> str:
     """The cache key of ``config``'s check (its files are read: their bytes are the tokenizer)."""
-    options = {name: value for name, value in config.to_dict().items() if name not in _LOCATIONS}
+    options = {name: value for name, value in config.to_dict().items() if name not in NOT_IN_KEY}
     material = {"options": options, "files": fingerprint_files(files), "code": _code_digest(),
                 "libraries": [library_version("gigatoken"), library_version(lookup(config.type).library or "")]}
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()

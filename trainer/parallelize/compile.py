@@ -56,10 +56,12 @@ def kernel_sources() -> list[Path]:
 
 
 def kernel_fingerprint(paths: list[Path] | None = None) -> str:
-    """A digest of the bytes of ``paths`` (default: :func:`kernel_sources`)."""
+    """A digest of the bytes of ``paths`` (default: :func:`kernel_sources`), each prefixed by its length so that
+    bytes moved from the end of one file to the start of the next change it too."""
     digest = hashlib.sha256()
     for path in kernel_sources() if paths is None else paths:
-        digest.update(path.read_bytes())
+        data = path.read_bytes()
+        digest.update(len(data).to_bytes(8, "little") + data)
     return digest.hexdigest()[:16]
 
 

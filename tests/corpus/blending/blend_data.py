@@ -51,6 +51,19 @@ def write_three_sources(root: Path) -> Path:
     return root
 
 
+def web_and_code(folder: Path, code_documents: int) -> Path:
+    """Two random sources in ``folder``: ``web`` (300 documents) and ``code``, as :func:`weighted_blend` names them."""
+    write_random(folder / "web", 300, seed=1)
+    write_random(folder / "code", code_documents, seed=2)
+    return folder
+
+
+def weighted_blend(web: float, code: float, **fields: object) -> dict:
+    """A blend of :func:`web_and_code`'s sources with these weights, cached in ``cache/``, and ``fields``."""
+    return {**fields, "cache_dir": "cache", "sources": [{"name": "web", "prefix": "web", "weight": web},
+                                                         {"name": "code", "prefix": "code", "weight": code}]}
+
+
 def write_blend(path: Path, data: dict) -> Path:
     """Write a blend file."""
     path.parent.mkdir(parents=True, exist_ok=True)

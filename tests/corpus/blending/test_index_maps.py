@@ -105,3 +105,20 @@ def test_sample_count_on_an_epoch_boundary_equals_megatron(extra: bool, tmp_path
     assert len(ours) == len(reference)
     for index in range(len(ours)):
         np.testing.assert_array_equal(ours.tokens_of(index), reference._query_document_sample_shuffle_indices(index)[0])
+
+
+def test_each_epoch_is_shuffled_anew_and_a_seed_repeats_the_maps() -> None:
+    """Megatron tiles the documents over the epochs and shuffles them together: epochs differ in order, the
+    separate last epoch is a shuffle of its own, the same seed gives the same maps and another seed other ones."""
+    lengths = np.full(50, 10, dtype=np.int32)
+    built = maps.build_gpt_maps(lengths, 0, 50, 130, 9, 5, 1)  # 130 samples, 55 per epoch: a short third epoch
+    epochs = built.document_index.reshape(3, 50)
+    assert len({tuple(epoch) for epoch in epochs}) == 3
+    assert sorted(epochs[2].tolist()) == list(range(50))  # the separate last epoch holds every document once
+    assert sorted(epochs[:2].ravel().tolist()) == sorted(list(range(50)) * 2)
+    assert not all(sorted(epoch.tolist()) == list(range(50)) for epoch in epochs[:2])  # shuffled together
+    again, other = maps.build_gpt_maps(lengths, 0, 50, 130, 9, 5, 1), maps.build_gpt_maps(lengths, 0, 50, 130, 9, 6, 1)
+    for name, array in built.arrays().items():
+        np.testing.assert_array_equal(again.arrays()[name], array, err_msg=name)
+    assert not np.array_equal(other.document_index, built.document_index)
+    assert not np.array_equal(other.shuffle_index, built.shuffle_index)

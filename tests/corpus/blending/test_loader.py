@@ -18,19 +18,15 @@ from corpus.blending.datasets import SampleCounts, megatron_sample_counts
 from corpus.blending.loader import BlendLoader, LoaderStateError, TorchSplitDataset, build_datasets
 from corpus.blending.schema import blend_from_dict
 from tests.conftest import REPO
-from tests.corpus.blending.blend_data import EOD, write_random
+from tests.corpus.blending.blend_data import EOD, web_and_code, weighted_blend
 
-BLEND = {"seq_length": 24, "seed": 5, "split": "95,5,0", "cache_dir": "cache",
-         "samples": {"eod_mask_loss": True, "reset_position_ids": True, "reset_attention_mask": True},
-         "sources": [{"name": "web", "prefix": "web", "weight": 0.7}, {"name": "code", "prefix": "code",
-                                                                       "weight": 0.3}]}
+BLEND = weighted_blend(0.7, 0.3, seq_length=24, seed=5, split="95,5,0",
+                       samples={"eod_mask_loss": True, "reset_position_ids": True, "reset_attention_mask": True})
 
 
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
-    write_random(tmp_path / "web", 300, seed=1)
-    write_random(tmp_path / "code", 120, seed=2)
-    return tmp_path
+    return web_and_code(tmp_path, 120)
 
 
 @pytest.fixture

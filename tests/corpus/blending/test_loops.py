@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from corpus.blending import loops, loops_numba
+from tests.cache_keys import assert_each_field_changes_the_key
 from tests.conftest import REPO
 
 
@@ -126,3 +127,21 @@ def test_importing_compiles_nothing_and_the_first_map_builds_the_kernels_once_in
     assert len(compiled) == 1 and str(folders["compiled_kernels"] / library) in compiled[0], runs[0]
     assert "compiled with" not in runs[1]  # built once per machine, loaded since
     assert not folders["index_maps"].exists()  # nothing of the kernels lands among the maps
+
+
+def test_the_librarys_name_changes_with_its_source_compiler_and_each_flag() -> None:
+    base = {"source": loops._C_SOURCE, "compiler": "/usr/bin/cc", "flags": loops.COMPILE_FLAGS}
+    assert_each_field_changes_the_key(loops.library_name, base, {
+        "source": loops._C_SOURCE.replace("ties", "ties "), "compiler": "/usr/bin/clang",
+        "flags": loops.COMPILE_FLAGS[1:]})
+    for index in range(len(loops.COMPILE_FLAGS)):
+        dropped = loops.COMPILE_FLAGS[:index] + loops.COMPILE_FLAGS[index + 1:]
+        assert loops.library_name(loops._C_SOURCE, "/usr/bin/cc", dropped) != loops.library_name(**base)
+
+
+def test_an_edited_kernel_compiles_a_library_of_its_own(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("BLENDFORGE_KERNEL_CACHE_DIR", str(tmp_path))
+    loops._load_c()
+    monkeypatch.setattr(loops, "_C_SOURCE", loops._C_SOURCE + "\nint edited(void) { return 7; }\n")
+    assert loops._load_c().edited() == 7  # a library built from the old source has no such function
+    assert len(list(tmp_path.glob("index-kernels-*.so"))) == 2

@@ -9,11 +9,13 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from corpus.blending import map_cache
 from corpus.blending.datasets import SampleCounts, build_split_datasets
 from corpus.blending.map_cache import CacheError, MapCache, cache_key
 from corpus.blending.schema import blend_from_dict
@@ -167,3 +169,20 @@ def test_leftovers_of_a_killed_writer_are_cleared(tmp_path: Path) -> None:
     os.utime(stale, (time.time() - 7200, time.time() - 7200))
     cache.get_or_build("x", "k" * 64, lambda: ({"a": np.arange(2)}, {}))
     assert not stale.exists()
+
+
+def test_entries_are_checksummed_across_crc_blocks(tmp_path: Path, monkeypatch) -> None:
+    """The crc32 of an array read in 5-byte blocks is the whole array's, and a byte flipped in a later block is
+    caught when the entry loads."""
+    monkeypatch.setattr(map_cache, "_CRC_BLOCK", 5)
+    for size in (0, 1, 4, 5, 6, 40):
+        array = np.arange(size, dtype=np.int32)
+        assert map_cache._crc32(array) == zlib.crc32(array.tobytes()), size
+    cache = MapCache(tmp_path)
+    cache.get_or_build("x", "k" * 64, lambda: ({"a": np.arange(40, dtype=np.int32)}, {}))
+    assert cache.load("x", "k" * 64) is not None
+    stored = cache.entry_path("x", "k" * 64) / "a.npy"
+    raw = bytearray(stored.read_bytes())
+    raw[-7] ^= 1  # inside the last blocks of the array
+    stored.write_bytes(bytes(raw))
+    assert cache.load("x", "k" * 64) is None

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from corpus.blending import index_maps as maps_module
 from corpus.blending import packing
 from corpus.blending.build import build_split_maps
 from corpus.blending.datasets import SampleCounts, SplitDataset, build_split_datasets
@@ -24,6 +25,7 @@ from corpus.blending.resolve import resolve_blend
 from corpus.blending.samples import PAD_ID
 from corpus.blending.schema import BlendError, blend_from_dict
 from corpus.indexed import IndexedReader
+from tests.cache_keys import assert_each_field_changes_the_key
 from tests.conftest import REPO, run_cli
 from tests.corpus.blending.blend_data import VOCAB, write_random
 
@@ -239,3 +241,127 @@ def test_show_samples_lists_where_each_document_starts(folder) -> None:
     assert any(s["padding"] for s in samples) and any(len(s["documents"]) > 1 for s in samples)
     text = run_cli("corpus", "blend", str(path), "--num-samples", "100", "--show-samples", "0:3").stdout
     assert "[documents at 0" in text
+
+
+def test_every_field_of_a_packed_split_changes_its_key(folder) -> None:
+    resolved = resolve_blend(blend_from_dict(_blend(folder, sources=[{"name": "web", "prefix": "web"},
+                                                                     {"name": "code", "prefix": "code"}]),
+                                             base_dir=folder))
+    web, code = (source for _, source in resolved.all_sources())
+
+    def key_of(source, begin, end, num_samples, seq_length, extra_token, seed, window) -> str:
+        config = blend_from_dict(_blend(folder, seq_length=seq_length, seed=seed, packing_window=window,
+                                        samples={"add_extra_token_to_sequence": extra_token}), base_dir=folder)
+        return packing.packed_key(config, source, begin, end, num_samples)
+
+    base = {"source": web, "begin": 0, "end": 500, "num_samples": 300, "seq_length": SEQ, "extra_token": True,
+            "seed": 7, "window": 64}
+    assert_each_field_changes_the_key(key_of, base, {
+        "source": code, "begin": 1, "end": 499, "num_samples": 301, "seq_length": SEQ + 2, "extra_token": False,
+        "seed": 8, "window": 63})
+    # What decides the maps is the sample's capacity, S + extra token: two ways to the same one share an entry.
+    assert key_of(**{**base, "seq_length": SEQ + 1, "extra_token": False}) == key_of(**base)
+
+
+def _packed(lengths: list[int], window: int = 64, capacity: int = 10) -> list[list[tuple[int, int]]]:
+    """Each sample of one epoch packed in document order: its pieces as (document, token offset)."""
+    lengths_array = np.asarray(lengths, dtype=np.int32)
+    documents = np.arange(len(lengths), dtype=np.int32)
+    sequence, offset, starts = packing.pack_epoch(lengths_array, documents, capacity, window,
+                                                  packing.count_pieces(lengths_array, capacity))
+    return [[(int(sequence[p]), int(offset[p])) for p in range(starts[s], starts[s + 1])]
+            for s in range(len(starts) - 1)]
+
+
+@pytest.mark.parametrize("lengths, window, samples", [
+    # 8 opens A (2 free), 6 opens B (4 free), 3 fits only B (1 free), then 1 fits both: best fit takes B, the
+    # fuller one (first fit would take A: [[3, 0], [2, 1]]).
+    ([1, 3, 6, 8], 64, [[3], [2, 1, 0]]),
+    # 6 → A (4 free), 5 → B (5 free), 4 fills A exactly (first fit too), the last 4 goes to B.
+    ([6, 5, 4, 4], 64, [[0, 2], [1, 3]]),
+    # A window of two documents closes its samples before the next window packs: 4 free in each is padding.
+    ([6, 5, 4, 4], 2, [[0], [1], [2, 3]]),
+    # Equal lengths go in epoch order; an empty document is no piece at all.
+    ([3, 3, 0, 3, 3], 64, [[0, 1, 3], [4]]),
+])
+def test_best_fit_decisions_on_hand_checked_cases(lengths, window, samples) -> None:
+    assert [[document for document, _ in sample] for sample in _packed(lengths, window)] == samples
+
+
+def test_a_long_document_is_cut_into_full_samples_and_its_rest_packed_like_a_short_one() -> None:
+    # 23 tokens at capacity 10: pieces at offsets 0 and 10 fill a sample each, the 3 left share one with the 7.
+    assert _packed([23, 7]) == [[(0, 0)], [(0, 10)], [(1, 0), (0, 20)]]
+
+
+def _epoch_orders(maps: packing.PackedMaps, documents: int) -> list[list[int]]:
+    """The document order of each epoch (a window of one document packs each alone, in epoch order)."""
+    return [maps.piece_sequence[e * documents:(e + 1) * documents].tolist() for e in range(len(maps.epoch_samples))]
+
+
+def test_each_epoch_has_its_own_order_and_a_seed_repeats_them() -> None:
+    lengths = np.full(40, 5, dtype=np.int32)  # 40 documents of 5 tokens, one sample each with a window of one
+    maps = packing.build_packed_maps(lengths, 0, 40, 100, 10, 11, 1)
+    orders = _epoch_orders(maps, 40)
+    assert len(orders) == 3 and all(sorted(order) == list(range(40)) for order in orders)
+    assert len({tuple(order) for order in orders}) == 3, "an epoch repeated another's order"
+    rng = np.random.RandomState(11)  # NOTE: one shuffle per epoch, in order, then the shuffle index
+    for order in orders:
+        expected = np.arange(40, dtype=np.int32)
+        rng.shuffle(expected)
+        assert order == expected.tolist()
+    again = packing.build_packed_maps(lengths, 0, 40, 100, 10, 11, 1)
+    for name, array in maps.arrays().items():
+        np.testing.assert_array_equal(again.arrays()[name], array, err_msg=name)
+    other = packing.build_packed_maps(lengths, 0, 40, 100, 10, 12, 1)
+    assert _epoch_orders(other, 40) != orders
+    assert other.shuffle_index.tolist() != maps.shuffle_index.tolist()
+
+
+def test_pieces_are_counted_as_packing_cuts_them() -> None:
+    # 0 tokens: no piece; up to 10: one; 11-20: two; 21: three (capacity 10)
+    assert packing.count_pieces(np.array([0, 1, 10, 11, 20, 21], dtype=np.int32), 10) == 9
+    assert packing.min_epochs(100, 30, 10) == 3 and packing.min_epochs(100, 31, 10) == 4  # 300 and 310 tokens
+    assert packing.min_epochs(100, None, 10) == 1
+
+
+@pytest.mark.parametrize("epoch_samples, num_samples, separate, before", [
+    ((10,), 5, False, 0),  # one epoch is never separate, however few of its samples are asked
+    ((10, 10), 12, True, 10),  # 2 of the last epoch's 10: under 80% of it
+    ((10, 10, 10), 25, True, 20),
+    ((10, 10, 10), 28, False, 20),  # 8 of 10: 80% exactly is not under it
+    ((10, 10, 20), 35, True, 20),  # 15 of the last epoch's 20 (of an earlier one's 10 it would be over 80%)
+    ((10, 10), None, False, 10),  # no count: every epoch whole
+])
+def test_the_last_packed_epoch_is_separate_below_80_percent_of_its_samples(epoch_samples, num_samples, separate,
+                                                                            before) -> None:
+    assert packing.epoch_plan(1000, epoch_samples, num_samples) == maps_module.EpochPlan(
+        1000, len(epoch_samples), separate, before)
+
+
+def test_a_split_packs_its_own_documents_in_just_enough_epochs_and_shuffles_a_short_last_one_apart() -> None:
+    lengths = np.full(60, 5, dtype=np.int32)  # a window of one document: one sample per document
+    valid = packing.build_packed_maps(lengths, 40, 60, 40, 10, 3, 1)  # 20 documents, 40 samples: two epochs
+    assert valid.epoch_samples == (20, 20)
+    assert sorted(valid.piece_sequence.tolist()) == sorted(list(range(40, 60)) * 2)
+    assert max(valid.shuffle_index[:20]) >= 20  # both whole epochs shuffled together
+    shorter = packing.build_packed_maps(lengths, 40, 60, 43, 10, 3, 1)  # 3 of a third epoch: apart
+    assert shorter.epoch_samples == (20, 20, 20)
+    assert sorted(shorter.shuffle_index[:40].tolist()) == list(range(40))
+    assert sorted(shorter.shuffle_index[40:].tolist()) == list(range(40, 60))
+    assert shorter.shuffle_index[:40].tolist() != list(range(40))
+
+
+def test_a_split_of_one_token_packs_and_one_of_none_is_refused() -> None:
+    assert packing.build_packed_maps(np.array([0, 1], dtype=np.int32), 0, 2, None, 10, 3, 4).epoch_samples == (1,)
+    with pytest.raises(ValueError, match="no tokens"):
+        packing.build_packed_maps(np.array([0, 0], dtype=np.int32), 0, 2, None, 10, 3, 4)
+
+
+def test_packing_stats_of_hand_checked_samples() -> None:
+    """[23, 5] at capacity 10: pieces 0@0 and 0@10 fill a sample each, 0@20 (3) and 1 (5) share a third."""
+    lengths = np.array([23, 5], dtype=np.int32)
+    packed = packing.build_packed_maps(lengths, 0, 2, None, 10, 3, 64)
+    assert packing.packing_stats(packed.arrays(), lengths, 10, 3) == packing.PackingStats(pytest.approx(2 / 30), 1, 0)
+    assert packing.packing_stats(packed.arrays(), lengths, 10, 0) == packing.PackingStats(0.0, 1, 0)
+    last = int(np.flatnonzero(packed.shuffle_index == 2)[0])  # the padded sample's place in the shuffled order
+    assert packing.packing_stats(packed.arrays(), lengths, 10, last + 1).padding == pytest.approx(2 / (10 * (last + 1)))

@@ -200,6 +200,30 @@ def test_expected_tokenizer_is_checked_against_the_sidecars(folder: Path) -> Non
     assert "tokenizer.path" in message and "no such tokenizer file" in message
 
 
+def _sentencepiece_data(folder: Path, kind: str) -> str:
+    """A blend over one source whose sidecar records ``kind`` (of the sentencepiece family) and names no file."""
+    meta = {"tokenizer": {**tokenizer_record(kind=kind), "fingerprint": None}, "vocab_size": 1000, "eod_id": 0}
+    write_random(folder / "data" / "spm", 40, seed=5, meta=meta)
+    (folder / "spm.model").write_bytes(b"a model")
+    return ("seq_length: 16\nsplit: '1'\nsources: [{name: s, prefix: data/spm}]\n"
+            "tokenizer: {kind: KIND, path: spm.model}\n")
+
+
+def test_an_exact_tokenizer_type_must_match_the_sidecars_and_a_family_takes_all_its_types(folder: Path) -> None:
+    text = _sentencepiece_data(folder, "GPTSentencePieceTokenizer")
+    message = _resolve_error(folder, text.replace("KIND", "SentencePieceTokenizer"))
+    assert "tokenizer.kind" in message
+    assert "tokenized with GPTSentencePieceTokenizer, not SentencePieceTokenizer" in message
+    for accepted in ("GPTSentencePieceTokenizer", "sentencepiece"):
+        resolve_blend(load_blend(_blend(folder, text.replace("KIND", accepted))))
+
+
+def test_a_tokenizer_path_whose_files_cannot_be_read_names_the_key(folder: Path) -> None:
+    (folder / "empty").mkdir()
+    message = _resolve_error(folder, GOOD + "tokenizer: {kind: huggingface, path: empty}\n")
+    assert "blend.yaml:8: tokenizer.path:" in message and "tokenizer.json" in message
+
+
 def test_sources_without_sidecar_are_accepted_with_a_warning(folder: Path, caplog) -> None:
     write_random(folder / "data" / "megatron", 80, seed=4, meta=None)
     with caplog.at_level(logging.WARNING):

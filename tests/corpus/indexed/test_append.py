@@ -1,75 +1,118 @@
-"""The tree checksum and the threaded appender, across block boundaries (the block made small so that a few KB
-cross many)."""
+"""The ``.bin`` tree checksum across block boundaries: blocks shrunk to 64 bytes (and reads to 24), so a small
+file spans many of them. Whether the bytes are hashed as they are written, copied and hashed block by block in
+threads (merge, the parts of a tokenize run) or read back whole (``inspect --check --deep``), the root is the
+documented one: the sha256 of each block's sha256, in order."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 
-from corpus.indexed import append
-from corpus.indexed.append import Appender, BlockDigest, file_tree_digest
+from corpus.indexed import append, sidecar
+from corpus.indexed.merge import merge
+from corpus.inspect.checks import CheckOptions, check_prefix
+from tests.corpus.blending.blend_data import write_random
 
-BLOCK = 4096
-
-
-@pytest.fixture(autouse=True)
-def small_blocks(monkeypatch):
-    monkeypatch.setattr(append, "BLOCK_BYTES", BLOCK)
-    monkeypatch.setattr(append, "_STEP", 1000)  # reads that end inside blocks
+BLOCK = 64
 
 
-def tree_of(data: bytes) -> str:
-    """The definition, written out: sha256 over the sha256 of each block in order."""
-    blocks = [hashlib.sha256(data[start:start + BLOCK]).digest() for start in range(0, len(data), BLOCK)]
+def documented_root(data: bytes) -> str:
+    """sha256 over the sha256 of each ``BLOCK``-byte block (the last one partial), as append.py's docstring says."""
+    blocks = [hashlib.sha256(data[at : at + BLOCK]).digest() for at in range(0, len(data), BLOCK)]
     return hashlib.sha256(b"".join(blocks)).hexdigest()
 
 
-def test_the_digest_of_bytes_given_in_pieces_is_the_tree_of_the_whole():
-    data = os.urandom(5 * BLOCK + 123)
-    digest = BlockDigest()
-    for start in range(0, len(data), 777):
-        digest.update(data[start:start + 777])
-    assert digest.hexdigest() == tree_of(data)
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch) -> None:
+    monkeypatch.setattr(append, "BLOCK_BYTES", BLOCK)
+    monkeypatch.setattr(append, "_STEP", 24)  # not a divisor of a block: a block's last read is a short one
 
 
-def test_appended_files_end_as_one_file_whose_tree_checksum_covers_every_block(tmp_path, monkeypatch):
+@pytest.mark.parametrize("size", [0, 1, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK, 3 * BLOCK + 5])
+def test_streamed_and_whole_file_digests_are_the_documented_root(tmp_path: Path, size: int) -> None:
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+    path = tmp_path / "file"
+    path.write_bytes(data)
+    assert append.file_tree_digest(path) == documented_root(data)
+    streamed, at = append.BlockDigest(), 0
+    for piece in (1, 17, BLOCK, 2 * BLOCK + 3, len(data)):  # pieces ending before, on and after block ends
+        streamed.update(data[at : at + piece])
+        at += piece
+    assert streamed.hexdigest() == documented_root(data)
+
+
+@pytest.mark.parametrize("written", [0, 5, BLOCK, BLOCK + 63])
+def test_files_appended_after_streamed_bytes_give_the_documented_root(tmp_path: Path, written: int) -> None:
+    """``written`` bytes hashed as they were written, then files copied in threads from there: the block that
+    holds the start is hashed again from the file, and the root covers every byte, whatever the last block holds."""
+    rng = np.random.default_rng(written)
+    head = rng.integers(0, 256, written, dtype=np.uint8).tobytes()
+    parts = [rng.integers(0, 256, size, dtype=np.uint8).tobytes() for size in (1, 63, BLOCK, 2 * BLOCK + 7, 5)]
+    tail = (BLOCK + 1 - (written + sum(map(len, parts))) % BLOCK) % BLOCK  # the last block holds one byte
+    parts.append(rng.integers(0, 256, tail, dtype=np.uint8).tobytes())
+    for number, part in enumerate(parts):
+        (tmp_path / f"part{number}").write_bytes(part)
+    with open(tmp_path / "target", "wb+") as target:
+        target.write(head)
+        target.flush()
+        digest = append.BlockDigest()
+        digest.update(head)
+        appender = append.Appender(target.fileno(), written, digest)
+        for number, part in enumerate(parts):
+            appender.append(tmp_path / f"part{number}", len(part))
+        appender.finish()
+    data = head + b"".join(parts)
+    assert (tmp_path / "target").read_bytes() == data and len(data) % BLOCK == 1
+    assert digest.hexdigest() == documented_root(data)
+
+
+def test_written_and_merged_pairs_record_the_root_of_their_bin(tmp_path: Path) -> None:
+    """Shards of odd sizes: each merged one starts mid-block, so the block it lands in is hashed again."""
+    shards = [write_random(tmp_path / f"shard{n}", 20 + 7 * n, seed=n, max_len=30) for n in range(4)]
+    for prefix in shards:
+        data = Path(f"{prefix}.bin").read_bytes()
+        assert len(data) > 4 * BLOCK and len(data) % BLOCK
+        assert sidecar.read(prefix)["checksums"]["bin_sha256_tree"] == documented_root(data)
+    merge([str(prefix) for prefix in shards], str(tmp_path / "merged"))
+    merged = Path(tmp_path / "merged.bin").read_bytes()
+    assert merged == b"".join(Path(f"{prefix}.bin").read_bytes() for prefix in shards)
+    assert sidecar.read(tmp_path / "merged")["checksums"]["bin_sha256_tree"] == documented_root(merged)
+    assert check_prefix(str(tmp_path / "merged"), CheckOptions(deep=True)) == []
+
+
+def test_a_block_is_hashed_only_once_every_copy_under_it_has_ended(tmp_path: Path, monkeypatch) -> None:
+    """Copies that end out of order, beside hashes on many threads (as on a large node): a block hashed before its
+    bytes are in would read a hole."""
     copy, started = append._copy, []
 
-    def slow_copy(*args) -> None:  # later copies end later: a block hashed before its bytes are in reads a hole
+    def slow_copy(*args) -> None:  # later copies end later
         started.append(args)
         time.sleep(0.03 * len(started))
         copy(*args)
 
     monkeypatch.setattr(append, "_copy", slow_copy)
-    monkeypatch.setattr(append, "available_cores", lambda: 16)  # hashes run beside copies, as on a large node
-    head = os.urandom(BLOCK + 10)  # the target does not start on a block boundary
-    pieces = [os.urandom(size) for size in (1, BLOCK - 1, 3 * BLOCK + 5, 17, 2 * BLOCK, 999)]
-    target = tmp_path / "target.bin"
-    target.write_bytes(head)
-    digest = BlockDigest()
-    digest.update(head)
-    with open(target, "r+b") as handle:
-        appender = Appender(handle.fileno(), len(head), digest)
-        for index, piece in enumerate(pieces):
-            source = tmp_path / f"piece{index}"
-            source.write_bytes(b"x" * 3 + piece)
-            appender.append(source, len(piece), offset=3)
+    monkeypatch.setattr(append, "available_cores", lambda: 16)
+    parts = [os.urandom(size) for size in (1, BLOCK - 1, 3 * BLOCK + 5, 17, 2 * BLOCK, 99)]
+    digest = append.BlockDigest()
+    with open(tmp_path / "target", "wb+") as target:
+        appender = append.Appender(target.fileno(), 0, digest)
+        for number, part in enumerate(parts):
+            (tmp_path / f"part{number}").write_bytes(b"xyz" + part)
+            appender.append(tmp_path / f"part{number}", len(part), offset=3)
         appender.finish()
-    whole = head + b"".join(pieces)
-    assert target.read_bytes() == whole
-    assert digest.hexdigest() == tree_of(whole) == file_tree_digest(target)
+    data = b"".join(parts)
+    assert (tmp_path / "target").read_bytes() == data and digest.hexdigest() == documented_root(data)
 
 
-def test_a_copy_that_fails_is_raised_when_the_appends_are_waited_for(tmp_path):
-    target = tmp_path / "target.bin"
-    target.write_bytes(b"")
-    source = tmp_path / "short"
-    source.write_bytes(b"abc")
-    with open(target, "r+b") as handle:
-        appender = Appender(handle.fileno(), 0, BlockDigest())
-        appender.append(source, 2 * BLOCK)  # the file ends early
+def test_a_copy_that_fails_is_raised_when_the_appends_are_waited_for(tmp_path: Path) -> None:
+    (tmp_path / "short").write_bytes(b"abc")
+    with open(tmp_path / "target", "wb+") as target:
+        appender = append.Appender(target.fileno(), 0, append.BlockDigest())
+        appender.append(tmp_path / "short", 2 * BLOCK)  # the file ends early
         with pytest.raises(OSError, match="ended"):
             appender.finish()

@@ -21,8 +21,12 @@ from corpus.indexed import (
     IndexedWriter,
     IndexFormatError,
     cast_tokens,
+    sidecar,
     token_dtype_for_vocab,
 )
+from corpus.indexed.merge import merge
+from corpus.indexed.partial_files import read_values
+from tests.chunks import shrink_chunks
 from tests.conftest import REPO
 
 
@@ -36,13 +40,13 @@ def random_documents(rng: np.random.Generator, dtype: np.dtype, count: int = 60)
     return documents
 
 
-def write_ours(prefix: Path, dtype: np.dtype, documents: list[list[np.ndarray]]) -> None:
+def write_ours(prefix: Path, dtype: np.dtype, documents: list[list[np.ndarray]], meta: dict | None = None) -> None:
     with IndexedWriter(prefix, dtype) as writer:
         for sequences in documents:
             for sequence in sequences:
                 writer.add_sequence(sequence)
             writer.end_document()
-        writer.finalize()
+        writer.finalize(meta)
 
 
 def write_megatron(indexed_dataset, prefix: Path, dtype: np.dtype, documents: list[list[np.ndarray]]) -> None:
@@ -328,3 +332,69 @@ def test_fifty_million_documents_bounded_memory(tmp_path: Path) -> None:
     assert growth_mb < 200, f"writer grew RSS by {growth_mb} MB for 50M documents"
     reader = IndexedReader(tmp_path / "big")
     assert reader.num_documents == 50_000_000
+
+
+# -- chunk boundaries -------------------------------------------------------------------------------
+
+
+def _pair_files(prefix: Path) -> tuple[bytes, bytes, dict]:
+    """Both files' bytes and the sidecar (its counts, the empty documents and whether each is one sequence) but
+    for the inputs' folder."""
+    meta = {key: value for key, value in sidecar.read(prefix).items() if key != "merged_from"}
+    return Path(f"{prefix}.bin").read_bytes(), Path(f"{prefix}.idx").read_bytes(), meta
+
+
+def test_writing_and_merging_in_chunks_of_seven_give_the_same_files(tmp_path: Path, monkeypatch) -> None:
+    """The writer's spill buffers, its index writing and merge's streaming of another pair's arrays, each
+    walking 7 values at a time over files of ~40 documents: the bytes and counts of one chunk."""
+    dtype = np.dtype(np.uint16)
+    shards = [random_documents(np.random.default_rng(n), dtype, count=40) for n in range(3)]
+
+    def write_all(folder: Path) -> list[tuple[bytes, bytes, dict]]:
+        for number, documents in enumerate(shards):
+            write_ours(folder / f"shard{number}", dtype, documents, {})
+        merge([str(folder / f"shard{number}") for number in range(3)], str(folder / "merged"))
+        return [_pair_files(folder / name) for name in ("shard0", "shard1", "shard2", "merged")]
+
+    whole = write_all(tmp_path / "whole")
+    assert "corpus.indexed.partial_files._CHUNK" in shrink_chunks(monkeypatch, 7)
+    assert write_all(tmp_path / "chunked") == whole
+
+
+@pytest.mark.parametrize("chunk", [7, None])
+def test_validation_in_chunks_names_each_defect_where_it_is(good_pair: Path, monkeypatch, chunk) -> None:
+    """Pointers carried from one chunk to the next: a valid file passes, and a defect at a chunk's first or last
+    value, or inside one, is named at its own index (40 documents, chunks of 7)."""
+    if chunk:
+        shrink_chunks(monkeypatch, chunk)
+    IndexedReader(good_pair).validate_arrays()
+    n = IndexedReader(good_pair).num_sequences
+    original = Path(f"{good_pair}.idx").read_bytes()
+    for sequence in (7, 13, 14, 20):
+        plant_int64(good_pair, lambda n: HEADER_SIZE + 4 * n, sequence, 10**9)
+        expect_format_error(good_pair, f"sequence pointer {sequence} is 1000000000")
+        rewrite(good_pair, ".idx", original)
+        data = bytearray(original)
+        data[HEADER_SIZE + 4 * sequence : HEADER_SIZE + 4 * sequence + 4] = struct.pack("<i", -1)
+        rewrite(good_pair, ".idx", bytes(data))
+        expect_format_error(good_pair, f"sequence {sequence} has negative length")
+        rewrite(good_pair, ".idx", original)
+    documents = len(IndexedReader(good_pair).document_indices) - 1
+    for document in (7, 13, 14):
+        before = IndexedReader(good_pair).document_indices[document]
+        plant_int64(good_pair, lambda n: HEADER_SIZE + 12 * n, document + 1, before - 1)
+        expect_format_error(good_pair, f"not monotonic at document {document}:")
+        rewrite(good_pair, ".idx", original)
+    assert n > 21 and documents > 14
+
+
+def test_spilled_values_read_back_in_chunks_and_a_short_file_is_named(tmp_path: Path, monkeypatch) -> None:
+    shrink_chunks(monkeypatch, 7)
+    values = np.arange(40, dtype=np.int64) * 3
+    path = tmp_path / "docs.partial"
+    path.write_bytes(values.tobytes())
+    chunks = list(read_values(path, np.int64, 30, skip=3))
+    assert [len(chunk) for chunk in chunks] == [7, 7, 7, 7, 2]
+    np.testing.assert_array_equal(np.concatenate(chunks), values[3:33])
+    with pytest.raises(IndexFormatError, match="ends 5 values early"):
+        list(read_values(path, np.int64, 42, skip=3))

@@ -16,6 +16,7 @@ from corpus.inspect.run import InspectConfig, inspect
 from corpus.inspect.show import DocumentRange, ShowError, show_documents
 from corpus.inspect.stats import length_histogram
 from corpus.inspect.summary import InspectError, inspect_prefix
+from tests.chunks import shrink_chunks
 
 VOCAB, EOD = 1000, 999
 
@@ -351,3 +352,43 @@ def test_millions_of_documents(tmp_path: Path) -> None:
     [problem] = checks(tmp_path / "big")
     last = int(np.flatnonzero(lengths)[-1])
     assert (problem.check, problem.document, problem.offset) == ("eod", last, 2 * int(ends[-1]))
+
+
+# -- chunk boundaries -------------------------------------------------------------------------------
+
+
+def _planted_problems(pair: Path, documents, content: bool) -> list:
+    """Every problem of ``pair`` once defects are planted at and around boundaries of chunks of 7: structural
+    ones (which stop the content checks), or wrong ids and missing EODs in an intact structure."""
+    write_pair(pair, documents, {"vocab_size": VOCAB, "eod_id": EOD, "append_eod": True})
+    if content:
+        tokens = np.memmap(f"{pair}.bin", dtype=np.uint16, mode="r+")
+        tokens[[6, 7, 49, 700]] = VOCAB + 1
+        for document in (6, 7, 13, 14, 15):  # the first and last of a chunk, and one inside
+            if documents[document]:
+                tokens[token_position(documents, document, sum(len(s) for s in documents[document]) - 1)] = 5
+        tokens.flush()
+    else:
+        lengths, pointers, docs = idx_arrays(pair)
+        for sequence in (7, 13, 14, 22):
+            pointers[sequence] += 2
+        lengths[21] = -lengths[21]
+        docs[28] = docs[27] - 1  # document 27 ends before it starts
+        for array in (lengths, pointers, docs):
+            array.flush()
+    return checks(pair, max_problems=100)
+
+
+def test_the_report_and_every_check_are_the_same_in_chunks_of_seven(pair: Path, documents, monkeypatch) -> None:
+    """The same problems, at the same places and in the same words, whether a scan sees the file in one chunk or
+    in chunks of 7 documents, sequences or tokens; and the same report of a clean file."""
+    report = inspect_prefix(str(pair))
+    structure, content = (_planted_problems(pair, documents, kind) for kind in (False, True))
+    assert {p.check for p in structure} >= {"pointers", "lengths", "document-index"}
+    assert {p.check for p in content} == {"token-ids", "eod"}
+    changed = shrink_chunks(monkeypatch, 7)
+    assert {"corpus.inspect.checks.DOCUMENT_CHUNK", "corpus.inspect.stats.TOKEN_CHUNK"} <= set(changed)
+    assert _planted_problems(pair, documents, False) == structure
+    assert _planted_problems(pair, documents, True) == content
+    write_pair(pair, documents, {"vocab_size": VOCAB, "eod_id": EOD, "append_eod": True})
+    assert inspect_prefix(str(pair)) == report

@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import shutil
 from importlib.util import find_spec
+from pathlib import Path
 
 import pytest
 
 from corpus.tokenizers import TokenizerConfig, TokenizerConfigError, select_encoder, verdicts
 from corpus.tokenizers import select as selection
+from corpus.tokenizers.registry import lookup
+from tests.cache_keys import assert_each_field_changes_the_key
 
 pytestmark = pytest.mark.skipif(find_spec("gigatoken") is None, reason="gigatoken is not installed")
 
@@ -107,3 +110,48 @@ def test_verdicts_live_in_a_cache_folder_of_their_own(tokenizer_files, tmp_path,
     select_encoder(TokenizerConfig("HuggingFaceTokenizer", model=tokenizer_files.sample_json))
     assert list((tmp_path / "xdg" / "blendforge" / "tokenizer_checks").glob("*.json"))
     assert not (tmp_path / "index_maps").exists()
+
+
+def test_every_field_of_the_key_changes_it_and_where_the_files_are_does_not(tmp_path, monkeypatch):
+    """A verdict is about the tokenizer's bytes, its id-changing options, the libraries and our code: each changes
+    the key; the files' place and the encoder asked for do not (a copied tokenizer reuses the check)."""
+    vocab = tmp_path / "tekken.json"
+    vocab.write_text('{"vocab": []}')
+    other_bytes = tmp_path / "other.json"
+    other_bytes.write_text('{"vocab": [1]}')
+    base_config = TokenizerConfig("TikTokenizer", model=str(vocab))
+
+    def key_of(files, code, gigatoken, reference, **options) -> str:
+        versions = {"gigatoken": gigatoken, lookup(options["type"]).library: reference}
+        monkeypatch.setattr(verdicts, "_code_digest", lambda: code)
+        monkeypatch.setattr(verdicts, "library_version", lambda name: f"{name} {versions.get(name)}")
+        return verdicts.key_for(base_config.replace(**options), files)
+
+    options = {name: value for name, value in base_config.to_dict().items() if name not in verdicts.NOT_IN_KEY}
+    base = {"files": [str(vocab)], "code": "ours", "gigatoken": "0.10", "reference": "1.0", **options}
+    assert_each_field_changes_the_key(key_of, base, {
+        "files": [str(other_bytes)], "code": "edited", "gigatoken": "0.11", "reference": "1.1",
+        "type": "HuggingFaceTokenizer",
+        "vocab_size": 4096, "tiktoken_pattern": "file", "tiktoken_num_special_tokens": 999,
+        "hf_include_special_tokens": False, "eod_id": 3, "bos_id": 1})
+    moved = shutil.copy(vocab, tmp_path / "moved.json")
+    same = key_of(**base)
+    assert key_of(**{**base, "files": [moved]}) == same
+    for name, value in {"model": moved, "encoder": "gigatoken"}.items():
+        assert verdicts.key_for(base_config.replace(**{name: value}), [str(vocab)]) == verdicts.key_for(
+            base_config, [str(vocab)]), name
+
+
+def test_the_key_follows_this_packages_source(tmp_path, monkeypatch):
+    """An edited adapter or check never reuses a verdict of the old code."""
+    package = tmp_path / "tokenizers"
+    shutil.copytree(Path(verdicts.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(verdicts, "__file__", str(package / "verdicts.py"))
+    digests = []
+    for edit in (None, "select.py", "huggingface.py"):
+        if edit:
+            (package / edit).write_text((package / edit).read_text() + "\n# edited\n")
+        verdicts._code_digest.cache_clear()
+        digests.append(verdicts._code_digest())
+    verdicts._code_digest.cache_clear()
+    assert len(set(digests)) == 3

@@ -12,7 +12,7 @@ import torch
 from corpus.core.errors import ConfigError, UserError
 from corpus.tokenizers import TokenizerConfig, build_tokenizer
 from tests.conftest import invoke_cli, run_cli
-from tests.corpus.blending.blend_data import write_random
+from tests.corpus.blending.blend_data import EXAMPLES, write_random
 from tests.trainer.conftest import blend_overrides, read_metrics, tiny_config
 from trainer.config.loading import load_config
 from trainer.parallel.state import ParallelState
@@ -252,3 +252,16 @@ def test_tokenizer_flags_whose_eod_contradicts_the_sidecars_are_refused_before_a
                                                      "tokenizer_type": "NullTokenizer"},
                                             "model": {"vocab_size": 1000}, "training": {"train_iters": 2}}))
     assert (agreeing.vocab_size, agreeing.eod_id) == (1001, 1000)
+
+
+def test_tokenizer_flags_of_another_family_than_the_sidecars_are_refused_before_any_index_map(tmp_path):
+    """Only the family differs here: a HuggingFace tokenizer named for data a NullTokenizer wrote."""
+    data = null_tokenized(tmp_path / "null", 1000)
+    tokenizer = EXAMPLES / "tokenizer.json"
+    result = invoke_cli("trainer", "run", "--data-path", str(data), "--split", "90,10,0", "--seq-length", "32",
+                        "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(tokenizer), *TINY_FLAGS,
+                        "--data-cache-path", str(tmp_path / "maps"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr  # invoke_cli writes an escaped one there
+    assert ("--tokenizer-type HuggingFaceTokenizer: the data was tokenized with NullTokenizer (its .meta.json says "
+            "so)") in result.stderr
+    assert not list((tmp_path / "maps").glob("gpt-*"))

@@ -1,0 +1,116 @@
+"""How strong are the tests of the code a change touches? Mutation testing with mutmut, scoped to those modules.
+
+    python -m tests.mutate                          # the corpus/ and trainer/ modules changed since main
+    python -m tests.mutate --base HEAD~3            # ... since another commit
+    python -m tests.mutate corpus/blending/packing.py --tests tests/corpus/blending/test_packing.py
+    python -m tests.mutate corpus/blending/packing.py --mutants 'corpus.blending.packing.x_epoch_plan*'
+
+mutmut plants one small defect at a time (an operator flipped, a constant changed, an argument dropped) in the
+chosen modules and runs the tests that cover it; a mutant no test fails "survives": a behaviour nothing checks, or
+an equivalent change. The tests run are the test files that import each module (or ``--tests``), in ``-m 'not
+slow'`` as the README's test command runs them (``--slow`` adds the slow ones).
+
+It works in a scratch copy of this tree (``--workdir``, default a folder under the system's temp dir, kept so
+that ``mutmut show NAME`` and a second run can use it), never in the tree itself: mutmut writes a ``mutants/``
+copy and a ``[tool.mutmut]`` section of its own. It prints every surviving mutant's diff, last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+#: The packages whose modules are mutated; the rest of the tree is copied as it is.
+MUTATED_PACKAGES = ("corpus", "trainer")
+
+
+def changed_modules(base: str) -> list[str]:
+    """The ``.py`` files of :data:`MUTATED_PACKAGES` that differ from ``base`` (committed or not) and still exist."""
+    names = subprocess.run(["git", "diff", "--name-only", base, "--", *MUTATED_PACKAGES], cwd=REPO, check=True,
+                           capture_output=True, text=True).stdout.split()
+    return sorted(name for name in set(names) if name.endswith(".py") and (REPO / name).is_file())
+
+
+def covering_tests(module: str) -> list[str]:
+    """The test files that import ``module`` (``corpus/blending/packing.py``: ``corpus.blending.packing``, or
+    ``packing`` from ``corpus.blending``)."""
+    dotted = module.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    package, _, name = dotted.rpartition(".")
+    imports = re.compile(rf"\b{re.escape(dotted)}\b|from {re.escape(package)} import [^\n]*\b{re.escape(name)}\b")
+    return sorted(str(path.relative_to(REPO)) for path in (REPO / "tests").rglob("test_*.py")
+                  if imports.search(path.read_text(encoding="utf-8")))
+
+
+def mutmut_section(modules: list[str], tests: list[str], slow: bool) -> str:
+    """The ``[tool.mutmut]`` section that mutates ``modules`` only and runs ``tests``."""
+    def toml_list(items: list[str]) -> str:
+        return "[" + ", ".join(f'"{item}"' for item in items) + "]"
+
+    marks = [] if slow else ["-m", "not slow"]
+    return (f"\n[tool.mutmut]\nsource_paths = {toml_list(list(MUTATED_PACKAGES))}\n"
+            f"only_mutate = {toml_list(modules)}\n"
+            f'also_copy = ["cli", "tests", "examples", "blends", "bench", "pyproject.toml"]\n'
+            f"pytest_add_cli_args = {toml_list(['-p', 'no:cacheprovider', *marks])}\n"
+            f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
+            # torch and the tokenizer libraries hold threads: fork workers from a process that never ran a test
+            'process_isolation = "forkserver"\n')
+
+
+def prepare(workdir: Path, modules: list[str], tests: list[str], slow: bool) -> None:
+    """A copy of the tree's files (tracked and new, not ignored) in ``workdir``, its pyproject with the section."""
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO, check=True,
+                           capture_output=True, text=True).stdout.splitlines()
+    shutil.rmtree(workdir, ignore_errors=True)
+    for name in files:
+        if (REPO / name).is_file():
+            (workdir / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, workdir / name)
+    pyproject = workdir / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text(encoding="utf-8") + mutmut_section(modules, tests, slow))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.mutate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", help="source files to mutate (default: those changed since --base)")
+    parser.add_argument("--base", default="main", help="what the change is measured against (default: main)")
+    parser.add_argument("--tests", nargs="+", help="test files to run (default: those importing the modules)")
+    parser.add_argument("--mutants", nargs="+", default=[],
+                        help="names or patterns of the mutants to test, as mutmut names them (e.g. "
+                             "'corpus.blending.packing.x_epoch_plan*'; default: every mutant of the modules)")
+    parser.add_argument("--slow", action="store_true", help="run the tests marked slow too")
+    parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default: 2)")
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "blendforge-mutants")
+    options = parser.parse_args(argv)
+    modules = options.modules or changed_modules(options.base)
+    if not modules:
+        print(f"no module of {', '.join(MUTATED_PACKAGES)} changed since {options.base}")
+        return 0
+    tests = options.tests or sorted({test for module in modules for test in covering_tests(module)})
+    if not tests:
+        print(f"no test file imports {', '.join(modules)}: name them with --tests", file=sys.stderr)
+        return 1
+    print(f"mutating {', '.join(modules)}\nrunning {', '.join(tests)}\nin {options.workdir}", flush=True)
+    prepare(options.workdir, modules, tests, options.slow)
+    mutmut = [sys.executable, "-m", "mutmut"]
+    run = subprocess.run([*mutmut, "run", "--max-children", str(options.max_children), *options.mutants],
+                         cwd=options.workdir)
+    if run.returncode:
+        return run.returncode
+    listed = subprocess.run([*mutmut, "results"], cwd=options.workdir, capture_output=True, text=True)
+    survivors = [line.split(":")[0].strip() for line in listed.stdout.splitlines() if line.strip().endswith(
+        ": survived")]
+    for name in survivors:
+        subprocess.run([*mutmut, "show", name], cwd=options.workdir)
+    print(f"{len(survivors)} surviving mutant(s) of {', '.join(modules)} (details: cd {options.workdir} && "
+          "python -m mutmut browse)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
