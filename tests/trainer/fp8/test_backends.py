@@ -208,7 +208,7 @@ FP8_GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() >= ba
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not FP8_GPU, reason="needs a CUDA GPU with FP8 tensor cores")
+@pytest.mark.skipif(not FP8_GPU, reason="needs CUDA: a GPU with FP8 tensor cores")
 def test_the_default_fp8_command_trains_on_scaled_mm_with_delayed_scaling(tmp_path):
     """What a GPU user's first ``--fp8-format hybrid`` run gets, whatever else is installed: the fastest backend."""
     done = run_cli("trainer", "run", "--mock-data", "--preset", "tiny", "--seq-length", "64", "--train-iters", "4",
