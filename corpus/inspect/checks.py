@@ -304,6 +304,15 @@ def _fingerprint(files: tuple[str, ...], mtimes: tuple[int, ...]) -> str:
     return sidecar.fingerprint_files(files)
 
 
+def id_space(vocab_size: int | None, special_ids: list) -> int | None:
+    """The ids a tokenizer can give: its vocabulary size, or one past a special id (EOD, BOS) that lies beyond. A
+    ``tokenizer.json`` whose added tokens leave gaps in the ids counts tokens, not ids (as Megatron's
+    ``vocab_size`` does): cl100k with Llama-3's BOS at 100277 has 100,262 tokens."""
+    if vocab_size is None:
+        return None
+    return max([vocab_size] + [special + 1 for special in special_ids if isinstance(special, int) and special >= 0])
+
+
 def _check_token_ids(pair: _Pair) -> list[Problem]:
     """Every token id is in ``[0, vocab_size)``."""
     if pair.vocab_size is None or pair.tokens is None:
@@ -456,7 +465,8 @@ def check_prefix(prefix: str, options: CheckOptions = CheckOptions()) -> list[Pr
     lengths, pointers, documents = index_arrays(np.memmap(storage.local_file(idx_path(prefix)), dtype=np.uint8,
                                                           mode="r"), header)
     meta, meta_problems = _read_meta(prefix)
-    vocab = options.vocab_size if options.vocab_size is not None else _recorded(meta, "vocab_size", "vocab_size")
+    vocab = options.vocab_size if options.vocab_size is not None else id_space(
+        _recorded(meta, "vocab_size", "vocab_size"), [meta.get(key) for key in ("eod_id", "bos_id")] if meta else [])
     pair = _Pair(prefix, idx_path(prefix), bin_path(prefix), header.dtype, lengths, pointers, documents,
                  _map_tokens(bin_path(prefix), header.dtype), meta, meta_problems, vocab,
                  _recorded(meta, "eod_id", "eod"), options.max_problems, options.deep)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from corpus import storage
 from corpus.indexed import IndexFormatError
 from corpus.indexed.prefixes import expand_all
-from corpus.inspect.checks import CheckOptions, Problem, check_prefix, contents_unverified
+from corpus.inspect.checks import CheckOptions, Problem, check_prefix, contents_unverified, id_space
 from corpus.inspect.plot import require_image, write_plot
 from corpus.inspect.show import DocumentRange, ShownDocument, show_documents
 from corpus.inspect.summary import InspectError, InspectReport, inspect_prefix
@@ -110,7 +110,8 @@ def inspect(config: InspectConfig) -> list[Inspection]:
     storage.configure(config.storage_options)
     prefixes = expand_all(config.datasets)
     # An explicit tokenizer bounds the ids (--check) of every file; otherwise each sidecar does.
-    vocab_size = cached_tokenizer(config.tokenizer).vocab_size if config.tokenizer is not None else None
+    tokenizer = cached_tokenizer(config.tokenizer) if config.tokenizer is not None else None
+    vocab_size = id_space(tokenizer.vocab_size, [tokenizer.eod, tokenizer.bos]) if tokenizer is not None else None
     inspections = [_inspect_one(prefix, config, vocab_size) for prefix in prefixes]
     if config.plot is not None:
         write_plot(config.plot, [i.report for i in inspections if i.report is not None])

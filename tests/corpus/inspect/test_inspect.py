@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from corpus.indexed import HEADER_SIZE, IndexedWriter, index_arrays, read_header, sidecar
-from corpus.inspect.checks import CheckOptions, check_prefix
+from corpus.inspect.checks import CheckOptions, check_prefix, id_space
 from corpus.inspect.run import InspectConfig, inspect
 from corpus.inspect.show import DocumentRange, ShowError, show_documents
 from corpus.inspect.stats import length_histogram
@@ -392,3 +392,9 @@ def test_the_report_and_every_check_are_the_same_in_chunks_of_seven(pair: Path, 
     assert _planted_problems(pair, documents, True) == content
     write_pair(pair, documents, {"vocab_size": VOCAB, "eod_id": EOD, "append_eod": True})
     assert inspect_prefix(str(pair)) == report
+
+
+def test_the_ids_a_tokenizer_gives_reach_past_its_token_count_where_a_special_id_does() -> None:
+    """cl100k as a tokenizer.json with Llama-3's BOS counts 100,262 tokens but gives id 100277: its pairs are fine."""
+    assert id_space(100_262, [100_257, 100_277]) == 100_278
+    assert id_space(500, [3, None]) == 500 and id_space(None, [3]) is None
