@@ -113,7 +113,8 @@ def translate(error: BaseException, url: str, action: str) -> StorageError:
                             f"{ENDPOINT_HINT} points at the store that holds it)")
     if "ObjectChanged" in names or "InvalidRange" in names or "InvalidRange" in detail:
         return StorageError(f"{url}: {CHANGED} ({detail})")
-    if isinstance(error, FileNotFoundError) or "NoSuchKey" in names:
+    if isinstance(error, FileNotFoundError) or "NoSuchKey" in names or any(_server_status(e) == 404
+                                                                           for e in _chain(error)):
         return ObjectNotFound(f"{url}: no such object (check the path; `aws s3 ls` or the store's console lists "
                               "what is there)")
     if names & _NO_CREDENTIALS:

@@ -129,3 +129,16 @@ def test_a_part_that_keeps_failing_ends_the_upload_once_and_aborts_it(faults, bu
     faults.fail(None)
     assert not storage.exists(f"{bucket}/big")
     assert not s3.client().list_multipart_uploads(Bucket=bucket.split("://")[1]).get("Uploads")
+
+
+@pytest.mark.parametrize("code", ["NoSuchKey", "404"])
+def test_a_missing_object_is_not_found_whatever_code_the_answer_carries(code):
+    """A GET's 404 may come without its XML body (the code is then the bare status, as after a retried fault):
+    it is still "not there", which callers take as absent, not a failure."""
+    from botocore.exceptions import ClientError
+
+    from corpus.storage.errors import ObjectNotFound, translate
+
+    error = ClientError({"Error": {"Code": code, "Message": "Not Found"}, "ResponseMetadata": {"HTTPStatusCode": 404}},
+                        "GetObject")
+    assert isinstance(translate(error, "s3://bucket/key", "read"), ObjectNotFound)
