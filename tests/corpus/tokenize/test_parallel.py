@@ -169,17 +169,18 @@ def joined(prefix: Path) -> int:
 
 
 def parts_in_phase(prefix: Path, phase: str) -> int:
-    """How many parts are ``running`` (being written: files but no record of being done) or ``done``."""
-    done, started = set(), set()
+    """How many parts are ``running`` (being written: files but no record of being done), ``checkpointed``
+    (being written, with a checkpoint recorded) or ``done``."""
+    recorded: dict[str, str] = {}
     for path in parts_folder(str(prefix)).glob("*.tokenize-state.json"):
         try:
-            if json.loads(path.read_text())["phase"] == "done":
-                done.add(path.name[:5])
+            recorded[path.name[:5]] = json.loads(path.read_text())["phase"]
         except (OSError, ValueError):
             pass
-    for path in parts_folder(str(prefix)).glob("*.bin.partial"):
-        started.add(path.name[:5])
-    return len(done) if phase == "done" else len(started - done)
+    if phase == "running":
+        started = {path.name[:5] for path in parts_folder(str(prefix)).glob("*.bin.partial")}
+        return len({part for part in started if recorded.get(part) != "done"})
+    return sum(value == {"checkpointed": "running"}.get(phase, phase) for value in recorded.values())
 
 
 @pytest.fixture(scope="module")
@@ -247,26 +248,33 @@ def test_a_full_disk_in_a_run_of_parts_is_one_line_and_resume_completes(tmp_path
     assert output_bytes(tmp_path / "out", KEYS) == expected
 
 
-def interrupted_once(tmp_path: Path, inputs: list[Path], phase: str, parts: int, checkpoint_interval: float = 3600):
+def interrupted_once(tmp_path: Path, inputs: list[Path], phase: str, parts: int, **options):
     """A run of parts stopped (Ctrl-C) once ``parts`` parts are in ``phase`` (see :func:`parts_in_phase`), joining
-    none of them (a joined part's files are deleted); with the default ``checkpoint_interval`` no part records a
-    running checkpoint. Returns its config."""
+    none of them (a joined part's files are deleted); by default no part records a running checkpoint
+    (``checkpoint_interval`` 3600). Returns its config."""
     run = config(tmp_path, inputs, json_keys=KEYS, workers=3, min_part_bytes=SMALL_PARTS, on_error="skip",
-                 checkpoint_interval=checkpoint_interval)
+                 **{"checkpoint_interval": 3600, **options})
 
-    def stop(counters, rss_kb) -> None:
+    def stop(*_) -> None:
         if parts_in_phase(tmp_path / "out", phase) >= parts:
             raise KeyboardInterrupt
 
+    offered: set[int] = set()
+
+    def never_join(joiner: Joiner, index: int, result) -> None:  # a part done is a moment to look too
+        stop()
+        offered.add(index)
+        assert len(offered) < len(joiner.parts), f"every part ended before {parts} parts were {phase}"
+
     with pytest.MonkeyPatch.context() as patch, pytest.raises(KeyboardInterrupt):
-        patch.setattr(Joiner, "offer", lambda self, index, result: None)
+        patch.setattr(Joiner, "offer", never_join)
         tokenize(run, on_batch=stop)
     return run
 
 
 def test_a_part_that_cannot_resume_stops_the_run_with_its_own_message(tmp_path, killed_inputs):
     """A worker's error whose class cannot be rebuilt from a pickle still reaches the run, message and all."""
-    run = interrupted_once(tmp_path, killed_inputs[0], "running", 2, checkpoint_interval=0)
+    run = interrupted_once(tmp_path, killed_inputs[0], "checkpointed", 2, checkpoint_interval=0, batch_size=4)
     for state in parts_folder(str(tmp_path / "out")).glob("*.tokenize-state.json"):
         if json.loads(state.read_text())["phase"] == "running":
             Path(str(state).replace(".tokenize-state.json", "_text_document.bin.partial")).unlink()
