@@ -2,11 +2,12 @@
 several (in its parts folder).
 
 Written atomically (temporary name, fsync, rename) only after every output file was made durable, so a checkpoint
-never points past data that a crash could lose (a part marked done records its files' checksums instead, which a
-resumed run checks before it joins the part). The run's records its parts, where reading resumes (a run of one
-part) or how many parts are joined (a run of several), the sizes of the partial files, the counters, and a
-fingerprint of everything that changes the output bytes: resuming with other inputs or options is refused instead of
-silently mixing two runs. A checkpoint of an older layout is refused with the way out (start again).
+never points past data that a crash could lose; a part's record of being done is the exception: neither it nor the
+part's files are synced, it records the files' checksums, and a resumed run writes the part again when the record is
+unreadable or the checksums differ (:func:`corpus.tokenize.part.run_part`). The run's records its parts, where
+reading resumes (a run of one part) or how many parts are joined (a run of several), the sizes of the partial files,
+the counters, and a fingerprint of everything that changes the output bytes: resuming with other inputs or options is
+refused instead of silently mixing two runs. A checkpoint of an older layout is refused with the way out (start again).
 """
 
 from __future__ import annotations
