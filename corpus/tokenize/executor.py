@@ -1,13 +1,14 @@
 """Run the encoder over a stream of batches, in worker processes, and hand results back in order.
 
 Bounded: at most ``2 * workers + 2`` batches are in flight, so reading never runs far ahead of
-writing and memory stays flat however large the corpus. Workers are *spawned*: a forked child would
-inherit the parent's rayon thread pool (HF tokenizers, gigatoken) without its threads and hang.
+writing and memory stays flat however large the corpus. Workers start as a run of parts' do
+(:mod:`corpus.tokenize.processes`), never forked from this process, whose tokenizer's rayon thread pool
+a child would inherit without its threads, and hang.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import os
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -16,6 +17,7 @@ from typing import Iterator
 from corpus.core.errors import UserError
 from corpus.readers import RawBatch
 from corpus.tokenize.ahead import run_ahead
+from corpus.tokenize.processes import worker_context
 from corpus.tokenize.worker import BatchEncoder, EncodedBatch, WorkerSpec, encode_in_worker, start_worker
 
 
@@ -33,10 +35,10 @@ def encode_inline(batches: Iterator[RawBatch], encoder: BatchEncoder) -> Iterato
 
 def encode_in_pool(batches: Iterator[RawBatch], spec: WorkerSpec, workers: int) -> Iterator[tuple[RawBatch,
                                                                                                   EncodedBatch]]:
-    """Encode in ``workers`` spawned processes; results come back in input order."""
+    """Encode in ``workers`` worker processes; results come back in input order."""
     limit = 2 * workers + 2
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker, initargs=(spec,)) as pool:
+    with ProcessPoolExecutor(workers, mp_context=worker_context(), initializer=start_worker,
+                             initargs=(spec, dict(os.environ))) as pool:
         pending: deque = deque()
         try:
             for batch in batches:

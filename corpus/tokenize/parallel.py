@@ -1,8 +1,9 @@
 """A run of several parts: processes write them side by side while a thread joins them in order.
 
-Parts are handed out in input order to whichever process asks first (this one's thread is ready at once, spawned
-workers once they have built the tokenizer), so the first parts are joined while later ones are written and the
-processes finish together. Progress is the sum of every part's counters. A bad record under ``--on-error fail``
+Parts are handed out in input order to whichever process asks first, so the first parts are joined while later
+ones are written and the processes finish together; while the input is checked against the reference library, which
+only this process holds, the first part waits for this process's thread, so that the check covers the run's first
+records. Progress is the sum of every part's counters. A bad record under ``--on-error fail``
 stops the run with the first bad record in input order (the parts before the failing one are finished first, since
 one of them may hold an earlier one), naming its true line; any other failure stops it at once, keeping every
 checkpoint for ``--resume``.
@@ -41,6 +42,8 @@ class _Run:
             self.joiner.checkpoint()
         self.start = self.joiner.counters
         self.waiting = deque(range(self.joiner.joined, len(job.parts)))
+        self.first_for_this_process = job.input_check is not None
+        """The first waiting part is kept for this process's thread (see the module docstring)."""
         self.running: set[int] = set()
         """The parts being written."""
         self.counters: dict[int, Counters] = {}
@@ -55,8 +58,8 @@ class _Run:
 
     def handle(self, pool: PartPool, event: Event) -> None:
         if event.kind == "ready":
-            if self.waiting and not self.failures:
-                index = self.waiting.popleft()
+            index = self.next_part(pool.is_local(event.worker))
+            if index is not None:
                 self.running.add(index)
                 pool.assign(event.worker, self.job.task(index, part_prefix(self.job.stage, index)))
         elif event.kind == "progress":
@@ -75,6 +78,20 @@ class _Run:
         else:
             raise WorkerDied(f"a tokenize worker ({pool.describe(event.worker)}) ended abruptly (out of memory or "
                              "killed?); rerun with --resume to continue from the last checkpoints")
+
+    def next_part(self, local: bool) -> int | None:
+        """The part for a worker that asks for one (``local``: this process's thread), or None: none is left, or
+        the run is failing."""
+        if self.failures or not self.waiting:
+            return None
+        if local or not self.first_for_this_process:
+            self.first_for_this_process = False
+            return self.waiting.popleft()
+        if len(self.waiting) == 1:
+            return None
+        index = self.waiting[1]
+        del self.waiting[1]
+        return index
 
     def first_failure(self) -> BaseException | None:
         """The bad record to report, once no part before the first failing one is still running."""

@@ -1,23 +1,24 @@
-"""The processes that write a run's parts side by side: this process (a thread) and spawned workers.
+"""The processes that write a run's parts side by side: this process (a thread) and worker processes.
 
 Each worker builds the run's tokenizer once, then asks for a part, writes it (:func:`corpus.tokenize.part.run_part`),
 reports progress after every batch, says when it is done and asks for the next. What they say arrives as
 :class:`Event` s in the order it happens; the run decides which part goes where. The calling process takes parts too,
 in a thread with the tokenizer it built at start-up, so a run never waits for a process to start before encoding.
 
-NOTE: workers are *spawned* (a forked child would inherit the rayon thread pools of the tokenizer libraries without
-their threads, and hang), and each asks the kernel to kill it when the process that started it dies, so a worker
-never outlives a run killed with ``kill -9`` and never writes beside the run that resumes it.
+NOTE: workers are forked by a server process that has imported what they run, never by this process
+(:mod:`corpus.tokenize.processes` says why), and each kills itself when this process is gone: a worker never
+outlives a run killed with ``kill -9`` and never writes beside the run that resumes it.
 """
 
 from __future__ import annotations
 
-import ctypes
+import logging
 import multiprocessing
 import os
 import pickle
 import signal
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -25,16 +26,15 @@ from typing import Any, Callable
 
 from corpus.core.errors import UserError
 from corpus.tokenize.part import Offer, PartTask, run_part
+from corpus.tokenize.processes import adopt_environment, worker_context
 from corpus.tokenize.stats import Counters
 from corpus.tokenize.worker import BatchEncoder, WorkerSpec
 from corpus.tokenizers import TextTokenizer, TokenizerConfig, select_encoder
 
+log = logging.getLogger(__name__)
+
 #: A tokenizer configuration with its encoder fixed, and the threads of each batch call.
 Settled = tuple[TokenizerConfig, int]
-
-#: ``prctl`` option asking the kernel to signal this process when its parent dies (Linux).
-_PR_SET_PDEATHSIG = 1
-
 
 class _Stopped(BaseException):
     """Raised in the local worker's thread to stop its part when the run stops."""
@@ -52,17 +52,58 @@ class Event:
     value: Any = None
 
 
-def _die_with_parent() -> None:
-    """Ask the kernel for SIGKILL when the parent process dies (where there is ``prctl``)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
+def _die_with_the_run() -> None:
+    """Kill this worker as soon as the run that started it is gone (``kill -9`` included), from a thread watching
+    the pipe the run holds open for that (:func:`multiprocessing.parent_process`'s sentinel). The run is not this
+    worker's parent when the server forked it, so the kernel's parent-death signal would watch the wrong process."""
+    run = multiprocessing.parent_process()
+    if run is None:
         return
-    if os.getppid() == 1:  # the parent died before the request was made
-        os._exit(1)
+
+    def watch() -> None:
+        wait([run.sentinel])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True, name="blendforge-run-watch").start()
 
 
-def _serve(connection: Connection, encoder_for: Callable[[WorkerSpec], BatchEncoder],
+def _lowest_level() -> int:
+    """The lowest level that any of this project's loggers logs at in this process: the level from which a worker
+    sends this project's records (this process's loggers then keep what they would keep of their own)."""
+    names = [name for name in logging.root.manager.loggerDict if name.split(".")[0] == "corpus"]
+    return min(logging.getLogger(name).getEffectiveLevel() for name in ["corpus", *names])
+
+
+class _SharedEnd:
+    """A worker's end of its pipe, sent on by the part loop and by the log records of any of its threads."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection, self.lock = connection, threading.Lock()
+
+    def send(self, message: tuple) -> None:
+        with self.lock:
+            self.connection.send(message)
+
+    def recv(self) -> Any:
+        return self.connection.recv()
+
+
+class _LogToRun(logging.Handler):
+    """Sends a worker's log records to the run, which logs them as its own: they take the run's format and go where
+    its logging goes, not to the stderr of the server that forked the worker."""
+
+    def __init__(self, end: _SharedEnd) -> None:
+        super().__init__()
+        self.end = end
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.end.send(("log", -1, (record.levelno, record.name, record.getMessage())))
+        except Exception:  # noqa: BLE001 - logging never raises into the code that logs
+            self.handleError(record)
+
+
+def _serve(connection: Connection | _SharedEnd, encoder_for: Callable[[WorkerSpec], BatchEncoder],
            stop: threading.Event | None = None, offer: Offer | None = None) -> None:
     """A worker's loop: ask for a part, write it, say how it went, until told to end (None). ``encoder_for(spec)``:
     the encoder of a task's tokenizer; ``stop``: a local worker's signal to give up its part; ``offer``: the input
@@ -102,11 +143,19 @@ def _portable(error: UserError) -> UserError:
     return error
 
 
-def _worker_main(connection: Connection, settled: Settled | None) -> None:
-    """Entry point of a spawned worker. The run starts its workers before it has chosen and built its own tokenizer,
-    so that their start-up overlaps its own; a worker builds the ``settled`` tokenizer at once (the one the run will
-    choose, as far as it knows), else the one its first part names when that part comes."""
-    _die_with_parent()
+def _worker_main(connection: Connection, settled: Settled | None, environment: dict[str, str],
+                 log_level: int) -> None:
+    """Entry point of a worker process, in the run's ``environment``, its records logged by the run (this project's
+    from ``log_level`` up, other libraries' warnings and errors). The run starts its workers before it has chosen and
+    built its own tokenizer, so that their start-up overlaps its own; a worker builds the ``settled`` tokenizer at
+    once (the one the run will choose, as far as it knows), else the one its first part names when that part
+    comes."""
+    started = time.perf_counter()
+    _die_with_the_run()
+    adopt_environment(environment)
+    end = _SharedEnd(connection)
+    logging.basicConfig(level=logging.WARNING, handlers=[_LogToRun(end)], force=True)
+    logging.getLogger("corpus").setLevel(log_level)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run, which stops its workers
     tokenizers: dict[Settled, TextTokenizer] = {}
     encoders: dict[WorkerSpec, BatchEncoder] = {}
@@ -126,24 +175,27 @@ def _worker_main(connection: Connection, settled: Settled | None) -> None:
             tokenizer_for(*settled)
         except Exception:  # noqa: BLE001 - the run's own choice decides: this error, if it is one, comes with a part
             pass
-    _serve(connection, encoder_for)
+    log.debug("worker process %d: ready %.2f s after it was forked, %s", os.getpid(), time.perf_counter() - started,
+              "its tokenizer built" if tokenizers else "to build the tokenizer its first part names")
+    _serve(end, encoder_for)
 
 
 class PartPool:
-    """``processes`` spawned workers, started at once, and (:meth:`add_local`) a thread of this process."""
+    """``processes`` worker processes, started at once, and (:meth:`add_local`) a thread of this process."""
 
     def __init__(self, processes: int, settled: Settled | None = None) -> None:
         """``settled``: the tokenizer configuration and threads the run will most likely give its parts
         (:func:`corpus.tokenizers.settled_encoder`), which every worker builds as soon as it has started."""
-        context = multiprocessing.get_context("spawn")
+        context = worker_context()
+        environment, log_level = dict(os.environ), _lowest_level()
         self.connections: list[Connection] = []
         self.processes: list[multiprocessing.Process | None] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         for _ in range(processes):
             mine, theirs = context.Pipe()
-            process = context.Process(target=_worker_main, args=(theirs, settled), daemon=True,
-                                      name="blendforge-part-worker")
+            process = context.Process(target=_worker_main, args=(theirs, settled, environment, log_level),
+                                      daemon=True, name="blendforge-part-worker")
             process.start()
             theirs.close()
             self.connections.append(mine)
@@ -177,13 +229,22 @@ class PartPool:
         return found
 
     def _read(self, worker: int, found: list[Event]) -> bool:
-        """Read one message of ``worker`` into ``found``; False when its end of the pipe is closed."""
+        """Read one message of ``worker`` into ``found`` (a log record is logged here instead); False when its end
+        of the pipe is closed."""
         try:
             kind, part, value = self.connections[worker].recv()
         except (EOFError, OSError):
             return False
-        found.append(Event(kind, worker, part, value))
+        if kind == "log":
+            level, name, message = value
+            logging.getLogger(name).log(level, message)
+        else:
+            found.append(Event(kind, worker, part, value))
         return True
+
+    def is_local(self, worker: int) -> bool:
+        """Whether ``worker`` is this process's thread."""
+        return self.processes[worker] is None
 
     def assign(self, worker: int, task: PartTask) -> None:
         """Give a part to a worker that said it is ready."""

@@ -1,6 +1,6 @@
 """The encoder side of the pipeline: decode a raw batch, encode every json key, pack numpy arrays.
 
-Runs in spawned worker processes (or in the main process with ``workers=0``). NOTE: the tokenizer is
+Runs in worker processes (or in the main process with ``workers=0``). NOTE: the tokenizer is
 built here, inside the worker, from a picklable :class:`WorkerSpec`; a tokenizer object (and its rayon
 thread pool) never crosses a process boundary, and no process holding one is forked.
 """
@@ -13,6 +13,7 @@ import numpy as np
 
 from corpus.indexed import cast_tokens
 from corpus.readers import ColumnPayload, Extracted, LinePayload, extract
+from corpus.tokenize.processes import adopt_environment
 from corpus.tokenize.stats import own_peak_rss_kb
 from corpus.tokenizers import TextTokenizer, TokenizeError, TokenizerConfig, select_encoder
 from corpus.tokenizers.flat import around_texts
@@ -91,9 +92,10 @@ class BatchEncoder:
 _encoder: BatchEncoder | None = None
 
 
-def start_worker(spec: WorkerSpec) -> None:
-    """Process-pool initializer: build this worker's tokenizer once."""
+def start_worker(spec: WorkerSpec, environment: dict[str, str]) -> None:
+    """Process-pool initializer: take the run's ``environment``, build this worker's tokenizer once."""
     global _encoder
+    adopt_environment(environment)
     _encoder = BatchEncoder(spec)
 
 

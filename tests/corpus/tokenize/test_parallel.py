@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections import deque
 from pathlib import Path
 
 import pyarrow as pa
@@ -131,6 +132,21 @@ def test_a_bad_record_in_a_later_part_stops_the_run_at_its_true_line(tmp_path):
         tokenize(config(tmp_path, [source], json_keys=KEYS, workers=3, min_part_bytes=SMALL_PARTS))
     assert raised.value.location == {"file": str(source), "line": 101}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["all.jsonl"]  # no output, no checkpoint, no parts
+
+
+def test_while_the_input_is_checked_the_first_part_waits_for_this_process():
+    """Only this process holds the reference library, so the check of a run's first records needs its thread to
+    write the first part, however fast a worker process asks; without a check, parts go in order to whoever asks."""
+    run = object.__new__(_Run)
+    run.failures, run.waiting, run.first_for_this_process = {}, deque([2, 3, 4]), True
+    assert [run.next_part(local=False), run.next_part(local=False)] == [3, 4]
+    assert run.next_part(local=False) is None  # only the first is left: kept
+    assert run.next_part(local=True) == 2
+    run.waiting, run.first_for_this_process = deque([5, 6]), False
+    assert [run.next_part(local=False), run.next_part(local=True)] == [5, 6]
+    assert run.next_part(local=True) is None
+    run.waiting, run.failures = deque([7]), {6: BadRecordError({"file": "a", "line": 1}, "bad", "p")}
+    assert run.next_part(local=True) is None  # a failing run starts nothing more
 
 
 def test_of_bad_records_in_parts_written_at_once_the_first_in_the_input_is_reported():
