@@ -35,7 +35,7 @@ class TokenizeConfig:
     append_eod: bool = False
     """``--append-eod``: add the EOD id after every document that encoded to at least one token."""
     workers: int = 0
-    """``--workers``: processes (this one and spawned ones) that each read, decode, encode and write a part of the
+    """``--workers``: processes (this one and worker processes) that each read, decode, encode and write a part of the
     input, joined in order at the end; 0 (the default): one per core this process may use. An input that cannot be
     cut (one ``.gz``/``.zst`` file) is read by this process and encoded by the workers; one under 48 MB, with the
     default, by this process alone."""

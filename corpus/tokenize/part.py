@@ -67,7 +67,7 @@ class PartTask:
     run_prefix: str
     """The run's output prefix, named in messages (the skipped-records list)."""
     encoder_processes: int = 0
-    """0: encode in this process (threads); N: in N spawned encoder processes beside this one's reading."""
+    """0: encode in this process (threads); N: in N encoder processes beside this one's reading."""
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """``TokenizerConfig``: everything needed to rebuild a tokenizer, in a frozen, picklable dataclass.
 
-Workers of the tokenize pipeline are spawned processes: they receive this config (not a tokenizer
+Workers of the tokenize pipeline are other processes: they receive this config (not a tokenizer
 object) and build their own tokenizer from it. The field names follow Megatron's command-line options
 (``--tokenizer-type``, ``--tokenizer-model``, ``--vocab-file``, ...) so a Megatron user recognises them.
 """

@@ -24,8 +24,8 @@ caches, so when this process's RSS has grown by MEMORY_BUDGET since the first ba
 (at most once per REBUILD_MIN_CHARS of input, so a process that stays large does not rebuild on every
 batch). The ``gigatoken-cachefix`` fork bounds its caches itself and never reaches the budget.
 
-NOTE: gigatoken's batch calls run on rayon's process-global pool, which is not fork-safe; workers must be
-spawned. ``parallel=False`` (threads=1) never touches the pool.
+NOTE: gigatoken's batch calls run on rayon's process-global pool, which is not fork-safe; a worker must never be
+forked from a process that has encoded. ``parallel=False`` (threads=1) never touches the pool.
 """
 
 from __future__ import annotations

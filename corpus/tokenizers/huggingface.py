@@ -244,7 +244,7 @@ def limit_rayon_threads(threads: int | None) -> None:
     NOTE: rayon's global pool is sized once, at its first use, from RAYON_NUM_THREADS, so this takes
     effect only when called before the first batch encode; ``threads=1`` also turns HF tokenizers'
     parallelism off and more threads turn it on (read at every call). A pool must never be inherited
-    across ``fork``: the pipeline spawns its workers and each builds its tokenizer itself.
+    across ``fork``: the pipeline never forks a process holding one, and each worker builds its tokenizer itself.
     """
     if threads is None:
         return

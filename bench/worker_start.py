@@ -1,0 +1,70 @@
+"""How soon a tokenize run's worker processes are ready: forked by a server that has imported what they run (the
+default, :mod:`corpus.tokenize.processes`) against spawned as fresh interpreters (the earlier way), side by side.
+
+    python -m bench.worker_start --tokenizer-model .dev/cl100k/tokenizer.json --workers 4 --repeat 6
+    python -m bench.worker_start --tokenizer-model cl100k/tokenizer.json --workers 15 --repeat 4   # a 16-CPU node
+
+Each measurement is a fresh process (interpreter, imports, then the pool: the server's own start counts) that
+times from making the pool (:class:`~corpus.tokenize.pool.PartPool`, every worker building the run's tokenizer) to
+the last worker saying it is ready; the two ways alternate. Prints each way's times, their medians and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import subprocess
+import sys
+import time
+
+
+def child(method: str, workers: int, model: str) -> None:
+    """One measurement, in this process: print the seconds until the last of ``workers`` is ready."""
+    from corpus.tokenize import pool
+    from corpus.tokenizers import TokenizerConfig
+
+    if method == "spawn":
+        pool.worker_context = lambda: multiprocessing.get_context("spawn")
+    settled = (TokenizerConfig(type="HuggingFaceTokenizer", model=model, encoder="gigatoken"), 1)
+    start = time.perf_counter()
+    workers_pool = pool.PartPool(workers, settled)
+    ready: set[int] = set()
+    try:
+        while len(ready) < workers:
+            for event in workers_pool.events(30):
+                if event.kind != "ready":
+                    raise SystemExit(f"worker {event.worker}: {event.kind} {event.value}")
+                ready.add(event.worker)
+        print(json.dumps({"seconds": time.perf_counter() - start}))
+    finally:
+        workers_pool.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokenizer-model", required=True, help="a byte-level BPE tokenizer.json")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=6)
+    parser.add_argument("--child", choices=["forkserver", "spawn"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.workers, args.tokenizer_model)
+        return
+    times: dict[str, list[float]] = {"forkserver": [], "spawn": []}
+    for _ in range(args.repeat):
+        for method in times:
+            command = [sys.executable, "-m", "bench.worker_start", "--child", method, "--workers", str(args.workers),
+                       "--tokenizer-model", args.tokenizer_model]
+            output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            times[method].append(json.loads(output.splitlines()[-1])["seconds"])
+    for method, seconds in times.items():
+        print(f"{method:>10}: last of {args.workers} workers ready after "
+              f"{', '.join(f'{s:.2f}' for s in seconds)} s (median {statistics.median(seconds):.2f})")
+    ratio = statistics.median(times["spawn"]) / statistics.median(times["forkserver"])
+    print(f"forked by the server: ready {ratio:.2f}x sooner than spawned (medians of {args.repeat})")
+
+
+if __name__ == "__main__":
+    main()
