@@ -16,8 +16,8 @@ from corpus import storage
 from corpus.blending.index_maps import SPLIT_NAMES
 from corpus.blending.map_cache import MapCache, cache_key
 from corpus.blending.schema import BlendConfig
-from corpus.blending.sources import Source, SourceError, load_source
-from corpus.core.errors import UserError
+from corpus.blending.sources import Source, load_source
+from corpus.core.errors import ConfigError, UserError
 from corpus.indexed import sidecar
 from corpus.tokenizers.config import TokenizerConfig, config_from_kind, config_from_record
 from corpus.tokenizers.decode import cached_tokenizer
@@ -62,7 +62,7 @@ class ResolvedBlend:
 
 
 def resolve_blend(config: BlendConfig, tokenizer_eod: int | None = None) -> ResolvedBlend:
-    """Open every source of ``config`` and check them; raises BlendError naming file, key and fix.
+    """Open every source of ``config`` and check them; raises ConfigError naming file, key and fix.
     ``tokenizer_eod`` is the EOD id of the data's tokenizer when a caller knows it from elsewhere (the trainer's
     tokenizer flags): it serves where neither ``samples.eod_id`` nor a sidecar gives one, before the blend's
     ``tokenizer:``."""
@@ -78,7 +78,7 @@ def resolve_blend(config: BlendConfig, tokenizer_eod: int | None = None) -> Reso
             if spec not in loaded:
                 try:
                     loaded[spec] = load_source(source_config.name, spec, cache)
-                except SourceError as error:
+                except ConfigError as error:  # keyed relative to the source
                     raise config.error(error.problem, f"{key}.{error.key}") from None
             sources.setdefault(split, []).append(loaded[spec])
             keys.setdefault(split, []).append(key)

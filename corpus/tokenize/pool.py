@@ -37,7 +37,8 @@ _PR_SET_PDEATHSIG = 1
 
 
 class _Stopped(BaseException):
-    """Raised in the local worker's thread to stop its part when the run stops."""
+    """Raised in the local worker's thread to stop its part when the run stops. Private, and a ``BaseException`` so
+    that no ``except Exception`` in the part swallows it: the worker's loop ends on it."""
 
 
 @dataclass

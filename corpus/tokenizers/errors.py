@@ -3,11 +3,7 @@ written as Hugging Face files."""
 
 from __future__ import annotations
 
-from corpus.core.errors import ConfigError, UserError
-
-
-class TokenizerConfigError(ConfigError):
-    """A tokenizer option is wrong: unknown type, missing or unreadable file, impossible value."""
+from corpus.core.errors import UserError
 
 
 class TokenizeError(UserError):
