@@ -46,11 +46,20 @@ from corpus.blending.schedule import PhaseConfig, check_schedule
 from corpus.core.atomic_write import write_atomically
 from corpus.core.disk import guard
 from corpus.core.errors import ConfigError, parse_key
-from corpus.core.typed_config import build, coerce, read_yaml
+from corpus.core.typed_config import build, coerce, read_yaml, yaml_fields
 from corpus.tokenizers.registry import FAMILIES, family_of
 
 #: Megatron's ``--split`` default, used for a source list that gives no ``split`` (and for ``--data-path``).
 DEFAULT_SPLIT = "969,30,1"
+
+#: Field metadata of a path relative to the blend's folder: made absolute when the blend is saved.
+PATH = {"path": True}
+#: Field metadata of a key a saved blend leaves out while it holds its default.
+OMITTED_AT_DEFAULT = {"omitted_at_default": True}
+#: Field metadata of a key that changes the samples a blend gives: set to anything but its default, it enters the
+#: blend's fingerprint (so a run resumed with another value is refused), and at its default it leaves the
+#: fingerprint as it was (adding a key invalidates no run).
+CHANGES_SAMPLES = {"changes_samples": True}
 
 _SPLIT_PATTERN = re.compile(r"^\s*\d*\.?\d+(\s*,\s*\d*\.?\d+){0,2}\s*$")
 
@@ -61,7 +70,7 @@ class TokenizerSpec:
 
     kind: str
     """``huggingface``, ``sentencepiece``, ``tiktoken``, ``gpt2``, ``null``, or a Megatron type name."""
-    path: str | None = None
+    path: str | None = field(default=None, metadata=PATH)
     """The tokenizer file (relative to the blend's folder); its sha256 must match the sidecars'."""
 
     def __post_init__(self) -> None:
@@ -78,7 +87,7 @@ class SourceConfig:
 
     name: str
     """Shown in dry runs and sample dumps; unique within a list."""
-    prefix: str
+    prefix: str = field(metadata=PATH)
     """``data/web_text_document`` or ``"data/code/*_text_document"`` (relative to the blend's folder)."""
     weight: float | None = None
     """Relative weight (> 0, normalised). Omit on every source for Megatron's one-epoch rule."""
@@ -156,7 +165,7 @@ class BlendConfig:
     """Seed of every shuffle (Megatron's ``--seed``)."""
     tokenizer: TokenizerSpec | None = None
     """The expected tokenizer; every source's ``.meta.json`` must agree with it."""
-    cache_dir: str | None = None
+    cache_dir: str | None = field(default=None, metadata=PATH)
     """Where index maps are cached (relative to the blend's folder, or a URL shared by every node); the default is
     in docs/blends.md."""
     storage_options: dict[str, Any] | None = None
@@ -166,11 +175,11 @@ class BlendConfig:
     """Default ``max_epochs`` for sources that set none."""
     samples: SampleOptions = field(default_factory=SampleOptions)
     """Sample contents (loss mask, positions, document boundaries)."""
-    packing: str = "concat"
+    packing: str = field(default="concat", metadata=OMITTED_AT_DEFAULT)
     """``concat``: documents back to back, cut every S + 1 tokens (Megatron's GPTDataset, bit for bit);
     ``best_fit``: whole documents placed into samples by best-fit decreasing, the rest padded, every sample
     carrying its document boundaries."""
-    packing_window: int = DEFAULT_PACKING_WINDOW
+    packing_window: int = field(default=DEFAULT_PACKING_WINDOW, metadata=OMITTED_AT_DEFAULT)
     """``best_fit``: how many documents (in shuffled order) are sorted and packed together."""
     schedule: tuple[PhaseConfig, ...] | None = None
     """The train mix in phases, instead of a weight per source (:mod:`corpus.blending.schedule`); the valid and
@@ -344,7 +353,7 @@ def load_blend(path: str | os.PathLike, **overrides: object) -> BlendConfig:
 def apply_overrides(config: BlendConfig, **overrides: object) -> BlendConfig:
     """``config`` with top-level fields or sample options replaced (None values are ignored). A
     ``cache_dir`` given here is relative to the working directory, not to the blend's folder."""
-    top = typing.get_type_hints(BlendConfig)
+    top = typing.get_type_hints(type(config))
     sample_hints = typing.get_type_hints(SampleOptions)
     changes, sample_changes = {}, {}
     for name, value in overrides.items():
@@ -394,26 +403,30 @@ def _is_number(text: str) -> bool:
 
 
 def blend_to_dict(config: BlendConfig) -> dict:
-    """The YAML mapping of ``config`` with every path made absolute (so it can be saved anywhere)."""
-    def source(s: SourceConfig) -> dict:
-        entry = {"name": s.name, "prefix": config.resolve_path(s.prefix), "weight": s.weight,
-                 "max_epochs": s.max_epochs}
-        return {k: v for k, v in entry.items() if v is not None}
+    """The YAML mapping of ``config`` with every path made absolute (so it can be saved anywhere): every field
+    that is set, in the order the dataclasses declare them."""
+    return _to_yaml(config, config)
 
-    sources = ({k: [source(s) for s in v] for k, v in config.sources.items()} if isinstance(config.sources, dict)
-               else [source(s) for s in config.sources])
-    data = {"seq_length": config.seq_length, "seed": config.seed, "split": config.split, "sources": sources,
-            "max_epochs": config.max_epochs, "samples": dataclasses.asdict(config.samples),
-            **({"packing": config.packing, "packing_window": config.packing_window} if config.packing != "concat"
-               else {}),
-            "schedule": ([{k: v for k, v in dataclasses.asdict(phase).items() if v is not None}
-                          for phase in config.schedule] if config.schedule else None),
-            "mixing": dataclasses.asdict(config.mixing) if config.mixing else None,
-            "cache_dir": config.resolve_path(config.cache_dir) if config.cache_dir else None,
-            "storage_options": config.storage_options,
-            "tokenizer": ({"kind": config.tokenizer.kind, "path": config.resolve_path(config.tokenizer.path)
-                           if config.tokenizer.path else None} if config.tokenizer else None)}
-    return {k: v for k, v in data.items() if v is not None}
+
+def sample_keys_set(config: BlendConfig) -> dict:
+    """The :data:`CHANGES_SAMPLES` keys of ``config`` set to other than their defaults, as YAML data: what they add
+    to the blend's fingerprint."""
+    return {f.name: _to_yaml(getattr(config, f.name), config) for f in dataclasses.fields(config)
+            if f.metadata.get("changes_samples") and getattr(config, f.name) != f.default}
+
+
+def _to_yaml(value: object, config: BlendConfig) -> object:
+    """``value`` as YAML data: a dataclass as the mapping of its fields that are set (not None, and not at a default
+    that :data:`OMITTED_AT_DEFAULT` leaves out), its :data:`PATH` fields made absolute; tuples as lists."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: config.resolve_path(item) if f.metadata.get("path") else _to_yaml(item, config)
+                for f in yaml_fields(type(value)) if (item := getattr(value, f.name)) is not None
+                and not (f.metadata.get("omitted_at_default") and item == f.default)}
+    if isinstance(value, (tuple, list)):
+        return [_to_yaml(item, config) for item in value]
+    if isinstance(value, dict):
+        return {key: _to_yaml(item, config) for key, item in value.items()}
+    return value
 
 
 def dump_blend(config: BlendConfig, path: str | os.PathLike) -> None:
