@@ -15,7 +15,7 @@ import numpy as np
 from corpus import storage
 from corpus.blending.index_maps import SPLIT_NAMES
 from corpus.blending.map_cache import MapCache, cache_key
-from corpus.blending.schema import BlendConfig, sample_keys_set
+from corpus.blending.schema import BlendConfig, fingerprint_fields
 from corpus.blending.sources import Source, load_source
 from corpus.core.errors import ConfigError, UserError
 from corpus.indexed import sidecar
@@ -169,7 +169,7 @@ def _fill_facts(resolved: ResolvedBlend, tokenizer_eod: int | None) -> None:
                             for s, c in zip(resolved.sources.get(split, []), config.split_sources(split))]
                     for split in SPLIT_NAMES},
         "split": config.effective_split, "seq_length": config.seq_length, "seed": config.seed,
-        "samples": {**dataclasses.asdict(config.samples), "eod_id": resolved.eod_id},
+        "samples": {**fingerprint_fields(config.samples, config), "eod_id": resolved.eod_id},
     }
     if config.schedule is not None:
         material["schedule"] = [dataclasses.asdict(phase) for phase in config.schedule]
@@ -178,7 +178,7 @@ def _fill_facts(resolved: ResolvedBlend, tokenizer_eod: int | None) -> None:
     del material["samples"]["pad_id"]  # NOTE: concat never pads; a blend's fingerprint stays what it was
     if config.packing != "concat":
         material.update(packing=config.packing, packing_window=config.packing_window, pad_id=resolved.pad_id)
-    material.update(sample_keys_set(config))
+    material.update(fingerprint_fields(config, config))
     resolved.fingerprint = cache_key(material)
 
 

@@ -408,11 +408,13 @@ def blend_to_dict(config: BlendConfig) -> dict:
     return _to_yaml(config, config)
 
 
-def sample_keys_set(config: BlendConfig) -> dict:
-    """The :data:`CHANGES_SAMPLES` keys of ``config`` set to other than their defaults, as YAML data: what they add
-    to the blend's fingerprint."""
-    return {f.name: _to_yaml(getattr(config, f.name), config) for f in dataclasses.fields(config)
-            if f.metadata.get("changes_samples") and getattr(config, f.name) != f.default}
+def fingerprint_fields(options: BlendConfig | SampleOptions, config: BlendConfig) -> dict:
+    """The fields of ``options`` (the blend, or its sample options) as the blend's fingerprint takes them, as YAML
+    data: a :data:`CHANGES_SAMPLES` field only when set to other than its default; with ``options`` the sample
+    options, every other field too."""
+    return {f.name: _to_yaml(getattr(options, f.name), config) for f in dataclasses.fields(options)
+            if (getattr(options, f.name) != f.default if f.metadata.get("changes_samples")
+                else isinstance(options, SampleOptions))}
 
 
 def _to_yaml(value: object, config: BlendConfig) -> object:
