@@ -338,14 +338,14 @@ def _check_source_list(sources: tuple[SourceConfig, ...], key: str) -> None:
 
 def blend_from_dict(data: object, origin: str | None = None, base_dir: str | os.PathLike = ".") -> BlendConfig:
     """A :class:`BlendConfig` from an already-parsed mapping (paths relative to ``base_dir``)."""
-    return build(BlendConfig, data, error=ConfigError, extra={"origin": origin, "base_dir": str(base_dir)})
+    return build(BlendConfig, data, extra={"origin": origin, "base_dir": str(base_dir)})
 
 
 def load_blend(path: str | os.PathLike, **overrides: object) -> BlendConfig:
     """Read and validate a blend file. ``overrides`` replace top-level keys (``seq_length=1024``,
     ``seed=…``, ``cache_dir=…``) or sample options (``eod_mask_loss=True``), validated the same way."""
-    source = read_yaml(path, ConfigError)
-    config = build(BlendConfig, source.data, (), source, ConfigError,
+    source = read_yaml(path)
+    config = build(BlendConfig, source.data, (), source,
                    extra={"origin": str(path), "base_dir": str(Path(path).resolve().parent)})
     return apply_overrides(config, **overrides)
 
@@ -360,9 +360,9 @@ def apply_overrides(config: BlendConfig, **overrides: object) -> BlendConfig:
         if value is None:
             continue
         if name in sample_hints:
-            sample_changes[name] = coerce(value, sample_hints[name], ("samples", name), None, ConfigError)
+            sample_changes[name] = coerce(value, sample_hints[name], ("samples", name))
         elif name in top and name not in ("sources", "origin", "base_dir", "samples"):
-            changes[name] = coerce(value, top[name], (name,), None, ConfigError)
+            changes[name] = coerce(value, top[name], (name,))
             if name == "cache_dir":  # given on a command line: relative to where it was typed
                 changes[name] = storage.absolute(os.path.expanduser(changes[name]))
         else:

@@ -123,4 +123,4 @@ class TokenizeConfig:
 def config_from_mapping(values: dict) -> TokenizeConfig:
     """Build a config from a plain dict (e.g. JSON or YAML), through the project's validator: unknown keys and
     wrongly typed values are named; the ``tokenizer`` mapping becomes a :class:`TokenizerConfig`."""
-    return build(TokenizeConfig, values, error=ConfigError, where="tokenize config")
+    return build(TokenizeConfig, values, where="tokenize config")

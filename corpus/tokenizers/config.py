@@ -100,7 +100,7 @@ def _check_type_options(spec: TokenizerType, config: TokenizerConfig) -> None:
 
 def config_from_dict(values: dict, where: str = "tokenizer config") -> TokenizerConfig:
     """Build a config from a dict (the project's validator: unknown keys and wrong types named with ``where``)."""
-    return build(TokenizerConfig, values, error=ConfigError, where=where)
+    return build(TokenizerConfig, values, where=where)
 
 
 def config_from_record(record: dict) -> TokenizerConfig:

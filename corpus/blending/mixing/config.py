@@ -68,7 +68,7 @@ class MixingConfig:
 
     def rule_options(self) -> object:
         """``options`` as the rule's ``Options`` dataclass (a :class:`ConfigError` keyed ``options.…`` if wrong)."""
-        return build(self.rule_class.Options, self.options, ("options",), error=ConfigError)
+        return build(self.rule_class.Options, self.options, ("options",))
 
     def check_sources(self, names: tuple[str, ...]) -> None:
         """Refuse a floor that S sources cannot all have, or rule options that do not fit the sources ``names``."""
