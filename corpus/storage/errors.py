@@ -128,7 +128,7 @@ def _server_status(error: BaseException) -> int:
     return status if isinstance(status, int) else 0
 
 
-def _codes(error: BaseException) -> set[str]:
+def error_codes(error: BaseException) -> set[str]:
     """The S3 error codes (``NoSuchKey``, ``SlowDown``…) the answers along ``error``'s chain carry."""
     return {code for e in _chain(error) if isinstance(code := _response(e).get("Error", {}).get("Code"), str)}
 
@@ -144,7 +144,8 @@ def is_transient(error: BaseException) -> bool:
     if any(isinstance(e, (Transient, *_DROPPED_TYPES)) for e in chain) or _any_of(error, _DROPPED):
         return True
     # Any 5xx answer, or 429: botocore reports an answer it could not read (a body cut short) as a bare 500.
-    return any(_server_status(e) >= 500 or _server_status(e) == 429 for e in chain) or bool(_codes(error) & _THROTTLED)
+    return (any(_server_status(e) >= 500 or _server_status(e) == 429 for e in chain)
+            or bool(error_codes(error) & _THROTTLED))
 
 
 def _bucket(url: str) -> str:
@@ -155,7 +156,7 @@ def translate(error: BaseException, url: str, action: str) -> StorageError:
     """The :class:`StorageError` a person reads for ``error`` raised while ``action`` (``read``, ``list``…) ``url``."""
     if isinstance(error, StorageError):
         return error
-    codes = _codes(error)
+    codes = error_codes(error)
     detail = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
     if "NoSuchBucket" in codes:
         return StorageError(f"{url}: bucket '{_bucket(url)}' does not exist (check the bucket name, and that "
