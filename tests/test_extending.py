@@ -16,7 +16,7 @@ import yaml
 
 from corpus.blending import schema
 from corpus.blending.resolve import resolve_blend
-from corpus.blending.schema import CHANGES_SAMPLES, BlendConfig, apply_overrides, dump_blend, load_blend
+from corpus.blending.schema import CHANGES_SAMPLES, BlendConfig, SampleOptions, apply_overrides, dump_blend, load_blend
 from corpus.core.errors import ConfigError
 from tests.corpus.blending.blend_data import web_and_code, weighted_blend, write_blend
 from tests.trainer.conftest import tiny_config
@@ -68,6 +68,30 @@ def test_a_new_key_at_its_default_leaves_a_blend_fingerprint_as_it_was(tmp_path:
     before = resolve_blend(load_blend(blend)).fingerprint
     monkeypatch.setattr(schema, "BlendConfig", BlendWithToyKey)
     assert resolve_blend(load_blend(blend)).fingerprint == before
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplesWithToyOption(SampleOptions):
+    """``SampleOptions`` once a contributor adds a per-sample option to it."""
+
+    toy_flag: bool = dataclasses.field(default=False, metadata=CHANGES_SAMPLES)
+    """A sample option (its module would read it)."""
+
+
+def test_a_sample_option_is_read_overridden_and_fingerprinted_only_when_set(monkeypatch, tmp_path: Path):
+    web_and_code(tmp_path, 100)
+    blend = write_blend(tmp_path / "blend.yaml", weighted_blend(0.7, 0.3, seq_length=32,
+                                                                samples={"eod_mask_loss": True}))
+    before = resolve_blend(load_blend(blend)).fingerprint
+    monkeypatch.setattr(schema, "SampleOptions", SamplesWithToyOption)
+    config = load_blend(blend)
+    assert isinstance(config.samples, SamplesWithToyOption) and not config.samples.toy_flag
+    assert resolve_blend(config).fingerprint == before
+    flagged = apply_overrides(config, toy_flag=True)
+    assert flagged.samples.toy_flag and resolve_blend(flagged).fingerprint != before
+    (tmp_path / "saved").mkdir()
+    dump_blend(flagged, tmp_path / "saved" / "blend.yaml")
+    assert load_blend(tmp_path / "saved" / "blend.yaml").samples.toy_flag
 
 
 class ToyGemm:
