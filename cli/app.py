@@ -1,7 +1,7 @@
 """The command groups' shared behaviour: every :class:`~corpus.core.errors.UserError` a command raises is caught
-here, in one place, and printed as ``Error: <message>`` with exit status 1 — never a traceback; so is a package
-missing that an extra of blendforge installs (torch for ``trainer run`` in a data-only install), with the pip
-command."""
+here, in one place, and printed as ``Error: <message>`` with its exit status (1 unless it says otherwise) — never a
+traceback; so is a package missing that an extra of blendforge installs (torch for ``trainer run`` in a data-only
+install), with the pip command."""
 
 from __future__ import annotations
 
@@ -41,7 +41,9 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except UserError as error:
-            raise click.ClickException(str(error)) from None
+            failure = click.ClickException(str(error))
+            failure.exit_code = error.exit_code
+            raise failure from None
         except ModuleNotFoundError as error:  # ``trainer run`` in a data-only install: name the extra to add
             hint = install_hint(error.name or "")
             if hint is None:

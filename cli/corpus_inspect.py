@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from cli.options import storage_options_from, storage_options_option
+from corpus.core.errors import UserError
 from corpus.indexed import strip_suffix
 from corpus.inspect.run import InspectConfig, Inspection, inspect
 from corpus.inspect.show import DocumentRange, ShownDocument
@@ -173,7 +174,7 @@ def inspect_command(datasets: tuple[str, ...], check: bool, deep: bool, max_prob
                          "file(s) were not verified: their sidecars record no checksums (corpus add-checksums)")
 
 
-class Unverified(click.ClickException):
+class Unverified(UserError):
     """``--check --deep`` found no problem but could not compare some pair's contents: exit status 3, told apart
     from a failed check (1) and a clean one (0)."""
 

@@ -26,11 +26,12 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from corpus.autotune.errors import TrialError
 from corpus.autotune.report import AutotuneResult, Candidate, Run, recommend, run_rates, typical
 from corpus.autotune.sample import Sample, write_sample
-from corpus.autotune.trial import MIN_BATCHES_PER_WORKER, TrialError, lanes, route_signals, run_trial
+from corpus.autotune.trial import MIN_BATCHES_PER_WORKER, lanes, route_signals, run_trial
 from corpus.core.cores import available_cores
-from corpus.core.errors import UserError
+from corpus.core.errors import ConfigError, UserError
 from corpus.tokenize.config import TokenizeConfig
 
 log = logging.getLogger(__name__)
@@ -39,14 +40,6 @@ log = logging.getLogger(__name__)
 DEFAULT_BATCH_SIZES = (250, 1000, 4000)
 #: More trials than this is a sweep nobody should wait for: narrow the candidate lists.
 MAX_TRIALS = 40
-
-
-class AutotuneConfigError(UserError):
-    """An option of ``corpus autotune-workers`` is invalid."""
-
-
-class AutotuneError(UserError):
-    """The sweep cannot measure anything useful (sample too small, a trial failed)."""
 
 
 def default_workers(cores: int) -> list[int]:
@@ -62,7 +55,7 @@ def parse_candidates(values: Sequence[str], flag: str) -> list[int]:
         try:
             numbers.append(int(word))
         except ValueError:
-            raise AutotuneConfigError(f"{flag}: {word!r} is not a whole number (give e.g. {flag} 1 2 4 8)") from None
+            raise ConfigError(f"{flag}: {word!r} is not a whole number (give e.g. {flag} 1 2 4 8)") from None
     return numbers
 
 
@@ -73,15 +66,15 @@ def _tokenize_default(name: str) -> int:
 def _check_candidates(flag: str, values: list[int], least: int, most: int, why: str) -> None:
     """Each value at least ``least``, at most ``most`` (``why`` says why), and given once."""
     if not values:
-        raise AutotuneConfigError(f"{flag}: give at least one value")
+        raise ConfigError(f"{flag}: give at least one value")
     for value in values:
         if value < least:
-            raise AutotuneConfigError(f"{flag}: {value} is not allowed, every value must be at least {least}")
+            raise ConfigError(f"{flag}: {value} is not allowed, every value must be at least {least}")
         if value > most:
-            raise AutotuneConfigError(f"{flag}: {value} is too many: {why} (use at most {most})")
+            raise ConfigError(f"{flag}: {value} is too many: {why} (use at most {most})")
     repeated = sorted({value for value in values if values.count(value) > 1})
     if repeated:
-        raise AutotuneConfigError(f"{flag}: {', '.join(map(str, repeated))} given more than once; list each value once")
+        raise ConfigError(f"{flag}: {', '.join(map(str, repeated))} given more than once; list each value once")
 
 
 @dataclass
@@ -112,15 +105,15 @@ class AutotuneConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.tokenize, TokenizeConfig):
-            raise AutotuneConfigError(f"tokenize must be a TokenizeConfig, not {type(self.tokenize).__name__}")
+            raise ConfigError(f"tokenize must be a TokenizeConfig, not {type(self.tokenize).__name__}")
         if self.max_documents < 1:
-            raise AutotuneConfigError(f"--max-documents must be at least 1 (got {self.max_documents})")
+            raise ConfigError(f"--max-documents must be at least 1 (got {self.max_documents})")
         if self.time_budget is not None and not self.time_budget > 0:
-            raise AutotuneConfigError(f"--time-budget must be a positive number of seconds (got {self.time_budget})")
+            raise ConfigError(f"--time-budget must be a positive number of seconds (got {self.time_budget})")
         if self.repeats < 0:
-            raise AutotuneConfigError(f"--repeats must be 0 or more (got {self.repeats})")
+            raise ConfigError(f"--repeats must be 0 or more (got {self.repeats})")
         if self.temp_dir is not None and not os.path.isdir(self.temp_dir):
-            raise AutotuneConfigError(f"--temp-dir {self.temp_dir}: no such directory")
+            raise ConfigError(f"--temp-dir {self.temp_dir}: no such directory")
         self._check_lists()
 
     def _check_lists(self) -> None:
@@ -138,7 +131,7 @@ class AutotuneConfig:
                           f"a trial needs {MIN_BATCHES_PER_WORKER} batches or more of the --max-documents "
                           f"{self.max_documents:,} sample (or raise --max-documents)")
         if self.planned_trials() > MAX_TRIALS:
-            raise AutotuneConfigError(
+            raise ConfigError(
                 f"{self.planned_trials()} trials planned ({len(self.workers_to_check)} worker counts, "
                 f"{len(self.batch_sizes_to_check)} batch sizes, {self._thread_trials()} thread counts, "
                 f"{self.repeats} repeats): more than {MAX_TRIALS}; check fewer values, e.g. "
@@ -207,7 +200,7 @@ class _Sweep:
             try:
                 report = run_trial(self._trial_config(candidate, folder), self._trial_deadline())
             except TrialError as error:
-                raise AutotuneError(f"the trial {candidate} failed:\n{error}") from None
+                raise UserError(f"the trial {candidate} failed:\n{error}") from None
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
             self.trials += 1
@@ -256,7 +249,7 @@ def _stages(sweep: _Sweep) -> None:
         sweep.measure(Candidate(count, batch0 if batch0 in fits or not fits else max(fits), threads))
     if not sweep.runs:
         reasons = "\n".join(f"  {c}: {reason}" for c, reason in sweep.not_measured.items())
-        raise AutotuneError(f"nothing could be measured:\n{reasons}")
+        raise UserError(f"nothing could be measured:\n{reasons}")
     fastest = sweep.fastest()
     for size in batches:
         sweep.measure(dataclasses.replace(fastest, batch_size=size))
@@ -290,14 +283,14 @@ def _scratch(parent: str | None) -> Iterator[Path]:
 def autotune(config: AutotuneConfig) -> AutotuneResult:
     """Measure the candidate configurations on a sample of ``config.tokenize``'s input and recommend one.
 
-    Raises :class:`AutotuneError` when nothing can be measured or a trial fails, ``KeyboardInterrupt``
+    Raises :class:`UserError` when nothing can be measured or a trial fails, ``KeyboardInterrupt``
     on Ctrl-C, SIGTERM or SIGHUP; in every case the trials' processes are gone and nothing is left on disk.
     """
     began = time.monotonic()
     with _scratch(config.temp_dir) as folder:
         sample = write_sample(config.tokenize, config.max_documents, folder / "sample.jsonl")
         if sample.documents == 0:
-            raise AutotuneError(f"{', '.join(config.tokenize.inputs)}: no records to measure on")
+            raise UserError(f"{', '.join(config.tokenize.inputs)}: no records to measure on")
         log.info("sample: %d documents, %.1f MB; %d trials planned", sample.documents, sample.bytes / 1e6,
                  config.planned_trials())
         sweep = _Sweep(config, sample, folder, began)

@@ -29,6 +29,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corpus.autotune.errors import TrialError
 from corpus.core.errors import UserError
 from corpus.tokenize.config import TokenizeConfig, config_from_mapping
 from corpus.tokenize.stats import Counters, peak_rss_mb
@@ -41,10 +42,6 @@ TIMED_BATCHES_PER_WORKER = MIN_BATCHES_PER_WORKER - 2
 GONE_TIMEOUT_S = 10.0
 #: The signals that stop a sweep (``corpus.autotune.search`` turns SIGTERM and SIGHUP into Ctrl-C).
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-class TrialError(UserError):
-    """A trial process failed (bad tokenizer file, crash); the message carries its own."""
 
 
 @dataclass
@@ -82,7 +79,8 @@ def steady_window(batches: int, workers: int, finished: bool) -> tuple[int, int]
 
 
 class _DeadlineReached(Exception):
-    """The trial's share of the time budget is used and its steady window is long enough."""
+    """The trial's share of the time budget is used and its steady window is long enough. Private: it unwinds the
+    pipeline from its batch hook, and the trial catches it as a normal end."""
 
 
 class _BatchClock:

@@ -126,7 +126,7 @@ def missing_map_bytes(resolved: ResolvedBlend, plans: Iterable[SplitPlan | None]
 
 
 def check_maps_fit(resolved: ResolvedBlend, plans: Iterable[SplitPlan | None]) -> None:
-    """Refuse, before anything is built, maps the cache's disk has no room for (a BlendError with the estimate)."""
+    """Refuse, before anything is built, maps the cache's disk has no room for (a ConfigError with the estimate)."""
     needed = missing_map_bytes(resolved, plans)
     free = free_bytes(resolved.cache.root)
     if needed and free is not None and needed > free:

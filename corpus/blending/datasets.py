@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from corpus.blending.build import SplitMaps, build_split_maps, check_maps_fit
+from corpus.blending.errors import DrawError
 from corpus.blending.index_maps import SPLIT_NAMES
-from corpus.blending.mixing.draw import DrawError, OnlineDraw
+from corpus.blending.mixing.draw import OnlineDraw
 from corpus.blending.mixing.mixer import OnlineMixer
 from corpus.blending.packing import piece_lengths
 from corpus.blending.plan import SplitPlan, plan_split

@@ -1,9 +1,11 @@
-"""The error every blend mistake raises (one class, so the schema and the schedule it holds share it)."""
+"""The blended datasets' error that callers tell apart: a sample asked for out of order (an ``IndexError``, as
+indexing past what a sequence holds is)."""
 
 from __future__ import annotations
 
-from corpus.core.errors import ConfigError
+from corpus.core.errors import UserError
 
 
-class BlendError(ConfigError):
-    """A blend file (or a blend built in Python) is wrong; the message names file, line, key, fix."""
+class DrawError(UserError, IndexError):
+    """A blended sample of an online split asked for out of order (before what it holds, or at a weight change
+    past it)."""

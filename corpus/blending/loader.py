@@ -6,7 +6,7 @@ Order is Megatron's ``MegatronPretrainingSampler``: global micro-step k covers s
 ``[c + r * micro_batch, c + (r + 1) * micro_batch)``. The maps already shuffle, so resuming is
 exact: a loader made with ``consumed_samples=c`` yields what an uninterrupted one yields after
 ``c`` samples. Its state carries the blend fingerprint; loading a state made for another blend
-raises :class:`LoaderStateError` unless ``allow_blend_change=True``. An online-mixed split's draw resumes exactly
+raises :class:`UserError` unless ``allow_blend_change=True``. An online-mixed split's draw resumes exactly
 under the same blend. Under another (allowed), each source goes on after the samples it gave (its position by
 name), so that no sample is repeated or skipped where a source's maps are the same under both blends.
 
@@ -44,10 +44,6 @@ from corpus.blending.schema import BlendConfig
 from corpus.core.errors import UserError
 
 log = logging.getLogger(__name__)
-
-
-class LoaderStateError(UserError):
-    """A loader state does not fit this loader (another blend, or a position it cannot resume at)."""
 
 
 class TorchSplitDataset(torch.utils.data.Dataset):
@@ -113,9 +109,9 @@ class BlendLoader:
 
     def _seek(self, consumed: int) -> None:
         if consumed < 0 or consumed % self.step_samples:
-            raise LoaderStateError(f"cannot resume at consumed_samples={consumed}: not a multiple of micro_batch_size "
-                                   "x "
-                                   f"dp_size = {self.step_samples}")
+            raise UserError(f"cannot resume at consumed_samples={consumed}: not a multiple of micro_batch_size "
+                            "x "
+                            f"dp_size = {self.step_samples}")
         self.consumed_samples = consumed
 
     def __len__(self) -> int:
@@ -151,8 +147,8 @@ class BlendLoader:
                        f"{str(self.blend_fingerprint)[:12]}…): sources, weights, split, seq_length, seed or sample "
                        "options changed")
             if not allow_blend_change:
-                raise LoaderStateError(message + "; resume with the original blend, or allow the change "
-                                       "(trainer run --override-blend-check; allow_blend_change=True in Python)")
+                raise UserError(message + "; resume with the original blend, or allow the change "
+                                "(trainer run --override-blend-check; allow_blend_change=True in Python)")
             log.warning("%s; continuing as asked", message)
         if state.get("num_samples") not in (None, len(self.samples)):
             log.warning("the checkpoint's run asked for %s samples, this one for %d: the sample order after the "

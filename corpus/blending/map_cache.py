@@ -57,12 +57,8 @@ def cache_key(material: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-class CacheError(UserError):
-    """The cache folder cannot be written (read-only, full, no permission)."""
-
-
-class CorruptEntry(Exception):
-    """An entry on disk does not match its manifest (internal: the cache rebuilds it)."""
+class _CorruptEntry(Exception):
+    """An entry on disk does not match its manifest (private: the cache rebuilds the entry, so no user sees it)."""
 
 
 @dataclass
@@ -101,29 +97,29 @@ def _write_entry(folder: Path, arrays: dict[str, np.ndarray], meta: dict, descri
 
 def _read_entry(folder: Path, checksums: bool = True) -> Entry:
     """Load and verify an entry (``checksums=False``: sizes, dtypes and shapes only, for an entry
-    this process just wrote); raise CorruptEntry on any mismatch, FileNotFoundError if absent."""
+    this process just wrote); raise _CorruptEntry on any mismatch, FileNotFoundError if absent."""
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
         files = manifest["files"]
     except FileNotFoundError:
         raise
     except (ValueError, KeyError, TypeError) as error:
-        raise CorruptEntry(f"{folder / MANIFEST}: unreadable manifest ({error})") from None
+        raise _CorruptEntry(f"{folder / MANIFEST}: unreadable manifest ({error})") from None
     arrays = {}
     for name, expected in files.items():
         path = folder / f"{name}.npy"
         try:
             if path.stat().st_size != expected["bytes"]:
-                raise CorruptEntry(f"{path}: {path.stat().st_size} bytes, manifest says {expected['bytes']}")
+                raise _CorruptEntry(f"{path}: {path.stat().st_size} bytes, manifest says {expected['bytes']}")
             array = np.load(path, mmap_mode="r", allow_pickle=False)
         except FileNotFoundError:
-            raise CorruptEntry(f"{path}: missing") from None
+            raise _CorruptEntry(f"{path}: missing") from None
         except ValueError as error:
-            raise CorruptEntry(f"{path}: not a valid .npy ({error})") from None
+            raise _CorruptEntry(f"{path}: not a valid .npy ({error})") from None
         if array.dtype.str != expected["dtype"] or list(array.shape) != expected["shape"]:
-            raise CorruptEntry(f"{path}: dtype/shape differ from the manifest")
+            raise _CorruptEntry(f"{path}: dtype/shape differ from the manifest")
         if checksums and _crc32(array) != expected["crc32"]:
-            raise CorruptEntry(f"{path}: crc32 mismatch (corrupt file)")
+            raise _CorruptEntry(f"{path}: crc32 mismatch (corrupt file)")
         arrays[name] = array
     return Entry(folder, arrays, manifest.get("meta", {}))
 
@@ -151,7 +147,7 @@ class MapCache:
             return _read_entry(self.entry_path(kind, key))
         except (FileNotFoundError, NotADirectoryError):
             return None
-        except CorruptEntry as error:
+        except _CorruptEntry as error:
             log.warning("cache entry corrupt, will rebuild: %s", error)
             return None
 
@@ -201,9 +197,9 @@ class MapCache:
         try:
             yield
         except OSError as error:
-            raise CacheError(f"cannot write the index-map cache {self.root} ({error.strerror or error}); set "
-                             "cache_dir in the blend or $BLENDFORGE_CACHE_DIR to a writable folder, or prebuild "
-                             "the maps where it is writable with `corpus blend FILE --build`") from None
+            raise UserError(f"cannot write the index-map cache {self.root} ({error.strerror or error}); set "
+                            "cache_dir in the blend or $BLENDFORGE_CACHE_DIR to a writable folder, or prebuild "
+                            "the maps where it is writable with `corpus blend FILE --build`") from None
 
     def _remote_path(self, kind: str, key: str, name: str) -> str:
         return storage.join(self.remote, self.entry_path(kind, key).name, name)
@@ -221,14 +217,14 @@ class MapCache:
                 try:
                     storage.download(self._remote_path(kind, key, f"{name}.npy"), folder / f"{name}.npy")
                 except FileNotFoundError as missing:  # storage.ObjectNotFound: an entry cut short remotely
-                    raise CorruptEntry(str(missing)) from None
+                    raise _CorruptEntry(str(missing)) from None
             (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
             _read_entry(folder)
 
         try:
             with self._writing():
                 self._publish(kind, key, fill)
-        except (CorruptEntry, ValueError, KeyError, TypeError) as error:
+        except (_CorruptEntry, ValueError, KeyError, TypeError) as error:
             log.warning("remote cache entry %s is corrupt, will rebuild: %s", self._remote_path(kind, key, ""), error)
             return False
         log.info("downloaded %s", self._remote_path(kind, key, ""))

@@ -23,7 +23,7 @@ packs (or loads from the cache) each source split's documents first (:mod:`corpu
 Where megatron-core hangs (a source whose share of a split has no tokens: its epoch loop never
 ends) or asserts, we leave that source out of that split, as if it were not listed, with a
 warning. Impossible requests (a requested split with no share, more samples than the sources
-give without weights, more epochs than ``max_epochs``) are BlendErrors naming the key and fix.
+give without weights, more epochs than ``max_epochs``) are ConfigErrors naming the key and fix.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ import numpy as np
 from corpus import storage
 from corpus.blending.index_maps import SPLIT_NAMES
 from corpus.blending.map_cache import MapCache, cache_key
-from corpus.blending.schema import BlendConfig
-from corpus.blending.sources import Source, SourceError, load_source
-from corpus.core.errors import UserError
+from corpus.blending.schema import BlendConfig, fingerprint_fields
+from corpus.blending.sources import Source, load_source
+from corpus.core.errors import ConfigError, UserError
 from corpus.indexed import sidecar
 from corpus.tokenizers.config import TokenizerConfig, config_from_kind, config_from_record
 from corpus.tokenizers.decode import cached_tokenizer
@@ -62,7 +62,7 @@ class ResolvedBlend:
 
 
 def resolve_blend(config: BlendConfig, tokenizer_eod: int | None = None) -> ResolvedBlend:
-    """Open every source of ``config`` and check them; raises BlendError naming file, key and fix.
+    """Open every source of ``config`` and check them; raises ConfigError naming file, key and fix.
     ``tokenizer_eod`` is the EOD id of the data's tokenizer when a caller knows it from elsewhere (the trainer's
     tokenizer flags): it serves where neither ``samples.eod_id`` nor a sidecar gives one, before the blend's
     ``tokenizer:``."""
@@ -78,7 +78,7 @@ def resolve_blend(config: BlendConfig, tokenizer_eod: int | None = None) -> Reso
             if spec not in loaded:
                 try:
                     loaded[spec] = load_source(source_config.name, spec, cache)
-                except SourceError as error:
+                except ConfigError as error:  # keyed relative to the source
                     raise config.error(error.problem, f"{key}.{error.key}") from None
             sources.setdefault(split, []).append(loaded[spec])
             keys.setdefault(split, []).append(key)
@@ -169,7 +169,7 @@ def _fill_facts(resolved: ResolvedBlend, tokenizer_eod: int | None) -> None:
                             for s, c in zip(resolved.sources.get(split, []), config.split_sources(split))]
                     for split in SPLIT_NAMES},
         "split": config.effective_split, "seq_length": config.seq_length, "seed": config.seed,
-        "samples": {**dataclasses.asdict(config.samples), "eod_id": resolved.eod_id},
+        "samples": {**fingerprint_fields(config.samples, config), "eod_id": resolved.eod_id},
     }
     if config.schedule is not None:
         material["schedule"] = [dataclasses.asdict(phase) for phase in config.schedule]
@@ -178,6 +178,7 @@ def _fill_facts(resolved: ResolvedBlend, tokenizer_eod: int | None) -> None:
     del material["samples"]["pad_id"]  # NOTE: concat never pads; a blend's fingerprint stays what it was
     if config.packing != "concat":
         material.update(packing=config.packing, packing_window=config.packing_window, pad_id=resolved.pad_id)
+    material.update(fingerprint_fields(config, config))
     resolved.fingerprint = cache_key(material)
 
 

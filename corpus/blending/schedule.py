@@ -34,7 +34,7 @@ from typing import Callable, Literal
 
 import numpy as np
 
-from corpus.blending.errors import BlendError
+from corpus.core.errors import ConfigError
 
 #: How a phase reaches its weights: at once (``step``) or linearly from the previous phase's (``linear``).
 RAMPS = ("step", "linear")
@@ -59,19 +59,19 @@ class PhaseConfig:
     def __post_init__(self) -> None:
         ends = [name for name in ("until", "until_samples", "until_tokens") if getattr(self, name) is not None]
         if len(ends) > 1:
-            raise BlendError(f"{' and '.join(ends)} both end this phase; keep one", ends[1])
+            raise ConfigError(f"{' and '.join(ends)} both end this phase; keep one", ends[1])
         if self.until is not None and not (0 < self.until <= 1):
-            raise BlendError(f"until {self.until} is not a share of the run; give a number in (0, 1] (or "
-                             "until_samples / until_tokens for an absolute point)", "until")
+            raise ConfigError(f"until {self.until} is not a share of the run; give a number in (0, 1] (or "
+                              "until_samples / until_tokens for an absolute point)", "until")
         for name in ("until_samples", "until_tokens"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise BlendError(f"{name} {getattr(self, name)} must be at least 1", name)
+                raise ConfigError(f"{name} {getattr(self, name)} must be at least 1", name)
         for name, weight in self.weights.items():
             if not (weight >= 0 and math.isfinite(weight)):
-                raise BlendError(f"weight {weight} of {name} is negative or not a number; give a weight >= 0 (0 "
-                                 "leaves the source out of this phase)", f"weights.{name}")
+                raise ConfigError(f"weight {weight} of {name} is negative or not a number; give a weight >= 0 (0 "
+                                  "leaves the source out of this phase)", f"weights.{name}")
         if not sum(self.weights.values()) > 0:
-            raise BlendError("every weight of this phase is 0; give at least one source a weight > 0", "weights")
+            raise ConfigError("every weight of this phase is 0; give at least one source a weight > 0", "weights")
 
     @property
     def end_kind(self) -> str | None:
@@ -85,28 +85,28 @@ def check_schedule(phases: tuple[PhaseConfig, ...], names: tuple[str, ...]) -> N
     for nothing else, no ramp without a previous phase, ends in increasing order (where two ends are in the same
     unit; shares against counts are compared when the run's length is known), only the last phase open-ended."""
     if not phases:
-        raise BlendError("an empty schedule; list at least one phase {until, weights}", "schedule")
+        raise ConfigError("an empty schedule; list at least one phase {until, weights}", "schedule")
     for index, phase in enumerate(phases):
         key = f"schedule[{index}]"
         unknown = [name for name in phase.weights if name not in names]
         if unknown:
-            raise BlendError(f"no train source is named {unknown[0]!r}; the sources are {', '.join(names)}",
-                             f"{key}.weights.{unknown[0]}")
+            raise ConfigError(f"no train source is named {unknown[0]!r}; the sources are {', '.join(names)}",
+                              f"{key}.weights.{unknown[0]}")
         missing = [name for name in names if name not in phase.weights]
         if missing:
-            raise BlendError(f"no weight for {', '.join(missing)}; give every source a weight in every phase (0 "
-                             "leaves it out of the phase)", f"{key}.weights")
+            raise ConfigError(f"no weight for {', '.join(missing)}; give every source a weight in every phase (0 "
+                              "leaves it out of the phase)", f"{key}.weights")
         if phase.ramp == "linear" and index == 0:
-            raise BlendError("the first phase cannot ramp: there is no previous phase to ramp from; use ramp: "
-                             "step, or put a phase before it", f"{key}.ramp")
+            raise ConfigError("the first phase cannot ramp: there is no previous phase to ramp from; use ramp: "
+                              "step, or put a phase before it", f"{key}.ramp")
         if phase.end_kind is None and index != len(phases) - 1:
-            raise BlendError("only the last phase may leave its end out; give this one until, until_samples or "
-                             "until_tokens", key)
+            raise ConfigError("only the last phase may leave its end out; give this one until, until_samples or "
+                              "until_tokens", key)
         earlier = [(i, p) for i, p in enumerate(phases[:index]) if p.end_kind == phase.end_kind is not None]
         if earlier and getattr(earlier[-1][1], phase.end_kind) >= getattr(phase, phase.end_kind):
-            raise BlendError(f"{phase.end_kind} {getattr(phase, phase.end_kind)} is not after schedule"
-                             f"[{earlier[-1][0]}]'s {getattr(earlier[-1][1], phase.end_kind)}: phases are listed in "
-                             "the order they run; sort them by their end", f"{key}.{phase.end_kind}")
+            raise ConfigError(f"{phase.end_kind} {getattr(phase, phase.end_kind)} is not after schedule"
+                              f"[{earlier[-1][0]}]'s {getattr(earlier[-1][1], phase.end_kind)}: phases are listed in "
+                              "the order they run; sort them by their end", f"{key}.{phase.end_kind}")
 
 
 def phase_end(phase: PhaseConfig, num_samples: int, seq_length: int) -> int:
@@ -174,7 +174,7 @@ class WeightSchedule:
 
 
 def lay_out(phases: tuple[PhaseConfig, ...], names: tuple[str, ...], num_samples: int, seq_length: int,
-            error: Callable[[str, str], BlendError]) -> WeightSchedule:
+            error: Callable[[str, str], ConfigError]) -> WeightSchedule:
     """The schedule ``phases`` over a run of ``num_samples`` train samples, for the sources ``names`` (a subset of
     the phases' names: sources the split leaves out are dropped and the rest renormalised). ``error(problem, key)``
     makes the error located in the blend file: a phase ending past the run, out of order, or empty after

@@ -40,18 +40,26 @@ from typing import Any
 import yaml
 
 from corpus import storage
-from corpus.blending.errors import BlendError
 from corpus.blending.index_maps import SPLIT_NAMES
 from corpus.blending.mixing.config import MixingConfig
 from corpus.blending.schedule import PhaseConfig, check_schedule
 from corpus.core.atomic_write import write_atomically
 from corpus.core.disk import guard
-from corpus.core.errors import parse_key
-from corpus.core.typed_config import build, coerce, read_yaml
+from corpus.core.errors import ConfigError, parse_key
+from corpus.core.typed_config import build, coerce, read_yaml, yaml_fields
 from corpus.tokenizers.registry import FAMILIES, family_of
 
 #: Megatron's ``--split`` default, used for a source list that gives no ``split`` (and for ``--data-path``).
 DEFAULT_SPLIT = "969,30,1"
+
+#: Field metadata of a path relative to the blend's folder: made absolute when the blend is saved.
+PATH = {"path": True}
+#: Field metadata of a key a saved blend leaves out while it holds its default.
+OMITTED_AT_DEFAULT = {"omitted_at_default": True}
+#: Field metadata of a key that changes the samples a blend gives: set to anything but its default, it enters the
+#: blend's fingerprint (so a run resumed with another value is refused), and at its default it leaves the
+#: fingerprint as it was (adding a key invalidates no run).
+CHANGES_SAMPLES = {"changes_samples": True}
 
 _SPLIT_PATTERN = re.compile(r"^\s*\d*\.?\d+(\s*,\s*\d*\.?\d+){0,2}\s*$")
 
@@ -62,15 +70,15 @@ class TokenizerSpec:
 
     kind: str
     """``huggingface``, ``sentencepiece``, ``tiktoken``, ``gpt2``, ``null``, or a Megatron type name."""
-    path: str | None = None
+    path: str | None = field(default=None, metadata=PATH)
     """The tokenizer file (relative to the blend's folder); its sha256 must match the sidecars'."""
 
     def __post_init__(self) -> None:
         if family_of(self.kind) is None:
-            raise BlendError(f"unknown tokenizer kind {self.kind!r}; use one of {', '.join(FAMILIES)} (or a "
-                             "--tokenizer-type name)", "kind")
+            raise ConfigError(f"unknown tokenizer kind {self.kind!r}; use one of {', '.join(FAMILIES)} (or a "
+                              "--tokenizer-type name)", "kind")
         if self.path is None and family_of(self.kind) != "null":
-            raise BlendError("a tokenizer needs a path (the tokenizer file the data was made with)", "path")
+            raise ConfigError("a tokenizer needs a path (the tokenizer file the data was made with)", "path")
 
 
 @dataclass(frozen=True)
@@ -79,7 +87,7 @@ class SourceConfig:
 
     name: str
     """Shown in dry runs and sample dumps; unique within a list."""
-    prefix: str
+    prefix: str = field(metadata=PATH)
     """``data/web_text_document`` or ``"data/code/*_text_document"`` (relative to the blend's folder)."""
     weight: float | None = None
     """Relative weight (> 0, normalised). Omit on every source for Megatron's one-epoch rule."""
@@ -88,14 +96,14 @@ class SourceConfig:
 
     def __post_init__(self) -> None:
         if not self.name.strip():
-            raise BlendError("empty source name; give each source a short name", "name")
+            raise ConfigError("empty source name; give each source a short name", "name")
         if not self.prefix.strip():
-            raise BlendError("empty prefix; give the path of a .bin/.idx pair without extension, or a glob", "prefix")
+            raise ConfigError("empty prefix; give the path of a .bin/.idx pair without extension, or a glob", "prefix")
         if self.weight is not None and not (self.weight > 0 and math.isfinite(self.weight)):
-            raise BlendError(f"{self.weight} is not a positive number; give a weight > 0 (weights are normalised)",
-                             "weight")
+            raise ConfigError(f"{self.weight} is not a positive number; give a weight > 0 (weights are normalised)",
+                              "weight")
         if self.max_epochs is not None and self.max_epochs < 1:
-            raise BlendError(f"max_epochs {self.max_epochs} must be >= 1", "max_epochs")
+            raise ConfigError(f"max_epochs {self.max_epochs} must be >= 1", "max_epochs")
 
 
 @dataclass(frozen=True)
@@ -119,8 +127,8 @@ class SampleOptions:
 
     def __post_init__(self) -> None:
         if self.pad_id is not None and self.pad_id < 0:
-            raise BlendError(f"pad_id {self.pad_id} is negative; give a token id of the vocabulary (or omit it: "
-                             "the EOD id is used)", "pad_id")
+            raise ConfigError(f"pad_id {self.pad_id} is negative; give a token id of the vocabulary (or omit it: "
+                              "the EOD id is used)", "pad_id")
 
     @property
     def extra_token(self) -> int:
@@ -157,7 +165,7 @@ class BlendConfig:
     """Seed of every shuffle (Megatron's ``--seed``)."""
     tokenizer: TokenizerSpec | None = None
     """The expected tokenizer; every source's ``.meta.json`` must agree with it."""
-    cache_dir: str | None = None
+    cache_dir: str | None = field(default=None, metadata=PATH)
     """Where index maps are cached (relative to the blend's folder, or a URL shared by every node); the default is
     in docs/blends.md."""
     storage_options: dict[str, Any] | None = None
@@ -167,11 +175,11 @@ class BlendConfig:
     """Default ``max_epochs`` for sources that set none."""
     samples: SampleOptions = field(default_factory=SampleOptions)
     """Sample contents (loss mask, positions, document boundaries)."""
-    packing: str = "concat"
+    packing: str = field(default="concat", metadata=OMITTED_AT_DEFAULT)
     """``concat``: documents back to back, cut every S + 1 tokens (Megatron's GPTDataset, bit for bit);
     ``best_fit``: whole documents placed into samples by best-fit decreasing, the rest padded, every sample
     carrying its document boundaries."""
-    packing_window: int = DEFAULT_PACKING_WINDOW
+    packing_window: int = field(default=DEFAULT_PACKING_WINDOW, metadata=OMITTED_AT_DEFAULT)
     """``best_fit``: how many documents (in shuffled order) are sorted and packed together."""
     schedule: tuple[PhaseConfig, ...] | None = None
     """The train mix in phases, instead of a weight per source (:mod:`corpus.blending.schedule`); the valid and
@@ -186,17 +194,17 @@ class BlendConfig:
 
     def __post_init__(self) -> None:
         if self.seq_length < 2:
-            raise BlendError(f"seq_length {self.seq_length} must be at least 2", "seq_length")
+            raise ConfigError(f"seq_length {self.seq_length} must be at least 2", "seq_length")
         if not 0 <= self.seed < 2**32:
-            raise BlendError(f"seed {self.seed} must be in [0, 2**32) (numpy's RandomState)", "seed")
+            raise ConfigError(f"seed {self.seed} must be in [0, 2**32) (numpy's RandomState)", "seed")
         if self.max_epochs is not None and self.max_epochs < 1:
-            raise BlendError(f"max_epochs {self.max_epochs} must be >= 1", "max_epochs")
+            raise ConfigError(f"max_epochs {self.max_epochs} must be >= 1", "max_epochs")
         if self.packing not in PACKINGS:
-            raise BlendError(f"{self.packing!r} is not a packing; write packing: concat (Megatron's samples) or "
-                             "packing: best_fit (whole documents, padded)", "packing")
+            raise ConfigError(f"{self.packing!r} is not a packing; write packing: concat (Megatron's samples) or "
+                              "packing: best_fit (whole documents, padded)", "packing")
         if self.packing_window < 1:
-            raise BlendError(f"packing_window {self.packing_window} must be at least 1 (documents packed together; "
-                             f"default {DEFAULT_PACKING_WINDOW})", "packing_window")
+            raise ConfigError(f"packing_window {self.packing_window} must be at least 1 (documents packed together; "
+                              f"default {DEFAULT_PACKING_WINDOW})", "packing_window")
         if isinstance(self.sources, dict):
             self._check_per_split()
         else:
@@ -218,49 +226,49 @@ class BlendConfig:
 
     def _check_split_string(self) -> None:
         if not _SPLIT_PATTERN.match(self.split) or not sum(float(x) for x in self.split.split(",")) > 0:
-            raise BlendError(f"{self.split!r} is not a split; write up to three shares like \"99,1,0\" "
-                             "(train, valid, test; at least one > 0)", "split")
+            raise ConfigError(f"{self.split!r} is not a split; write up to three shares like \"99,1,0\" "
+                              "(train, valid, test; at least one > 0)", "split")
 
     def _check_per_split(self) -> None:
         if self.split is not None:
-            raise BlendError("'split' cannot be used with per-split source lists; remove it (each list is "
-                             "used whole for its split)", "split")
+            raise ConfigError("'split' cannot be used with per-split source lists; remove it (each list is "
+                              "used whole for its split)", "split")
         for name, sources in self.sources.items():
             if name not in SPLIT_NAMES:
-                raise BlendError(f"unknown split {name!r}; per-split lists are named {', '.join(SPLIT_NAMES)}",
-                                 f"sources.{name}")
+                raise ConfigError(f"unknown split {name!r}; per-split lists are named {', '.join(SPLIT_NAMES)}",
+                                  f"sources.{name}")
             _check_source_list(sources, f"sources.{name}")
 
     def _check_schedule(self) -> None:
         train = self.split_sources("train")
         key = "sources.train" if isinstance(self.sources, dict) else "sources"
         if not train:
-            raise BlendError("a schedule mixes the train sources, and there are none; add a 'train' list or remove "
-                             "the schedule", key)
+            raise ConfigError("a schedule mixes the train sources, and there are none; add a 'train' list or remove "
+                              "the schedule", key)
         for index, source in enumerate(train):
             if source.weight is not None:
-                raise BlendError("the schedule gives the train weights; remove this weight (or the schedule)",
-                                 f"{key}[{index}].weight")
+                raise ConfigError("the schedule gives the train weights; remove this weight (or the schedule)",
+                                  f"{key}[{index}].weight")
         check_schedule(self.schedule, tuple(source.name for source in train))
 
     def _check_mixing(self) -> None:
         if self.schedule is not None:
-            raise BlendError("a blend has a schedule or online mixing, not both; remove one of them", "mixing")
+            raise ConfigError("a blend has a schedule or online mixing, not both; remove one of them", "mixing")
         train = self.split_sources("train")
         key = "sources.train" if isinstance(self.sources, dict) else "sources"
         if not train:
-            raise BlendError("online mixing mixes the train sources, and there are none; add a 'train' list or "
-                             "remove mixing", key)
+            raise ConfigError("online mixing mixes the train sources, and there are none; add a 'train' list or "
+                              "remove mixing", key)
         if len(train) < 2:
-            raise BlendError("online mixing needs at least two train sources to move weights between; add one or "
-                             "remove mixing", key)
+            raise ConfigError("online mixing needs at least two train sources to move weights between; add one or "
+                              "remove mixing", key)
         if train[0].weight is None:
-            raise BlendError("online mixing starts from the sources' weights (its prior); give every train source a "
-                             "weight", f"{key}[0].weight")
+            raise ConfigError("online mixing starts from the sources' weights (its prior); give every train source a "
+                              "weight", f"{key}[0].weight")
         try:
             self.mixing.check_sources(tuple(source.name for source in train))
-        except BlendError as failure:
-            raise BlendError(failure.problem, f"mixing.{failure.key}") from None
+        except ConfigError as failure:
+            raise ConfigError(failure.problem, f"mixing.{failure.key}") from None
 
     def mixed_online(self, split: str) -> bool:
         """Whether ``split``'s weights move during the run (the train split of a blend with ``mixing``)."""
@@ -306,38 +314,38 @@ class BlendConfig:
         expanded = os.path.expanduser(path)
         return expanded if os.path.isabs(expanded) else os.path.normpath(os.path.join(self.base_dir, expanded))
 
-    def error(self, problem: str, key: str) -> BlendError:
-        """A :class:`BlendError` located at ``key`` of this blend's file."""
+    def error(self, problem: str, key: str) -> ConfigError:
+        """A :class:`ConfigError` located at ``key`` of this blend's file."""
         source = read_yaml(self.origin) if self.origin and os.path.isfile(self.origin) else None
         if source is None:
-            return BlendError(problem, key, self.origin)
-        return BlendError(problem).located(parse_key(key), source.file, source.line)
+            return ConfigError(problem, key, self.origin)
+        return ConfigError(problem).located(parse_key(key), source.file, source.line)
 
 
 def _check_source_list(sources: tuple[SourceConfig, ...], key: str) -> None:
     if not sources:
-        raise BlendError("no sources; list at least one {name, prefix, weight}", key)
+        raise ConfigError("no sources; list at least one {name, prefix, weight}", key)
     names = [s.name for s in sources]
     for index, name in enumerate(names):
         if name in names[:index]:
-            raise BlendError(f"duplicate source name {name!r}; names must be unique", f"{key}[{index}].name")
+            raise ConfigError(f"duplicate source name {name!r}; names must be unique", f"{key}[{index}].name")
     weighted = [s.weight is not None for s in sources]
     if any(weighted) and not all(weighted):
         index = weighted.index(False)
-        raise BlendError("weight missing here but given on other sources; give every source a weight, or none "
-                         "(one epoch of each source)", f"{key}[{index}].weight")
+        raise ConfigError("weight missing here but given on other sources; give every source a weight, or none "
+                          "(one epoch of each source)", f"{key}[{index}].weight")
 
 
 def blend_from_dict(data: object, origin: str | None = None, base_dir: str | os.PathLike = ".") -> BlendConfig:
     """A :class:`BlendConfig` from an already-parsed mapping (paths relative to ``base_dir``)."""
-    return build(BlendConfig, data, error=BlendError, extra={"origin": origin, "base_dir": str(base_dir)})
+    return build(BlendConfig, data, extra={"origin": origin, "base_dir": str(base_dir)})
 
 
 def load_blend(path: str | os.PathLike, **overrides: object) -> BlendConfig:
     """Read and validate a blend file. ``overrides`` replace top-level keys (``seq_length=1024``,
     ``seed=…``, ``cache_dir=…``) or sample options (``eod_mask_loss=True``), validated the same way."""
-    source = read_yaml(path, BlendError)
-    config = build(BlendConfig, source.data, (), source, BlendError,
+    source = read_yaml(path)
+    config = build(BlendConfig, source.data, (), source,
                    extra={"origin": str(path), "base_dir": str(Path(path).resolve().parent)})
     return apply_overrides(config, **overrides)
 
@@ -345,28 +353,28 @@ def load_blend(path: str | os.PathLike, **overrides: object) -> BlendConfig:
 def apply_overrides(config: BlendConfig, **overrides: object) -> BlendConfig:
     """``config`` with top-level fields or sample options replaced (None values are ignored). A
     ``cache_dir`` given here is relative to the working directory, not to the blend's folder."""
-    top = typing.get_type_hints(BlendConfig)
+    top = typing.get_type_hints(type(config))
     sample_hints = typing.get_type_hints(SampleOptions)
     changes, sample_changes = {}, {}
     for name, value in overrides.items():
         if value is None:
             continue
         if name in sample_hints:
-            sample_changes[name] = coerce(value, sample_hints[name], ("samples", name), None, BlendError)
+            sample_changes[name] = coerce(value, sample_hints[name], ("samples", name))
         elif name in top and name not in ("sources", "origin", "base_dir", "samples"):
-            changes[name] = coerce(value, top[name], (name,), None, BlendError)
+            changes[name] = coerce(value, top[name], (name,))
             if name == "cache_dir":  # given on a command line: relative to where it was typed
                 changes[name] = storage.absolute(os.path.expanduser(changes[name]))
         else:
-            raise BlendError(f"cannot override {name!r}; overridable: "
-                             f"{', '.join(n for n in top if n not in ('sources', 'origin', 'base_dir', 'samples'))}, "
-                             f"{', '.join(sample_hints)}")
+            raise ConfigError(f"cannot override {name!r}; overridable: "
+                              f"{', '.join(n for n in top if n not in ('sources', 'origin', 'base_dir', 'samples'))}, "
+                              f"{', '.join(sample_hints)}")
     if sample_changes:
         changes["samples"] = dataclasses.replace(config.samples, **sample_changes)
     try:
         return dataclasses.replace(config, **changes) if changes else config
-    except BlendError as failure:
-        raise BlendError(failure.problem, failure.key, config.origin) from None
+    except ConfigError as failure:
+        raise ConfigError(failure.problem, failure.key, config.origin) from None
 
 
 def blend_from_data_path(data_path: list[str], split: str | None, seq_length: int, seed: int = 1234,
@@ -395,26 +403,32 @@ def _is_number(text: str) -> bool:
 
 
 def blend_to_dict(config: BlendConfig) -> dict:
-    """The YAML mapping of ``config`` with every path made absolute (so it can be saved anywhere)."""
-    def source(s: SourceConfig) -> dict:
-        entry = {"name": s.name, "prefix": config.resolve_path(s.prefix), "weight": s.weight,
-                 "max_epochs": s.max_epochs}
-        return {k: v for k, v in entry.items() if v is not None}
+    """The YAML mapping of ``config`` with every path made absolute (so it can be saved anywhere): every field
+    that is set, in the order the dataclasses declare them."""
+    return _to_yaml(config, config)
 
-    sources = ({k: [source(s) for s in v] for k, v in config.sources.items()} if isinstance(config.sources, dict)
-               else [source(s) for s in config.sources])
-    data = {"seq_length": config.seq_length, "seed": config.seed, "split": config.split, "sources": sources,
-            "max_epochs": config.max_epochs, "samples": dataclasses.asdict(config.samples),
-            **({"packing": config.packing, "packing_window": config.packing_window} if config.packing != "concat"
-               else {}),
-            "schedule": ([{k: v for k, v in dataclasses.asdict(phase).items() if v is not None}
-                          for phase in config.schedule] if config.schedule else None),
-            "mixing": dataclasses.asdict(config.mixing) if config.mixing else None,
-            "cache_dir": config.resolve_path(config.cache_dir) if config.cache_dir else None,
-            "storage_options": config.storage_options,
-            "tokenizer": ({"kind": config.tokenizer.kind, "path": config.resolve_path(config.tokenizer.path)
-                           if config.tokenizer.path else None} if config.tokenizer else None)}
-    return {k: v for k, v in data.items() if v is not None}
+
+def fingerprint_fields(options: BlendConfig | SampleOptions, config: BlendConfig) -> dict:
+    """The fields of ``options`` (the blend, or its sample options) as the blend's fingerprint takes them, as YAML
+    data: a :data:`CHANGES_SAMPLES` field only when set to other than its default; with ``options`` the sample
+    options, every other field too."""
+    return {f.name: _to_yaml(getattr(options, f.name), config) for f in dataclasses.fields(options)
+            if (getattr(options, f.name) != f.default if f.metadata.get("changes_samples")
+                else isinstance(options, SampleOptions))}
+
+
+def _to_yaml(value: object, config: BlendConfig) -> object:
+    """``value`` as YAML data: a dataclass as the mapping of its fields that are set (not None, and not at a default
+    that :data:`OMITTED_AT_DEFAULT` leaves out), its :data:`PATH` fields made absolute; tuples as lists."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: config.resolve_path(item) if f.metadata.get("path") else _to_yaml(item, config)
+                for f in yaml_fields(type(value)) if (item := getattr(value, f.name)) is not None
+                and not (f.metadata.get("omitted_at_default") and item == f.default)}
+    if isinstance(value, (tuple, list)):
+        return [_to_yaml(item, config) for item in value]
+    if isinstance(value, dict):
+        return {key: _to_yaml(item, config) for key, item in value.items()}
+    return value
 
 
 def dump_blend(config: BlendConfig, path: str | os.PathLike) -> None:

@@ -23,8 +23,10 @@ import numpy as np
 from corpus import storage
 from corpus.blending.index_maps import prepare_kernels
 from corpus.blending.map_cache import Entry, MapCache, cache_key
+from corpus.core.errors import ConfigError
 from corpus.indexed import HEADER_SIZE, IndexedReader, idx_path, read_header, sidecar, strip_suffix
-from corpus.indexed.prefixes import PrefixNotFound, expand
+from corpus.indexed.errors import PrefixNotFound
+from corpus.indexed.prefixes import expand
 from corpus.inspect.checks import CheckOptions, check_prefix
 
 log = logging.getLogger(__name__)
@@ -34,15 +36,6 @@ EOD_KEYS = ("eod_id", "eod")
 #: Sidecar keys that may hold the pad id, looked up the same way.
 PAD_KEYS = ("pad_id", "pad")
 _OPEN_SHARDS = 64
-
-
-class SourceError(Exception):
-    """A source's files are missing, corrupt or inconsistent (``key`` is relative to the source;
-    :mod:`corpus.blending.resolve` turns it into a located BlendError)."""
-
-    def __init__(self, problem: str, key: str = "prefix") -> None:
-        self.problem, self.key = problem, key
-        super().__init__(problem)
 
 
 def eod_of(meta: dict | None, keys: tuple[str, ...] = EOD_KEYS) -> int | None:
@@ -60,7 +53,7 @@ def find_shards(spec: str) -> tuple[list[str], set[str]]:
     try:
         prefixes = expand(spec)
     except PrefixNotFound as error:
-        raise SourceError(f"{error} (did `corpus tokenize --output-prefix` write it?)") from None
+        raise ConfigError(f"{error} (did `corpus tokenize --output-prefix` write it?)", "prefix") from None
     folder = not storage.has_magic(spec) and storage.isdir(spec)
     if storage.has_magic(spec) or folder:
         pattern = storage.join(storage.escape(spec), "*") if folder else strip_suffix(spec)
@@ -71,8 +64,8 @@ def find_shards(spec: str) -> tuple[list[str], set[str]]:
         metas = {p for p in prefixes if storage.isfile(p + sidecar.SIDE_SUFFIX)}
     missing = [p for p in prefixes if p not in bins]
     if missing:
-        raise SourceError(f"{missing[0]}.bin: no such file ({len(missing)} of {len(prefixes)} shards lack their "
-                          ".bin); copy it next to its .idx or re-run corpus tokenize")
+        raise ConfigError(f"{missing[0]}.bin: no such file ({len(missing)} of {len(prefixes)} shards lack their "
+                          ".bin); copy it next to its .idx or re-run corpus tokenize", "prefix")
     return prefixes, metas & set(prefixes)
 
 
@@ -102,8 +95,9 @@ def validate_pair(prefix: str) -> None:
     problems = check_prefix(prefix, CheckOptions(max_problems=1, read_tokens=not remote))
     if problems:
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
-        raise SourceError(f"{problems[0]}{more}: this pair is damaged and is not read; list every problem with "
-                          f"corpus inspect --check {prefix}, then re-run corpus tokenize for it (or restore it)")
+        raise ConfigError(f"{problems[0]}{more}: this pair is damaged and is not read; list every problem with "
+                          f"corpus inspect --check {prefix}, then re-run corpus tokenize for it (or restore it)",
+                          "prefix")
     if remote:
         log.info("%s: token ids not checked against the vocabulary (a remote pair: every token would be downloaded); "
                  "corpus inspect --check on a local copy checks them", prefix)
@@ -116,13 +110,13 @@ def _sidecar_facts(prefixes: list[str], metas: set[str]) -> dict:
         try:
             meta = sidecar.read(prefix)
         except ValueError as error:
-            raise SourceError(str(error)) from None
+            raise ConfigError(str(error), "prefix") from None
         this = sidecar.tokenizer_identity(meta)
         if first is None:
             first, first_prefix, identity = meta, prefix, this
         elif this is not None and identity is not None and this != identity:
-            raise SourceError(f"shards were tokenized differently: {first_prefix} used {identity[:2]}, {prefix} used "
-                              f"{this[:2]}; re-tokenize them with one tokenizer")
+            raise ConfigError(f"shards were tokenized differently: {first_prefix} used {identity[:2]}, {prefix} used "
+                              f"{this[:2]}; re-tokenize them with one tokenizer", "prefix")
         identity = identity or this
     missing = [p for p in prefixes if p not in metas]
     record = (first or {}).get("tokenizer") or {}
@@ -148,8 +142,8 @@ def _build_table(prefixes: list[str], metas: set[str]) -> tuple[dict[str, np.nda
         validate_pair(prefix)
         shard_dtype, shard_lengths, shard_documents = _read_shard(prefix)
         if dtype is not None and shard_dtype != dtype:
-            raise SourceError(f"{prefix}.idx has token dtype {shard_dtype} but {dtype_prefix}.idx has {dtype}; "
-                              "all shards of a source must come from one tokenizer")
+            raise ConfigError(f"{prefix}.idx has token dtype {shard_dtype} but {dtype_prefix}.idx has {dtype}; "
+                              "all shards of a source must come from one tokenizer", "prefix")
         dtype, dtype_prefix = shard_dtype, dtype_prefix or prefix
         lengths.append(shard_lengths)
         starts.append(starts[-1] + len(shard_lengths))
@@ -236,7 +230,7 @@ class Source:
 
 
 def load_source(name: str, spec: str, cache: MapCache) -> Source:
-    """Find the shards of ``spec`` and load (or build) its table. Raises :class:`SourceError`."""
+    """Find the shards of ``spec`` and load (or build) its table. Raises :class:`ConfigError`."""
     prefixes, metas = find_shards(spec)
     key = table_key(prefixes, metas)
     def build() -> tuple[dict[str, np.ndarray], dict]:

@@ -3,6 +3,13 @@
 Every error a user can cause (a bad file, option, key or input record) derives from :class:`UserError`;
 the CLI catches it in one place (``cli/app.py``) and prints its message alone, without a traceback, with
 exit status 1. The message names the thing (file, line, key or flag) and the fix.
+
+The kinds every layer shares live here: :class:`ConfigError` (the one class for a wrong option or config value,
+with its key), :class:`InputError` (an input file, record or dataset that is missing or unusable) and
+``corpus.core.disk.OutputError`` (a place that cannot be written). A package defines its own class only where a
+caller must tell that failure apart, and then in the package's ``errors.py`` (``corpus.storage.errors``,
+``corpus.indexed.errors``, ``trainer.errors``…). Exceptions that never leave their module (control flow) are
+private (``_Stopped``) and say why in their docstring.
 """
 
 from __future__ import annotations
@@ -14,7 +21,11 @@ KeyPath = tuple[typing.Union[str, int], ...]
 
 
 class UserError(Exception):
-    """An error caused by input or options, with a message written for the person who ran the command."""
+    """An error caused by input or options, with a message written for the person who ran the command.
+
+    ``exit_code`` is the command's exit status when it ends with this error."""
+
+    exit_code = 1
 
 
 class ConfigError(UserError, ValueError):
@@ -32,6 +43,11 @@ class ConfigError(UserError, ValueError):
         path = prefix + parse_key(self.key)
         return type(self)(self.problem, format_key(path), file or self.file,
                           line_of(path) if line_of else self.line)
+
+
+class InputError(UserError):
+    """An input names nothing readable, or what it names cannot be used as asked (a missing or unsupported file,
+    an empty glob, datasets that cannot be combined, metrics that hold no records)."""
 
 
 def format_key(path: KeyPath) -> str:

@@ -25,15 +25,11 @@ TWO_PANELS = (12.0, 4.5)
 THREE_PANELS = (18.0, 4.5)
 
 
-class PlotError(UserError):
-    """A figure cannot be written (matplotlib missing, unsupported file type)."""
-
-
 def require_matplotlib(option: str) -> None:
-    """Raise :class:`PlotError` naming ``option`` (what asked for the figure) and the install command when
+    """Raise :class:`UserError` naming ``option`` (what asked for the figure) and the install command when
     matplotlib is not importable."""
     if missing("matplotlib"):
-        raise PlotError(f"{option} needs matplotlib, which is not installed: {install_hint('matplotlib')} "
+        raise UserError(f"{option} needs matplotlib, which is not installed: {install_hint('matplotlib')} "
                         f"(or pip install matplotlib), or drop {option}")
 
 
@@ -46,7 +42,7 @@ def require_image(path: str | os.PathLike, option: str) -> None:
     supported = FigureCanvasBase.get_supported_filetypes()
     fmt = Path(path).suffix.lstrip(".").lower()
     if fmt not in supported:
-        raise PlotError(f"{option} {path}: unsupported image type {fmt or '(none)'}; use one of: "
+        raise UserError(f"{option} {path}: unsupported image type {fmt or '(none)'}; use one of: "
                         f"{', '.join(sorted(supported))}")
 
 

@@ -37,7 +37,7 @@ class YamlSource:
         return self.lines.get(path)
 
 
-def read_yaml(path: str | Path, error: type[ConfigError] = ConfigError) -> YamlSource:
+def read_yaml(path: str | Path) -> YamlSource:
     """Parse a YAML file, keeping the line of each mapping key and list item.
 
     The file must be UTF-8 (what every config of the project is written in; a Latin-1 comment or a UTF-16 file is
@@ -47,10 +47,10 @@ def read_yaml(path: str | Path, error: type[ConfigError] = ConfigError) -> YamlS
     try:
         raw = Path(path).read_bytes()
     except FileNotFoundError:
-        raise error("no such file", file=file) from None
+        raise ConfigError("no such file", file=file) from None
     except OSError as failure:
-        raise error(f"cannot read ({failure.strerror})", file=file) from None
-    text = _utf8_text(raw, file, error)
+        raise ConfigError(f"cannot read ({failure.strerror})", file=file) from None
+    text = _utf8_text(raw, file)
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
@@ -58,32 +58,31 @@ def read_yaml(path: str | Path, error: type[ConfigError] = ConfigError) -> YamlS
     except yaml.YAMLError as failure:
         mark = getattr(failure, "problem_mark", None)
         problem = getattr(failure, "problem", None) or str(failure)
-        raise error(f"not valid YAML: {problem}", file=file, line=mark.line + 1 if mark else None) from None
+        raise ConfigError(f"not valid YAML: {problem}", file=file, line=mark.line + 1 if mark else None) from None
     finally:
         loader.dispose()
     lines: dict[KeyPath, int] = {}
     if node is not None:
-        _record_lines(node, (), lines, file, error)
+        _record_lines(node, (), lines, file)
     return YamlSource(file, data, lines)
 
 
-def _utf8_text(raw: bytes, file: str, error: type[ConfigError]) -> str:
-    """``raw`` decoded as UTF-8 (a UTF-8 byte-order mark allowed); anything else is ``error`` naming the line and
-    byte offset of the first byte that is not UTF-8."""
+def _utf8_text(raw: bytes, file: str) -> str:
+    """``raw`` decoded as UTF-8 (a UTF-8 byte-order mark allowed); anything else is a :class:`ConfigError` naming
+    the line and byte offset of the first byte that is not UTF-8."""
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as failure:
         line = raw.count(b"\n", 0, failure.start) + 1
         byte = raw[failure.start]
         encoding = " (a UTF-16 byte-order mark)" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
-        raise error(f"not UTF-8: byte 0x{byte:02x} at offset {failure.start}{encoding} cannot be decoded; save the "
-                    "file as UTF-8", file=file, line=line) from None
+        raise ConfigError(f"not UTF-8: byte 0x{byte:02x} at offset {failure.start}{encoding} cannot be decoded; save "
+                          "the file as UTF-8", file=file, line=line) from None
 
 
-def _record_lines(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], file: str,
-                  error: type[ConfigError]) -> None:
-    """Record the line of every key and item under ``node``; a key given twice in one mapping is ``error``
-    naming both lines."""
+def _record_lines(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], file: str) -> None:
+    """Record the line of every key and item under ``node``; a key given twice in one mapping is a
+    :class:`ConfigError` naming both lines."""
     lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         first: dict[str, yaml.Mark] = {}
@@ -91,14 +90,14 @@ def _record_lines(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], fil
             key, mark = key_node.value, key_node.start_mark
             if isinstance(key_node, yaml.ScalarNode):
                 if key in first:
-                    raise error(f"key {key!r} is given twice ({_both_places(first[key], mark)}); keep one",
-                                format_key(path + (key,)), file, mark.line + 1)
+                    raise ConfigError(f"key {key!r} is given twice ({_both_places(first[key], mark)}); keep one",
+                                      format_key(path + (key,)), file, mark.line + 1)
                 first[key] = mark
             lines[path + (key,)] = mark.line + 1
-            _record_lines(value_node, path + (key,), lines, file, error)
+            _record_lines(value_node, path + (key,), lines, file)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _record_lines(item, path + (index,), lines, file, error)
+            _record_lines(item, path + (index,), lines, file)
 
 
 def _both_places(earlier: yaml.Mark, later: yaml.Mark) -> str:
@@ -115,23 +114,23 @@ def yaml_fields(cls: type) -> list[dataclasses.Field]:
 
 class _Place:
     """Where the values being checked came from: a file (with lines when it was YAML) or a name such as
-    ``flags``; and the error class to raise."""
+    ``flags``."""
 
-    def __init__(self, source: YamlSource | None, where: str | None, error: type[ConfigError]) -> None:
-        self.source, self.error = source, error
+    def __init__(self, source: YamlSource | None, where: str | None) -> None:
+        self.source = source
         self.file = source.file if source else where
 
     def fail(self, problem: str, path: KeyPath) -> ConfigError:
-        return self.error(problem).located(path, self.file, self.source.line if self.source else None)
+        return ConfigError(problem).located(path, self.file, self.source.line if self.source else None)
 
 
 def build(cls: type, value: object, path: KeyPath = (), source: YamlSource | None = None,
-          error: type[ConfigError] = ConfigError, extra: dict | None = None, where: str | None = None):
+          extra: dict | None = None, where: str | None = None):
     """A ``cls`` made from the mapping ``value``, its keys and value types checked.
 
     ``path`` is where ``value`` sits in the file, ``source`` the YAML file it came from (for lines) or ``where``
     names its origin otherwise (``"flags"``, a file read elsewhere); ``extra`` sets fields a mapping may not."""
-    return _build(cls, value, path, _Place(source, where, error), extra)
+    return _build(cls, value, path, _Place(source, where), extra)
 
 
 def _build(cls: type, value: object, path: KeyPath, place: _Place, extra: dict | None = None):
@@ -156,10 +155,10 @@ def _build(cls: type, value: object, path: KeyPath, place: _Place, extra: dict |
 
 
 def coerce(value: object, hint: object, path: KeyPath = (), source: YamlSource | None = None,
-           error: type[ConfigError] = ConfigError, where: str | None = None):
+           where: str | None = None):
     """``value`` checked against the type ``hint`` (see the module docstring), lists made tuples where the hint
     is a tuple; a :class:`ConfigError` at ``path`` otherwise."""
-    return _coerce(value, hint, path, _Place(source, where, error))
+    return _coerce(value, hint, path, _Place(source, where))
 
 
 def _coerce(value: object, hint: object, path: KeyPath, place: _Place):

@@ -6,17 +6,17 @@ The byte layout is documented in ``format``.
 Every problem with a file is raised as :class:`IndexFormatError`, which names the file and what is
 wrong, so a corrupt pair never surfaces as a numpy traceback or a silent wrong read.
 
-Modules: ``format`` (layout, :class:`IndexFormatError`, paths), ``reader`` (:class:`IndexedReader`),
-``writer`` (:class:`IndexedWriter`). Import the public names from here.
+Modules: ``errors`` (:class:`IndexFormatError` and the others callers tell apart), ``format`` (layout, paths),
+``reader`` (:class:`IndexedReader`), ``writer`` (:class:`IndexedWriter`). Import the public names from here.
 """
 
+from corpus.indexed.errors import IndexFormatError
 from corpus.indexed.format import (
     CODE_BY_DTYPE,
     DTYPE_BY_CODE,
     HEADER_SIZE,
     MAGIC,
     VERSION,
-    IndexFormatError,
     IndexHeader,
     bin_path,
     cast_tokens,

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from corpus import storage
-from corpus.core.errors import UserError
+from corpus.indexed.errors import IndexFormatError
 from corpus.storage import ObjectPath
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -42,18 +42,6 @@ CODE_BY_DTYPE: dict[np.dtype, int] = {dtype: code for code, dtype in DTYPE_BY_CO
 
 # Validation and index writing walk the arrays in chunks so memory stays bounded on huge files.
 _CHUNK = 1 << 20
-
-
-class IndexFormatError(UserError, ValueError):
-    """A ``.bin/.idx`` pair is malformed or inconsistent.
-
-    ``path`` is the offending file; the message says what is wrong and, where possible, how to fix it.
-    """
-
-    def __init__(self, path: str | os.PathLike, problem: str) -> None:
-        self.path = str(path)
-        self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
 
 
 def token_dtype_for_vocab(vocab_size: int | None) -> np.dtype:

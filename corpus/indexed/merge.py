@@ -16,16 +16,12 @@ from dataclasses import dataclass
 
 from corpus import storage
 from corpus.core.disk import OutputError, free_bytes
-from corpus.core.errors import UserError
+from corpus.core.errors import InputError
 from corpus.indexed import IndexedWriter, bin_path, idx_path, read_header, sidecar
 from corpus.indexed.prefixes import expand_all
 from corpus.indexed.publish import output_stage, publish_pair
 
 log = logging.getLogger(__name__)
-
-
-class MergeError(UserError):
-    """The inputs of a merge cannot be combined (mixed dtypes or tokenizers, output among inputs)."""
 
 
 @dataclass(frozen=True)
@@ -44,14 +40,14 @@ def _check_compatible(prefixes: list[str]) -> tuple[object, dict | None]:
     dtypes = {p: read_header(idx_path(p)).dtype for p in prefixes}
     if len(set(dtypes.values())) > 1:
         listing = ", ".join(f"{p} ({d})" for p, d in dtypes.items())
-        raise MergeError(f"inputs have different token dtypes: {listing}; re-tokenize them with one tokenizer")
+        raise InputError(f"inputs have different token dtypes: {listing}; re-tokenize them with one tokenizer")
     metas = {p: sidecar.read(p) for p in prefixes}
     identities = {p: sidecar.tokenizer_identity(m) for p, m in metas.items()}
     known = {p: i for p, i in identities.items() if i is not None}
     if len(set(known.values())) > 1:
         first = next(iter(known))
         other = next(p for p, i in known.items() if i != known[first])
-        raise MergeError(
+        raise InputError(
             f"inputs were tokenized differently: {first} used {known[first][:2]}, {other} used {known[other][:2]}; "
             "merge only files made with the same tokenizer and options"
         )
@@ -71,7 +67,7 @@ def merge(inputs: list[str] | tuple[str, ...], output_prefix: str, storage_optio
     output_prefix = str(output_prefix)
     prefixes = expand_all(inputs)
     if output_prefix in prefixes:
-        raise MergeError(f"output prefix {output_prefix} is also an input; choose another --output-prefix")
+        raise InputError(f"output prefix {output_prefix} is also an input; choose another --output-prefix")
     dtype, first_meta = _check_compatible(prefixes)
     needed = sum(storage.info(bin_path(p)).size + storage.info(idx_path(p)).size for p in prefixes)
     stage = output_stage(output_prefix)

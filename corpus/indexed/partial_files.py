@@ -11,7 +11,8 @@ from typing import Iterator
 import numpy as np
 
 from corpus.core.disk import guard
-from corpus.indexed.format import _CHUNK, IndexFormatError
+from corpus.indexed.errors import IndexFormatError
+from corpus.indexed.format import _CHUNK
 
 
 def sync(handle) -> None:

@@ -9,13 +9,8 @@ from __future__ import annotations
 import os
 
 from corpus import storage
-from corpus.core.errors import UserError
 from corpus.indexed import idx_path, strip_suffix
-
-
-class PrefixNotFound(UserError, FileNotFoundError):
-    """A user-given dataset spec matched no ``.idx`` file."""
-
+from corpus.indexed.errors import PrefixNotFound
 
 
 def expand(spec: str | os.PathLike) -> list[str]:

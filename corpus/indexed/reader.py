@@ -9,15 +9,8 @@ import numpy as np
 
 from corpus import storage
 from corpus.indexed import sidecar
-from corpus.indexed.format import (
-    _CHUNK,
-    IndexFormatError,
-    bin_path,
-    idx_path,
-    index_arrays,
-    read_header,
-    strip_suffix,
-)
+from corpus.indexed.errors import IndexFormatError, SidecarError
+from corpus.indexed.format import _CHUNK, bin_path, idx_path, index_arrays, read_header, strip_suffix
 
 
 class IndexedReader:
@@ -126,7 +119,7 @@ class IndexedReader:
         for empty documents); a missing or unreadable sidecar says nothing."""
         try:
             meta = sidecar.parse(self.prefix)
-        except sidecar.SidecarError:
+        except SidecarError:
             return False
         return meta is not None and meta.get("one_sequence_per_document") is True
 

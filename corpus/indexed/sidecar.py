@@ -17,19 +17,11 @@ from typing import Callable, Iterable
 from corpus import storage
 from corpus.core.atomic_write import write_atomically
 from corpus.core.disk import guard
-from corpus.core.errors import UserError
+from corpus.indexed.errors import SidecarError
 from corpus.storage import ObjectPath
 
 TOOL_NAME = "blendforge"
 SIDE_SUFFIX = ".meta.json"
-
-
-class SidecarError(UserError, ValueError):
-    """A sidecar is not valid JSON, not an object, or holds values of the wrong type."""
-
-    def __init__(self, path: str | os.PathLike, problem: str) -> None:
-        self.path, self.problem = str(path), problem
-        super().__init__(f"{path}: {problem}; delete it or re-run corpus tokenize")
 
 
 def _count(value: object) -> bool:

@@ -18,17 +18,8 @@ from corpus import storage
 from corpus.core.disk import guard
 from corpus.indexed import sidecar
 from corpus.indexed.append import Appender, BlockDigest, digest_of, file_tree_digest
-from corpus.indexed.format import (
-    _CHUNK,
-    CODE_BY_DTYPE,
-    HEADER_SIZE,
-    MAGIC,
-    VERSION,
-    IndexFormatError,
-    bin_path,
-    cast_tokens,
-    idx_path,
-)
+from corpus.indexed.errors import IndexFormatError
+from corpus.indexed.format import _CHUNK, CODE_BY_DTYPE, HEADER_SIZE, MAGIC, VERSION, bin_path, cast_tokens, idx_path
 from corpus.indexed.partial_files import (
     NoSyncBehind,
     SpillBuffer,

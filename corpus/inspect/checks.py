@@ -22,17 +22,9 @@ import numpy as np
 
 from corpus import storage
 from corpus.core.errors import UserError
-from corpus.indexed import (
-    HEADER_SIZE,
-    IndexFormatError,
-    bin_path,
-    idx_path,
-    index_arrays,
-    read_header,
-    sidecar,
-    strip_suffix,
-)
+from corpus.indexed import HEADER_SIZE, bin_path, idx_path, index_arrays, read_header, sidecar, strip_suffix
 from corpus.indexed.append import file_tree_digest
+from corpus.indexed.errors import IndexFormatError, SidecarError
 from corpus.inspect.stats import DOCUMENT_CHUNK, iter_document_bounds, iter_token_chunks
 from corpus.tokenizers.registry import family_of, fingerprinted_files
 
@@ -431,7 +423,7 @@ def _read_meta(prefix: str) -> tuple[dict | None, tuple[str, ...]]:
     """The sidecar's sound values and every problem with it (each one reported, none raised)."""
     try:
         raw = sidecar.parse(prefix)
-    except sidecar.SidecarError as error:
+    except SidecarError as error:
         return None, (error.problem,)
     if raw is None:
         return None, ()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corpus import storage
-from corpus.core.errors import UserError
+from corpus.core.errors import InputError
 from corpus.indexed import bin_path, idx_path, read_header, sidecar
 from corpus.indexed.append import file_tree_digest
 from corpus.indexed.prefixes import expand_all
@@ -19,10 +19,6 @@ from corpus.inspect.checks import CheckOptions, check_prefix, unverified_files
 
 #: The checksum of each file this command records: the tree checksum every pair is written with now.
 RECORDED = {"bin": "bin_sha256_tree", "idx": "idx_sha256_tree"}
-
-
-class ChecksumError(UserError):
-    """Checksums cannot be recorded for a pair (it fails a check, or it is not on a local disk)."""
 
 
 @dataclass(frozen=True)
@@ -44,12 +40,12 @@ def add_checksums(datasets: list[str] | tuple[str, ...]) -> list[ChecksumResult]
     prefixes = expand_all(tuple(datasets))
     for prefix in prefixes:
         if storage.is_remote(prefix):
-            raise ChecksumError(f"{prefix}: checksums are recorded for pairs on a local disk; copy the pair here, "
-                                "run corpus add-checksums, and copy its .meta.json back")
+            raise InputError(f"{prefix}: checksums are recorded for pairs on a local disk; copy the pair here, "
+                             "run corpus add-checksums, and copy its .meta.json back")
         problems = check_prefix(prefix, CheckOptions(deep=True, max_problems=1))
         if problems:
-            raise ChecksumError(f"{prefix}: {len(problems)} problem(s), the first: {problems[0]}; checksums are "
-                                "recorded only for a pair every check passes (corpus inspect --check lists them)")
+            raise InputError(f"{prefix}: {len(problems)} problem(s), the first: {problems[0]}; checksums are "
+                             "recorded only for a pair every check passes (corpus inspect --check lists them)")
     return [_record(prefix) for prefix in prefixes]
 
 

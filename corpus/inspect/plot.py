@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from corpus.core import figures
+from corpus.core.errors import UserError
 from corpus.indexed import IndexedReader
 from corpus.inspect.stats import token_frequencies
 from corpus.inspect.summary import InspectReport
@@ -28,7 +29,7 @@ LEGEND_LIMIT = 10
 
 
 def require_image(path: str | os.PathLike) -> None:
-    """Raise :class:`~corpus.core.figures.PlotError` when ``--plot path`` cannot be written (matplotlib missing: with
+    """Raise :class:`~UserError` when ``--plot path`` cannot be written (matplotlib missing: with
     the install command; an unknown image type: with the known ones)."""
     figures.require_image(path, "--plot")
 
@@ -62,8 +63,8 @@ def write_plot(path: str | os.PathLike, reports: list[InspectReport]) -> None:
     drawn = [report for report in reports if report.num_tokens]
     if not drawn:
         names = ", ".join(str(report.prefix) for report in reports) or "no dataset"
-        raise figures.PlotError(f"--plot {path}: nothing to draw: {names} holds no tokens; tokenize text into it, "
-                                "or drop --plot")
+        raise UserError(f"--plot {path}: nothing to draw: {names} holds no tokens; tokenize text into it, "
+                        "or drop --plot")
     for report in reports:
         if not report.num_tokens:
             log.warning("%s holds no tokens: left out of the plot", report.prefix)

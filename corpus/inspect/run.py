@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from corpus import storage
-from corpus.indexed import IndexFormatError
+from corpus.indexed.errors import IndexFormatError
 from corpus.indexed.prefixes import expand_all
 from corpus.inspect.checks import CheckOptions, Problem, check_prefix, contents_unverified, id_space
+from corpus.inspect.errors import InspectError
 from corpus.inspect.plot import require_image, write_plot
 from corpus.inspect.show import DocumentRange, ShownDocument, show_documents
-from corpus.inspect.summary import InspectError, InspectReport, inspect_prefix
+from corpus.inspect.summary import InspectReport, inspect_prefix
 from corpus.tokenizers.decode import cached_tokenizer
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from corpus.core.errors import UserError
+from corpus.core.errors import ConfigError, UserError
 from corpus.indexed import IndexedReader
 from corpus.tokenizers.decode import cached_tokenizer, decode_or_none, recorded_tokenizer
 
@@ -18,10 +18,6 @@ if TYPE_CHECKING:
     from corpus.tokenizers import TextTokenizer, TokenizerConfig
 
 log = logging.getLogger(__name__)
-
-
-class ShowError(UserError):
-    """A ``--show`` selection is malformed or outside the file."""
 
 
 @dataclass(frozen=True)
@@ -39,18 +35,18 @@ class DocumentRange:
             start = int(head) if head.strip() or not colon else 0
             stop = start + 1 if not colon else int(tail) if tail.strip() else None
         except ValueError:
-            raise ShowError(f"--show {text!r}: expected N (one document) or A:B (documents A to B-1), "
-                            "e.g. 0:5") from None
+            raise ConfigError(f"--show {text!r}: expected N (one document) or A:B (documents A to B-1), "
+                              "e.g. 0:5") from None
         if start < 0 or (stop is not None and stop <= start):
-            raise ShowError(f"--show {text!r}: give document numbers from 0 with B greater than A, e.g. 0:5")
+            raise ConfigError(f"--show {text!r}: give document numbers from 0 with B greater than A, e.g. 0:5")
         return cls(start, stop)
 
     def resolve(self, num_documents: int, prefix: str) -> range:
         """The document numbers to show in a file of ``num_documents``; out of range is an error."""
         stop = num_documents if self.stop is None else self.stop
         if self.start >= num_documents or stop > num_documents:
-            raise ShowError(f"{prefix}: --show asks for documents up to {max(self.start, stop - 1)} "
-                            f"but the file has {num_documents} (0..{num_documents - 1})")
+            raise ConfigError(f"{prefix}: --show asks for documents up to {max(self.start, stop - 1)} "
+                              f"but the file has {num_documents} (0..{num_documents - 1})")
         return range(self.start, stop)
 
 
@@ -68,14 +64,14 @@ class ShownDocument:
 
 def resolve_tokenizer(prefix: str, config: "TokenizerConfig | None", meta: dict | None) -> "TextTokenizer | None":
     """The tokenizer to decode with: ``config`` when given, else the one the sidecar of ``prefix``
-    records, else None. A record that cannot be rebuilt (file moved, other tool) is a :class:`ShowError`."""
+    records, else None. A record that cannot be rebuilt (file moved, other tool) is a :class:`ConfigError`."""
     if config is not None:
         return cached_tokenizer(config)
     try:
         return recorded_tokenizer((meta or {}).get("tokenizer"))
     except UserError as error:
-        raise ShowError(f"{prefix}: cannot rebuild the tokenizer its sidecar records ({error}); "
-                        "give --tokenizer-type/--tokenizer-model to decode") from None
+        raise ConfigError(f"{prefix}: cannot rebuild the tokenizer its sidecar records ({error}); "
+                          "give --tokenizer-type/--tokenizer-model to decode") from None
 
 
 def show_documents(prefix: str, selection: DocumentRange, config: "TokenizerConfig | None",

@@ -12,13 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from corpus.core.errors import UserError
 from corpus.indexed import VERSION, IndexedReader, sidecar
+from corpus.inspect.errors import InspectError
 from corpus.inspect.stats import Histogram, LengthStats, document_lengths, length_histogram, length_stats
-
-
-class InspectError(UserError):
-    """A dataset cannot be inspected as asked (unreadable sidecar, bad option combination)."""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from corpus.readers.batches import (
     Slice,
     describe_location,
 )
-from corpus.readers.inputs import InputError, InputFile, expand_inputs, format_of
+from corpus.readers.inputs import InputFile, expand_inputs, format_of
 from corpus.readers.lines import lines_before, read_lines
 from corpus.readers.parquet import read_rows, row_group_positions
 from corpus.readers.records import Extracted, extract
@@ -49,7 +49,7 @@ def read_slices(slices: list[Slice], options: ReadOptions, resume: ResumePoint |
 
 
 __all__ = [
-    "ColumnPayload", "Extracted", "InputError", "InputFile", "LinePayload", "RawBatch", "ReadOptions", "ResumePoint",
+    "ColumnPayload", "Extracted", "InputFile", "LinePayload", "RawBatch", "ReadOptions", "ResumePoint",
     "Slice", "describe_location", "expand_inputs", "extract", "format_of", "lines_before", "read_slices",
     "row_group_positions", "READERS",
 ]

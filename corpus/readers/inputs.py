@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corpus import storage
-from corpus.core.errors import UserError
+from corpus.core.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +27,6 @@ FORMATS: dict[str, str] = {
     ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",
     ".parquet": "parquet", ".pq": "parquet",
 }
-
-
-class InputError(UserError):
-    """An ``--input`` names nothing readable (missing file, unsupported format, empty glob)."""
 
 
 @dataclass(frozen=True)

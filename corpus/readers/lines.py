@@ -25,8 +25,9 @@ RAW_BLOCK = 1 << 20
 _BOM = b"\xef\xbb\xbf"
 
 
-class ReadFailure(Exception):
-    """A compressed stream is truncated or corrupt at compressed position ``pos``."""
+class _ReadFailure(Exception):
+    """A compressed stream is truncated or corrupt at compressed position ``pos``. Private: the slice reader turns
+    it into a batch's read error, which the pipeline reports with the file under its ``--on-error`` policy."""
 
     def __init__(self, reason: str, pos: int) -> None:
         super().__init__(reason)
@@ -48,14 +49,14 @@ DECOMPRESSORS: dict[str, Callable[[], object]] = {
 
 def _compressed_blocks(handle, fmt: str, skip: int) -> Iterator[tuple[int, bytes]]:
     """Decompressed blocks with the compressed position they came from; the first ``skip``
-    decompressed bytes are dropped (resume). Raises :class:`ReadFailure` on a bad or cut stream."""
+    decompressed bytes are dropped (resume). Raises :class:`_ReadFailure` on a bad or cut stream."""
     decompressor, fed, pos = DECOMPRESSORS[fmt](), False, 0
     while raw := handle.read(RAW_BLOCK):
         while raw:
             try:
                 out = decompressor.decompress(raw)
             except Exception as error:  # zlib.error / ZstdError: both mean a corrupt stream
-                raise ReadFailure(f"corrupt {fmt.split('.')[-1]} stream ({error})", pos) from None
+                raise _ReadFailure(f"corrupt {fmt.split('.')[-1]} stream ({error})", pos) from None
             fed = True
             raw = decompressor.unused_data if decompressor.eof else b""
             if decompressor.eof:
@@ -67,7 +68,7 @@ def _compressed_blocks(handle, fmt: str, skip: int) -> Iterator[tuple[int, bytes
                 yield pos, out
         pos = handle.tell()
     if fed:
-        raise ReadFailure(f"truncated {fmt.split('.')[-1]} stream: the file ends before the end of the compressed "
+        raise _ReadFailure(f"truncated {fmt.split('.')[-1]} stream: the file ends before the end of the compressed "
                           "data", pos)
 
 
@@ -96,7 +97,7 @@ def _split(blocks: Iterator[tuple[int, bytes]], offset: int, exact: bool) -> Ite
                 pieces, first_pos = [], pos
             if parts[-1]:
                 pieces.append(parts[-1])
-    except ReadFailure as failure:
+    except _ReadFailure as failure:
         if pieces:
             failure.reason += " (its last line is incomplete)"
         raise
@@ -189,7 +190,7 @@ def read_lines(piece: Slice, slice_index: int, resume: ResumePoint, options: Rea
                 held += len(line)
                 if len(batch) >= batch_size or held >= batch_bytes:
                     yield emit(pos)
-        except ReadFailure as failure:
+        except _ReadFailure as failure:
             if piece.start <= min(failure.pos, size - 1) < piece.end:
                 yield emit(failure.pos, error=failure.reason, last=True)
                 return

@@ -2,7 +2,8 @@
 
 fsspec's filesystems (s3fs, gcsfs, adlfs) raise ``FileNotFoundError``/``PermissionError`` or their client's own
 exceptions (botocore's ``NoCredentialsError``, ``EndpointConnectionError``, aiohttp's connection errors); they are
-told apart here by type and by the class names along the exception's chain, so nothing imports botocore.
+told apart here by their types and by the S3 error codes their answers carry, along the exception's chain; nothing
+here imports botocore.
 :func:`is_transient` says which failures are worth another try (throttling, dropped connections).
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import http.client
+import sys
 
 from corpus.core.errors import UserError
 
@@ -31,36 +33,65 @@ class MissingExtra(StorageError):
     """The fsspec package for a URL's scheme is not installed."""
 
 
-#: Class names (along the exception chain) that mean: no credentials were found.
-_NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError",
-                   "ProfileNotFound", "DefaultCredentialsError"}
-#: ... that the endpoint cannot be reached.
-_UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError", "ConnectionRefusedError",
-                "ClientConnectorDNSError", "ServerTimeoutError", "gaierror"}
-#: ... that a connection dropped, a read timed out mid-transfer or the server was busy (worth another try).
-_DROPPED = {"ClientPayloadError", "IncompleteRead", "ServerDisconnectedError", "ConnectionResetError",
-            "ReadTimeoutError", "ResponseStreamingError", "ProtocolError", "BrokenPipeError", "ShortRead",
-            "ClientOSError", "TimeoutError", "FSTimeoutError", "ServerBusy", "IncompleteReadError",
-            "ConnectionClosedError"}
-#: Standard-library types of a connection that dropped or stalled (subclasses included: ``http.client``'s
+#: Client exception types, named by the module that defines them (``builtins`` for Python's own). They are looked up
+#: only among modules already imported: an exception of a client that was never imported cannot occur, so telling
+#: failures apart imports no client. Matched by exact type, not subclass: aiohttp's ``ClientConnectorError`` (the
+#: endpoint is unreachable) is a ``ClientOSError`` (a dropped connection).
+ClientTypes = dict[str, tuple[str, ...]]
+#: No credentials were found.
+_NO_CREDENTIALS: ClientTypes = {
+    "botocore.exceptions": ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError",
+                            "ProfileNotFound"),
+    "google.auth.exceptions": ("DefaultCredentialsError",),
+}
+#: The endpoint cannot be reached.
+_UNREACHABLE: ClientTypes = {
+    "botocore.exceptions": ("EndpointConnectionError", "ConnectTimeoutError"),
+    "urllib3.exceptions": ("ConnectTimeoutError",),
+    "aiohttp": ("ClientConnectorError", "ClientConnectorDNSError", "ServerTimeoutError"),
+    "builtins": ("ConnectionRefusedError",),
+    "socket": ("gaierror",),
+}
+#: A connection dropped, a read timed out mid-transfer or the server was busy (worth another try).
+_DROPPED: ClientTypes = {
+    "botocore.exceptions": ("ReadTimeoutError", "ResponseStreamingError", "IncompleteReadError",
+                            "ConnectionClosedError"),
+    "urllib3.exceptions": ("IncompleteRead", "ProtocolError", "ReadTimeoutError"),
+    "aiohttp": ("ClientPayloadError", "ServerDisconnectedError", "ClientOSError"),
+    "fsspec.exceptions": ("FSTimeoutError",),
+    "asyncio": ("IncompleteReadError",),
+}
+#: Standard-library types of a connection that dropped or stalled, subclasses included (``http.client``'s
 #: ``RemoteDisconnected``, a connection closed before any answer, is a ``ConnectionResetError``).
 _DROPPED_TYPES = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError, TimeoutError,
                   http.client.IncompleteRead, http.client.BadStatusLine)
-#: Words of a throttling or temporary server error (S3's 503 SlowDown, 500 InternalError).
-_THROTTLED = ("SlowDown", "reduce your request rate", "Service Unavailable", "ServiceUnavailable", "InternalError",
-              "(503)", "RequestTimeout")
+#: S3 error codes of throttling or a temporary failure (a 503 SlowDown, a 500 InternalError, a 400 RequestTimeout).
+_THROTTLED = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "ThrottlingException"}
 
 
-class ShortRead(Exception):
+class Transient(Exception):
+    """A request failed in a way the same request may mend. Internal to this package: retried, and what outlives
+    the retries becomes a :class:`StorageError`."""
+
+
+class ShortRead(Transient):
     """A ranged read returned fewer bytes than asked (a connection closed early without an error)."""
 
 
+class ServerBusy(Transient):
+    """The store answered a request with a 5xx status (throttling, a temporary failure)."""
+
+
 class ObjectChanged(Exception):
-    """The store's answer does not fit the object as it was listed (another size, a range that is gone)."""
+    """The store's answer does not fit the object as it was listed (another size, a range that is gone). Internal to
+    this package: :func:`translate` says what it means and what to do."""
 
 
-class ServerBusy(Exception):
-    """The store answered a request with a 5xx status (throttling, a temporary failure): worth another try."""
+def store_answer(failure: Exception, code: str, status: int) -> Exception:
+    """``failure`` carrying a store's error answer in botocore's shape (``response``), so that an answer read
+    without botocore is told apart by the same code and status as one read with it."""
+    failure.response = {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
+    return failure
 
 
 def _chain(error: BaseException) -> list[BaseException]:
@@ -71,15 +102,35 @@ def _chain(error: BaseException) -> list[BaseException]:
     return seen
 
 
-def _names(error: BaseException) -> set[str]:
-    return {type(e).__name__ for e in _chain(error)}
+def _types(table: ClientTypes) -> set[type]:
+    """The classes of ``table`` whose modules are imported."""
+    found = set()
+    for module_name, names in table.items():
+        module = sys.modules.get(module_name)
+        found.update(getattr(module, name) for name in names if isinstance(getattr(module, name, None), type))
+    return found
+
+
+def _any_of(error: BaseException, table: ClientTypes) -> bool:
+    """Whether an exception along ``error``'s chain is exactly one of ``table``'s types."""
+    types = _types(table)
+    return any(type(e) in types for e in _chain(error))
+
+
+def _response(error: BaseException) -> dict:
+    response = getattr(error, "response", None)
+    return response if isinstance(response, dict) else {}
 
 
 def _server_status(error: BaseException) -> int:
     """The HTTP status a client error carries (botocore's and aiobotocore's ``response`` record), else 0."""
-    response = getattr(error, "response", None)
-    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") if isinstance(response, dict) else None
+    status = _response(error).get("ResponseMetadata", {}).get("HTTPStatusCode")
     return status if isinstance(status, int) else 0
+
+
+def error_codes(error: BaseException) -> set[str]:
+    """The S3 error codes (``NoSuchKey``, ``SlowDown``…) the answers along ``error``'s chain carry."""
+    return {code for e in _chain(error) if isinstance(code := _response(e).get("Error", {}).get("Code"), str)}
 
 
 def is_transient(error: BaseException) -> bool:
@@ -89,13 +140,12 @@ def is_transient(error: BaseException) -> bool:
     retried requests (a multipart upload's parts) is not tried again as a whole because of it."""
     if isinstance(error, (FileNotFoundError, PermissionError, StorageError)):
         return False
-    if _names(error) & _DROPPED or any(isinstance(e, _DROPPED_TYPES) for e in _chain(error)):
+    chain = _chain(error)
+    if any(isinstance(e, (Transient, *_DROPPED_TYPES)) for e in chain) or _any_of(error, _DROPPED):
         return True
     # Any 5xx answer, or 429: botocore reports an answer it could not read (a body cut short) as a bare 500.
-    if any(_server_status(e) >= 500 or _server_status(e) == 429 for e in _chain(error)):
-        return True
-    text = " ".join(str(e) for e in _chain(error))
-    return any(word in text for word in _THROTTLED)
+    return (any(_server_status(e) >= 500 or _server_status(e) == 429 for e in chain)
+            or bool(error_codes(error) & _THROTTLED))
 
 
 def _bucket(url: str) -> str:
@@ -106,26 +156,27 @@ def translate(error: BaseException, url: str, action: str) -> StorageError:
     """The :class:`StorageError` a person reads for ``error`` raised while ``action`` (``read``, ``list``…) ``url``."""
     if isinstance(error, StorageError):
         return error
-    names = _names(error)
+    codes = error_codes(error)
     detail = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
-    if "NoSuchBucket" in names or "bucket does not exist" in detail.lower():
+    if "NoSuchBucket" in codes:
         return StorageError(f"{url}: bucket '{_bucket(url)}' does not exist (check the bucket name, and that "
                             f"{ENDPOINT_HINT} points at the store that holds it)")
-    if "ObjectChanged" in names or "InvalidRange" in names or "InvalidRange" in detail:
+    if any(isinstance(e, ObjectChanged) for e in _chain(error)) or "InvalidRange" in codes:
         return StorageError(f"{url}: {CHANGED} ({detail})")
-    if isinstance(error, FileNotFoundError) or "NoSuchKey" in names or any(_server_status(e) == 404
+    if isinstance(error, FileNotFoundError) or "NoSuchKey" in codes or any(_server_status(e) == 404
                                                                            for e in _chain(error)):
         return ObjectNotFound(f"{url}: no such object (check the path; `aws s3 ls` or the store's console lists "
                               "what is there)")
-    if names & _NO_CREDENTIALS:
+    if _any_of(error, _NO_CREDENTIALS):
         return StorageError(f"{url}: no credentials found for the store ({detail}); set AWS_ACCESS_KEY_ID and "
                             "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or pass --storage-options '{\"anon\": true}' "
                             "for a public bucket")
-    if isinstance(error, PermissionError) or "AccessDenied" in detail or "Forbidden" in detail:
+    if isinstance(error, PermissionError) or "AccessDenied" in codes or any(_server_status(e) == 403
+                                                                            for e in _chain(error)):
         return StorageError(f"{url}: access denied while trying to {action} it ({detail}); check that the "
                             f"credentials in use (AWS_PROFILE, AWS_ACCESS_KEY_ID) may {action} this bucket")
-    if names & _UNREACHABLE or (isinstance(error, OSError) and error.errno in (errno.ECONNREFUSED,
-                                                                                errno.EHOSTUNREACH)):
+    if _any_of(error, _UNREACHABLE) or (isinstance(error, OSError) and error.errno in (errno.ECONNREFUSED,
+                                                                                       errno.EHOSTUNREACH)):
         return StorageError(f"{url}: cannot reach the store's endpoint ({detail}); check {ENDPOINT_HINT} and the "
                             "network")
     if is_transient(error):

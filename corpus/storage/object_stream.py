@@ -22,7 +22,7 @@ import threading
 import urllib.error
 import urllib.request
 
-from corpus.storage.errors import ObjectChanged, ServerBusy, ShortRead
+from corpus.storage.errors import ObjectChanged, ServerBusy, ShortRead, store_answer
 from corpus.storage.filesystems import call
 from corpus.storage.s3_client import S3Client
 
@@ -40,7 +40,8 @@ TIMEOUT_S = 60
 
 
 class _Closed(Exception):
-    """The stream was closed while receiving; ends the receiving thread without a retry."""
+    """The stream was closed while receiving. Private: it ends the receiving thread without a retry, and is never
+    seen outside it."""
 
 
 def _opener(verify: bool | str) -> urllib.request.OpenerDirector:
@@ -60,14 +61,16 @@ def _failure(error: urllib.error.HTTPError) -> Exception:
     message = re.search(r"<Message>([^<]*)</Message>", body)
     text = f"{code.group(1) if code else error.reason}: {message.group(1) if message else ''} ({error.code})"
     if error.code == 404:
-        return FileNotFoundError(text)
-    if error.code == 403:
-        return PermissionError(text)
-    if error.code >= 500:
-        return ServerBusy(text)
-    if error.code == 416:
-        return ObjectChanged(f"it is shorter than when it was listed ({error.code})")
-    return OSError(text)
+        failure: Exception = FileNotFoundError(text)
+    elif error.code == 403:
+        failure = PermissionError(text)
+    elif error.code >= 500:
+        failure = ServerBusy(text)
+    elif error.code == 416:
+        failure = ObjectChanged(f"it is shorter than when it was listed ({error.code})")
+    else:
+        failure = OSError(text)
+    return store_answer(failure, code.group(1) if code else "", error.code)
 
 
 class ObjectStream:

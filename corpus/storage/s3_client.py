@@ -21,7 +21,7 @@ import re
 import threading
 
 from corpus.core.optional import installed, missing
-from corpus.storage.errors import MissingExtra, ObjectChanged
+from corpus.storage.errors import MissingExtra, ObjectChanged, error_codes
 from corpus.storage.filesystems import PACKAGES, call, options_for
 from corpus.storage.paths import protocol_of
 
@@ -44,8 +44,7 @@ def _split(url: str) -> tuple[str, str]:
 
 def _not_found(error: Exception) -> bool:
     """Whether a botocore error says the key is not there (a HEAD's bare 404 included)."""
-    code = str(getattr(error, "response", {}).get("Error", {}).get("Code", ""))
-    return code in ("404", "NoSuchKey", "NotFound")
+    return bool(error_codes(error) & {"404", "NoSuchKey", "NotFound"})
 
 
 class S3Client:

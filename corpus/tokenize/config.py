@@ -16,10 +16,6 @@ from corpus.tokenizers.config import TokenizerConfig
 ON_ERROR = ("fail", "skip")
 
 
-class TokenizeConfigError(ConfigError):
-    """An option of ``corpus tokenize`` is invalid."""
-
-
 @dataclass
 class TokenizeConfig:
     """What to tokenize, how, and where to write it."""
@@ -97,15 +93,15 @@ class TokenizeConfig:
         }
         for name, (ok, message) in checks.items():
             if not ok:
-                raise TokenizeConfigError(f"{message} (got {getattr(self, name)!r})")
+                raise ConfigError(f"{message} (got {getattr(self, name)!r})")
         if self.output_prefix.endswith(("/", os.sep)):
             folder = self.output_prefix.rstrip("/" + os.sep) or self.output_prefix
-            raise TokenizeConfigError(
+            raise ConfigError(
                 f"--output-prefix {self.output_prefix} ends with a folder separator, so the outputs would be named "
                 f"{self.output_prefix}_{self.json_keys[0]}_document.*; end it with a file name, e.g. "
                 f"--output-prefix {os.path.join(folder, 'web')}")
         if not isinstance(self.tokenizer, TokenizerConfig):
-            raise TokenizeConfigError(f"tokenizer must be a TokenizerConfig, not {type(self.tokenizer).__name__}")
+            raise ConfigError(f"tokenizer must be a TokenizerConfig, not {type(self.tokenizer).__name__}")
 
     @property
     def processes(self) -> int:
@@ -127,4 +123,4 @@ class TokenizeConfig:
 def config_from_mapping(values: dict) -> TokenizeConfig:
     """Build a config from a plain dict (e.g. JSON or YAML), through the project's validator: unknown keys and
     wrongly typed values are named; the ``tokenizer`` mapping becomes a :class:`TokenizerConfig`."""
-    return build(TokenizeConfig, values, error=TokenizeConfigError, where="tokenize config")
+    return build(TokenizeConfig, values, where="tokenize config")

@@ -11,11 +11,10 @@ from corpus import storage
 from corpus.core.disk import OutputError
 from corpus.readers import lines_before
 from corpus.tokenize import resume_state as checkpoints
-from corpus.tokenize.input_check import EncoderMismatch
+from corpus.tokenize.errors import BadRecordError, EncoderMismatch
 from corpus.tokenize.job import Job
 from corpus.tokenize.join import remove_parts
 from corpus.tokenize.outputs import Outputs, publish_outputs
-from corpus.tokenize.part import BadRecordError
 from corpus.tokenize.stats import Counters
 from corpus.tokenizers.select import record_difference
 

@@ -14,15 +14,11 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Iterator
 
-from corpus.core.errors import UserError
 from corpus.readers import RawBatch
 from corpus.tokenize.ahead import run_ahead
+from corpus.tokenize.errors import WorkerDied
 from corpus.tokenize.processes import worker_context
 from corpus.tokenize.worker import BatchEncoder, EncodedBatch, WorkerSpec, encode_in_worker, start_worker
-
-
-class WorkerDied(UserError):
-    """A worker process ended abruptly (killed, out of memory): an encoder here, or a part's (``pool``)."""
 
 
 def encode_inline(batches: Iterator[RawBatch], encoder: BatchEncoder) -> Iterator[tuple[RawBatch, EncodedBatch]]:

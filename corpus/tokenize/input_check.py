@@ -23,8 +23,8 @@ from queue import SimpleQueue
 
 import numpy as np
 
-from corpus.core.errors import UserError
 from corpus.readers import ColumnPayload, LinePayload, RawBatch, describe_location, extract
+from corpus.tokenize.errors import EncoderMismatch
 from corpus.tokenize.worker import BatchEncoder, EncodedBatch, WorkerSpec, pack
 from corpus.tokenizers import TextTokenizer, TokenizerConfig, build_tokenizer
 
@@ -32,10 +32,6 @@ log = logging.getLogger(__name__)
 
 #: Differing records named in the error.
 SHOWN = 3
-
-
-class EncoderMismatch(UserError):
-    """The fast encoder wrote other ids than the reference library gives for the same records."""
 
 
 @dataclass

@@ -17,8 +17,9 @@ from corpus.indexed.sidecar import options_hash
 from corpus.readers import ReadOptions, Slice, describe_location, expand_inputs, extract, read_slices
 from corpus.tokenize import resume_state as checkpoints
 from corpus.tokenize.config import TokenizeConfig
+from corpus.tokenize.errors import BadRecordError
 from corpus.tokenize.input_check import InputCheck
-from corpus.tokenize.part import BadRecordError, PartTask
+from corpus.tokenize.part import PartTask
 from corpus.tokenize.plan import MIN_PARALLEL_BYTES, MIN_PARALLEL_CORES, Part, plan_parts
 from corpus.tokenize.pool import PartPool
 from corpus.tokenize.shards import Shard, plan_slices, resolve_shard

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Callable
 
 from corpus.tokenize.ending import failing_cleanly, finish
-from corpus.tokenize.executor import WorkerDied
+from corpus.tokenize.errors import BadRecordError, WorkerDied
 from corpus.tokenize.job import Job
 from corpus.tokenize.join import Joiner, part_prefix, parts_folder
 from corpus.tokenize.outputs import Outputs
-from corpus.tokenize.part import BadRecordError
 from corpus.tokenize.pool import Event, PartPool
 from corpus.tokenize.progress import Progress
 from corpus.tokenize.stats import Counters

@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from corpus.core.errors import UserError
 from corpus.indexed.append import file_tree_digest
-from corpus.readers import RawBatch, ReadOptions, describe_location, read_slices
+from corpus.readers import RawBatch, ReadOptions, read_slices
 from corpus.tokenize import resume_state as checkpoints
+from corpus.tokenize.errors import BadRecordError, ResumeError
 from corpus.tokenize.executor import encode_in_pool, encode_inline
 from corpus.tokenize.outputs import Outputs, output_prefix_for
 from corpus.tokenize.plan import Part
@@ -30,25 +30,6 @@ log = logging.getLogger(__name__)
 Report = Callable[[Counters, int], None]
 #: ``offer(batch, result)``: a written batch handed to the input check (:mod:`corpus.tokenize.input_check`).
 Offer = Callable[[RawBatch, EncodedBatch], None]
-
-
-class BadRecordError(UserError):
-    """A bad input record under ``--on-error fail``. ``location`` and ``reason`` say where and what; a location in a
-    slice numbered from its start (:attr:`corpus.readers.Slice.relative_lines`) carries that slice's ``start``."""
-
-    def __init__(self, location: dict, reason: str, prefix: str, slice_start: int | None = None,
-                 message: str | None = None) -> None:
-        self.location, self.reason, self.prefix, self.slice_start = location, reason, prefix, slice_start
-        super().__init__(message or bad_record_message(location, reason, prefix))
-
-    def __reduce__(self):  # raised in a worker process, re-raised in the run's
-        return type(self), (self.location, self.reason, self.prefix, self.slice_start, str(self))
-
-
-def bad_record_message(location: dict, reason: str, prefix: str) -> str:
-    """What a bad record under ``--on-error fail`` says: where, why, and how to go on."""
-    return (f"{describe_location(location)}: {reason} (--on-error skip skips bad records and lists them in "
-            f"{prefix}.skipped.jsonl)")
 
 
 @dataclass(frozen=True)
@@ -219,7 +200,7 @@ def _part_state(task: PartTask) -> dict | None:
     unreadable: its record of being done is not synced)."""
     try:
         return checkpoints.load(task.prefix)
-    except checkpoints.ResumeError:
+    except ResumeError:
         log.warning("part %d of %s: its checkpoint %s is unreadable (the machine went down?); writing the part "
                     "again", task.part.index, task.run_prefix, checkpoints.state_path(task.prefix))
         return None

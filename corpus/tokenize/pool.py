@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 Settled = tuple[TokenizerConfig, int]
 
 class _Stopped(BaseException):
-    """Raised in the local worker's thread to stop its part when the run stops."""
+    """Raised in the local worker's thread to stop its part when the run stops. Private, and a ``BaseException`` so
+    that no ``except Exception`` in the part swallows it: the worker's loop ends on it."""
 
 
 @dataclass

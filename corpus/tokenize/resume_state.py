@@ -17,14 +17,10 @@ from pathlib import Path
 
 from corpus.core.atomic_write import write_atomically
 from corpus.core.disk import guard
-from corpus.core.errors import UserError
 from corpus.readers import ResumePoint
+from corpus.tokenize.errors import ResumeError
 
 STATE_VERSION = 2
-
-
-class ResumeError(UserError):
-    """``--resume`` cannot continue the interrupted run (different options or inputs, damaged state)."""
 
 
 def state_path(prefix: str) -> Path:

@@ -26,11 +26,12 @@ from corpus.indexed.sidecar import options_hash
 from corpus.tokenize import resume_state as checkpoints
 from corpus.tokenize.config import TokenizeConfig
 from corpus.tokenize.ending import RESUME_HINT, failing_cleanly, finalize, finish
+from corpus.tokenize.errors import BadRecordError
 from corpus.tokenize.job import Job, prepare
 from corpus.tokenize.join import remove_parts
 from corpus.tokenize.outputs import Outputs, output_prefix_for, unfinished_keys
 from corpus.tokenize.parallel import write_parts
-from corpus.tokenize.part import BadRecordError, PartWriting, write_part
+from corpus.tokenize.part import PartWriting, write_part
 from corpus.tokenize.progress import Progress
 from corpus.tokenize.stats import Counters, RunStats, peak_rss_mb, write_stats_json
 from corpus.tokenize.worker import BatchEncoder

@@ -13,15 +13,11 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from corpus.core.errors import UserError
+from corpus.core.errors import ConfigError
 from corpus.readers import InputFile, Slice
 
 #: Environment variables that name a process's rank and the world size, first match wins.
 LAUNCHER_VARIABLES = (("SLURM_PROCID", "SLURM_NTASKS"), ("RANK", "WORLD_SIZE"))
-
-
-class ShardError(UserError):
-    """Impossible ``--shard-index/--num-shards`` (or launcher variables)."""
 
 
 @dataclass(frozen=True)
@@ -46,17 +42,17 @@ def resolve_shard(index: int | None, count: int | None, environ: Mapping[str, st
                 try:
                     index, count = int(environ[rank_name]), int(environ[size_name])
                 except ValueError:
-                    raise ShardError(f"{rank_name}={environ[rank_name]!r}/{size_name}={environ[size_name]!r} are not "
-                                     "integers") from None
+                    raise ConfigError(f"{rank_name}={environ[rank_name]!r}/{size_name}={environ[size_name]!r} are not "
+                                      "integers") from None
                 source = f"{rank_name}/{size_name}"
                 break
         else:
             return Shard(0, 1, "default")
     if count is None:
-        raise ShardError("--shard-index needs --num-shards")
+        raise ConfigError("--shard-index needs --num-shards")
     index = 0 if index is None else index
     if count < 1 or not 0 <= index < count:
-        raise ShardError(f"shard index {index} of {count} is impossible (from {source}): need 0 <= index < count")
+        raise ConfigError(f"shard index {index} of {count} is impossible (from {source}): need 0 <= index < count")
     return Shard(index, count, source)
 
 

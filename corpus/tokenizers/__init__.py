@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from corpus.tokenizers.base import TextTokenizer, build_tokenizer
 from corpus.tokenizers.config import TokenizerConfig, config_from_dict, config_from_record
-from corpus.tokenizers.errors import TokenizeError, TokenizerConfigError
+from corpus.tokenizers.errors import TokenizeError
 from corpus.tokenizers.registry import TOKENIZER_TYPES
 from corpus.tokenizers.select import select_encoder, settled_encoder
 
@@ -28,7 +28,6 @@ __all__ = [
     "TextTokenizer",
     "TokenizeError",
     "TokenizerConfig",
-    "TokenizerConfigError",
     "build_tokenizer",
     "config_from_dict",
     "config_from_record",

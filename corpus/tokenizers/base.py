@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from corpus.core.errors import ConfigError
 from corpus.indexed.sidecar import fingerprint_files
 from corpus.tokenizers import long_texts
 from corpus.tokenizers.config import TokenizerConfig, existing_file
-from corpus.tokenizers.errors import TokenizeError, TokenizerConfigError
+from corpus.tokenizers.errors import TokenizeError
 from corpus.tokenizers.long_texts import CutRule
 from corpus.tokenizers.registry import OPTION_NAMES, fingerprinted_files, lookup
 
@@ -60,7 +61,7 @@ class TextTokenizer(ABC):
         self.bos = config.bos_id if config.bos_id is not None else bos
         for name, value in (("eod_id", config.eod_id), ("bos_id", config.bos_id)):
             if value is not None and value >= vocab_size:
-                raise TokenizerConfigError(f"{name} {value} is outside the vocabulary (size {vocab_size})")
+                raise ConfigError(f"{name} {value} is outside the vocabulary (size {vocab_size})")
 
     @abstractmethod
     def _encode_batch(self, texts: list[str]) -> list[list[int]]:
@@ -196,7 +197,7 @@ class TextTokenizer(ABC):
     def require_eod(self) -> int:
         """The EOD id for ``--append-eod``, or a clear error when this tokenizer has none."""
         if self.eod is None:
-            raise TokenizerConfigError(
+            raise ConfigError(
                 f"--append-eod: {self.config.type} tokenizer {self.config.model or ''} has no end-of-document "
                 "token (no eos_token in tokenizer_config.json and no known end-of-text special token); "
                 "pass --eod-id ID or drop --append-eod")

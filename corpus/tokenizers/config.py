@@ -12,8 +12,8 @@ import logging
 import os
 from dataclasses import dataclass
 
+from corpus.core.errors import ConfigError
 from corpus.core.typed_config import build
-from corpus.tokenizers.errors import TokenizerConfigError
 from corpus.tokenizers.registry import OPTION_NAMES, TOKENIZER_TYPES, TokenizerType, family_of, lookup
 
 log = logging.getLogger(__name__)
@@ -61,22 +61,22 @@ class TokenizerConfig:
     def __post_init__(self) -> None:
         spec = lookup(self.type)
         if self.encoder not in ENCODERS:
-            raise TokenizerConfigError(f"encoder {self.encoder!r} is not one of {', '.join(ENCODERS)}")
+            raise ConfigError(f"encoder {self.encoder!r} is not one of {', '.join(ENCODERS)}")
         if self.tiktoken_pattern not in TIKTOKEN_PATTERNS:
-            raise TokenizerConfigError(
+            raise ConfigError(
                 f"--tiktoken-pattern {self.tiktoken_pattern!r} is not one of {', '.join(TIKTOKEN_PATTERNS)} "
                 "(Megatron's split regexes, or the file's own encoding)")
         if self.tiktoken_num_special_tokens < MIN_TIKTOKEN_SPECIAL_TOKENS:
-            raise TokenizerConfigError(
+            raise ConfigError(
                 f"--tiktoken-num-special-tokens {self.tiktoken_num_special_tokens} is below "
                 f"{MIN_TIKTOKEN_SPECIAL_TOKENS}: Megatron's TikTokenizer reserves ids for "
                 "<unk> <s> </s> <mask> <pad> <cls> <sep>")
         if self.vocab_size is not None and self.vocab_size <= 0:
-            raise TokenizerConfigError(f"--vocab-size {self.vocab_size} must be positive")
+            raise ConfigError(f"--vocab-size {self.vocab_size} must be positive")
         for name in ("eod_id", "bos_id"):
             value = getattr(self, name)
             if value is not None and value < 0:
-                raise TokenizerConfigError(f"{name} {value} must be a non-negative token id")
+                raise ConfigError(f"{name} {value} must be a non-negative token id")
         _check_type_options(spec, self)
 
     def replace(self, **changes) -> "TokenizerConfig":
@@ -92,7 +92,7 @@ def _check_type_options(spec: TokenizerType, config: TokenizerConfig) -> None:
     """Refuse a config missing what its type needs; warn about file options the type ignores."""
     missing = [OPTION_NAMES[name] for name in spec.needs if getattr(config, name) in (None, "")]
     if missing:
-        raise TokenizerConfigError(f"--tokenizer-type {spec.name} needs {' and '.join(missing)} ({spec.files})")
+        raise ConfigError(f"--tokenizer-type {spec.name} needs {' and '.join(missing)} ({spec.files})")
     for name in ("model", "vocab_file", "merge_file"):
         if getattr(config, name) and name not in spec.needs:
             log.warning("%s is not used by --tokenizer-type %s; ignoring it", OPTION_NAMES[name], spec.name)
@@ -100,7 +100,7 @@ def _check_type_options(spec: TokenizerType, config: TokenizerConfig) -> None:
 
 def config_from_dict(values: dict, where: str = "tokenizer config") -> TokenizerConfig:
     """Build a config from a dict (the project's validator: unknown keys and wrong types named with ``where``)."""
-    return build(TokenizerConfig, values, error=TokenizerConfigError, where=where)
+    return build(TokenizerConfig, values, where=where)
 
 
 def config_from_record(record: dict) -> TokenizerConfig:
@@ -109,32 +109,32 @@ def config_from_record(record: dict) -> TokenizerConfig:
     The record keeps absolute paths; a file that moved since is reported with the record's path.
     """
     if not isinstance(record, dict) or "config" not in record:
-        raise TokenizerConfigError("tokenizer record has no 'config' (written by another tool or version?)")
+        raise ConfigError("tokenizer record has no 'config' (written by another tool or version?)")
     return config_from_dict({**record["config"], "encoder": "auto"}, where="sidecar tokenizer.config")
 
 
 def config_from_kind(kind: str, path: str | None) -> TokenizerConfig:
     """The config a blend file's ``tokenizer: {kind, path}`` names: ``kind`` a ``--tokenizer-type`` or a family
     (its first type taking one file), ``path`` that file. Kinds needing more than one file (GPT-2's vocab and
-    merges) or none (NullTokenizer's size) cannot be named so: a TokenizerConfigError says what to give instead."""
+    merges) or none (NullTokenizer's size) cannot be named so: a ConfigError says what to give instead."""
     family = family_of(kind)
     exact = next((spec for spec in TOKENIZER_TYPES.values() if spec.name.lower() == kind.lower()), None)
     spec = exact or next((spec for spec in TOKENIZER_TYPES.values() if spec.family == family), None)
     if spec is None:
-        raise TokenizerConfigError(f"unknown tokenizer kind {kind!r}; valid types: {', '.join(TOKENIZER_TYPES)}")
+        raise ConfigError(f"unknown tokenizer kind {kind!r}; valid types: {', '.join(TOKENIZER_TYPES)}")
     if spec.needs != ("model",):
-        raise TokenizerConfigError(f"tokenizer kind {kind!r} needs {spec.files}, not one path; give the trainer "
-                                   "--vocab-size, or --tokenizer-type with its files")
+        raise ConfigError(f"tokenizer kind {kind!r} needs {spec.files}, not one path; give the trainer "
+                          "--vocab-size, or --tokenizer-type with its files")
     return TokenizerConfig(type=spec.name, model=path)
 
 
 def existing_file(path: str | None, option: str, type_name: str, *, allow_dir: bool = False) -> str:
-    """``path`` made absolute, or a TokenizerConfigError saying which option is missing or wrong."""
+    """``path`` made absolute, or a ConfigError saying which option is missing or wrong."""
     if not path:
-        raise TokenizerConfigError(f"{type_name} needs {option} (the tokenizer file)")
+        raise ConfigError(f"{type_name} needs {option} (the tokenizer file)")
     absolute = os.path.abspath(os.path.expanduser(path))
     if os.path.isdir(absolute) and not allow_dir:
-        raise TokenizerConfigError(f"{option} {path}: is a directory; {type_name} needs a file")
+        raise ConfigError(f"{option} {path}: is a directory; {type_name} needs a file")
     if not os.path.exists(absolute):
-        raise TokenizerConfigError(f"{option} {path}: no such file or directory")
+        raise ConfigError(f"{option} {path}: no such file or directory")
     return absolute

@@ -22,7 +22,7 @@ def cached_tokenizer(config: TokenizerConfig) -> TextTokenizer:
 
 def recorded_tokenizer(record: dict | None) -> TextTokenizer | None:
     """The tokenizer a sidecar's ``tokenizer`` record describes (None without a record); a record that cannot be
-    rebuilt (file moved, other tool) raises :class:`~corpus.tokenizers.errors.TokenizerConfigError`."""
+    rebuilt (file moved, other tool) raises :class:`~ConfigError`."""
     if record is None:
         return None
     return cached_tokenizer(config_from_record(record))

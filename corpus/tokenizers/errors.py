@@ -1,13 +1,10 @@
-"""The tokenizers' errors: a wrong tokenizer option, a text that cannot be encoded, a tokenizer that cannot be
-written as Hugging Face files."""
+"""The tokenizers' errors that callers tell apart: a text that cannot be encoded (the pipeline applies its
+``--on-error`` policy to the record), a tokenizer that cannot be written as Hugging Face files (an export goes on
+without them). A wrong tokenizer option is a :class:`~corpus.core.errors.ConfigError`."""
 
 from __future__ import annotations
 
-from corpus.core.errors import ConfigError, UserError
-
-
-class TokenizerConfigError(ConfigError):
-    """A tokenizer option is wrong: unknown type, missing or unreadable file, impossible value."""
+from corpus.core.errors import UserError
 
 
 class TokenizeError(UserError):

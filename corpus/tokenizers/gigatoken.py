@@ -68,7 +68,8 @@ TIKTOKEN_SCHEMES = {
 
 
 class FastPathRefused(Exception):
-    """The tokenizer has no gigatoken form (the reason is the message)."""
+    """The tokenizer has no gigatoken form (the reason is the message). Internal to the tokenizers: the encoder
+    choice (``select``) catches it and keeps the reference library, logging the reason."""
 
 
 @dataclass(frozen=True)

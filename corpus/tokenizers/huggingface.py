@@ -20,9 +20,9 @@ import os
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
+from corpus.core.errors import ConfigError
 from corpus.tokenizers.base import HuggingFaceForm, TextTokenizer, library_version
 from corpus.tokenizers.config import TokenizerConfig, existing_file
-from corpus.tokenizers.errors import TokenizerConfigError
 from corpus.tokenizers.long_texts import REGEX_PRETOKENIZER, SPACE_PREFIXED, CutRule
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,8 @@ AFFIX_PROBES = ("affix probe", "下一个 42 probe")
 
 
 class AffixError(ValueError):
-    """The post-processor adds tokens that depend on the text (they cannot be added around pieces)."""
+    """The post-processor adds tokens that depend on the text (they cannot be added around pieces). Internal to the
+    tokenizers: this module encodes such texts whole, and the encoder choice (``select``) keeps the reference."""
 
 
 class HuggingFaceTextTokenizer(TextTokenizer):
@@ -146,9 +147,9 @@ def _read_json(path: str) -> dict:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except (OSError, ValueError) as error:
-        raise TokenizerConfigError(f"{path}: cannot read it as JSON ({error})") from None
+        raise ConfigError(f"{path}: cannot read it as JSON ({error})") from None
     if not isinstance(data, dict):
-        raise TokenizerConfigError(f"{path}: expected a JSON object")
+        raise ConfigError(f"{path}: expected a JSON object")
     return data
 
 
@@ -199,7 +200,7 @@ def _add_named_tokens(tokenizer: Tokenizer, named: dict[str, str], additional: l
     tokens = list(dict.fromkeys([*named.values(), *additional]))
     unknown = [token for token in tokens if tokenizer.token_to_id(token) is None]
     if unknown:
-        raise TokenizerConfigError(
+        raise ConfigError(
             f"{source}: special token(s) {', '.join(unknown)} named in its config are not in tokenizer.json's "
             "vocabulary; fix the config or the tokenizer")
     tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in tokens])
@@ -211,8 +212,8 @@ def tokenizer_json_path(model: str) -> str:
     if os.path.isdir(path):
         path = os.path.join(path, "tokenizer.json")
         if not os.path.isfile(path):
-            raise TokenizerConfigError(f"--tokenizer-model {model}: the directory has no tokenizer.json "
-                                       "(blendforge reads HuggingFace fast-tokenizer files only)")
+            raise ConfigError(f"--tokenizer-model {model}: the directory has no tokenizer.json "
+                              "(blendforge reads HuggingFace fast-tokenizer files only)")
     return path
 
 
@@ -232,7 +233,7 @@ def load_tokenizer_json(path: str) -> Tokenizer:
     try:
         tokenizer = Tokenizer.from_file(path)
     except Exception as error:  # noqa: BLE001 - the Rust loader raises plain Exception
-        raise TokenizerConfigError(f"{path}: not a valid HuggingFace tokenizer.json ({error})") from None
+        raise ConfigError(f"{path}: not a valid HuggingFace tokenizer.json ({error})") from None
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer
@@ -269,8 +270,8 @@ def gpt2_tokenizer(vocab_file: str, merge_file: str) -> Tokenizer:
         model = models.BPE.from_file(vocab_file, merge_file, continuing_subword_prefix="", end_of_word_suffix="",
                                      fuse_unk=False)
     except Exception as error:  # noqa: BLE001
-        raise TokenizerConfigError(f"--vocab-file {vocab_file} / --merge-file {merge_file}: cannot load them as "
-                                   f"GPT-2 BPE files ({error})") from None
+        raise ConfigError(f"--vocab-file {vocab_file} / --merge-file {merge_file}: cannot load them as "
+                          f"GPT-2 BPE files ({error})") from None
     tokenizer = Tokenizer(model)
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()

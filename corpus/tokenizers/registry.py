@@ -12,7 +12,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
-from corpus.tokenizers.errors import TokenizerConfigError
+from corpus.core.errors import ConfigError
 
 #: The command-line spelling of each file or size option a type may need.
 OPTION_NAMES = {"model": "--tokenizer-model", "vocab_file": "--vocab-file", "merge_file": "--merge-file",
@@ -86,7 +86,7 @@ def lookup(name: str) -> TokenizerType:
     try:
         return TOKENIZER_TYPES[name]
     except KeyError:
-        raise TokenizerConfigError(
+        raise ConfigError(
             f"unknown --tokenizer-type {name!r}; valid types: {', '.join(TOKENIZER_TYPES)}") from None
 
 

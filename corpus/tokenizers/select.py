@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from corpus.core.errors import ConfigError
 from corpus.core.optional import missing
 from corpus.tokenizers import verdicts
 from corpus.tokenizers.base import TextTokenizer, build_tokenizer, tokenizer_files
 from corpus.tokenizers.config import TokenizerConfig
-from corpus.tokenizers.errors import TokenizerConfigError
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def _reference(config: TokenizerConfig, reason: str, threads: int | None,
                reference: TextTokenizer | None = None) -> tuple[TextTokenizer, str]:
     """The reference tokenizer and the fallback reason (an error when gigatoken was demanded)."""
     if config.encoder == "gigatoken":
-        raise TokenizerConfigError(f"--encoder gigatoken: {reason}; use --encoder auto or reference")
+        raise ConfigError(f"--encoder gigatoken: {reason}; use --encoder auto or reference")
     reference = reference or build_tokenizer(config, threads)
     return reference, f"{reference.encoder_name} (fallback: {reason})"
 

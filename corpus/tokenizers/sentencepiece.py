@@ -15,10 +15,11 @@ import tempfile
 
 import sentencepiece
 
+from corpus.core.errors import ConfigError
 from corpus.core.optional import missing
 from corpus.tokenizers.base import HuggingFaceForm, TextTokenizer, library_version
 from corpus.tokenizers.config import TokenizerConfig, existing_file
-from corpus.tokenizers.errors import NotExportable, TokenizerConfigError
+from corpus.tokenizers.errors import NotExportable
 from corpus.tokenizers.long_texts import SPACE_PREFIXED
 
 
@@ -34,8 +35,8 @@ class SentencePieceTextTokenizer(TextTokenizer):
         try:
             self.processor.Load(path)
         except (OSError, RuntimeError) as error:
-            raise TokenizerConfigError(f"--tokenizer-model {config.model}: not a SentencePiece model "
-                                       f"({error})") from None
+            raise ConfigError(f"--tokenizer-model {config.model}: not a SentencePiece model "
+                              f"({error})") from None
         self.encoder_name = library_version("sentencepiece")
         super().__init__(config, self.processor.get_piece_size(),
                          eod=_defined(self.processor.eos_id()), bos=_defined(self.processor.bos_id()))

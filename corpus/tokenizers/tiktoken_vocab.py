@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from corpus.core.errors import ConfigError
 from corpus.tokenizers.config import TokenizerConfig
-from corpus.tokenizers.errors import TokenizerConfigError
 
 # megatron.core.tokenizers.text.libraries.tiktoken_tokenizer, verbatim.
 PATTERNS = {
@@ -93,18 +93,18 @@ def _json_vocabulary(path: str, data: bytes) -> tuple[list[bytes], dict | None]:
     try:
         vocab = orjson.loads(data)
     except orjson.JSONDecodeError as error:
-        raise TokenizerConfigError(f"{path}: not valid JSON ({error})") from None
+        raise ConfigError(f"{path}: not valid JSON ({error})") from None
     document = vocab if isinstance(vocab, dict) else {}
     if document:
         vocab = document.get("vocab")
     if not isinstance(vocab, list):
-        raise TokenizerConfigError(f"{path}: expected a JSON list of {{rank, token_bytes, token_str}} "
-                                   "(or an object with such a list under \"vocab\", like tekken*.json)")
+        raise ConfigError(f"{path}: expected a JSON list of {{rank, token_bytes, token_str}} "
+                          "(or an object with such a list under \"vocab\", like tekken*.json)")
     ranks = []
     for position, entry in enumerate(vocab):
         if not isinstance(entry, dict) or entry.get("rank") != position or "token_bytes" not in entry:
-            raise TokenizerConfigError(f"{path}: vocab entry {position} must be {{\"rank\": {position}, "
-                                       "\"token_bytes\": base64, ...}} (ranks in order from 0)")
+            raise ConfigError(f"{path}: vocab entry {position} must be {{\"rank\": {position}, "
+                              "\"token_bytes\": base64, ...}} (ranks in order from 0)")
         ranks.append(base64.b64decode(entry["token_bytes"]))
     return ranks, document
 
@@ -119,9 +119,9 @@ def _tiktoken_ranks(path: str, data: bytes) -> list[bytes]:
             token, rank = line.split()
             token_bytes, rank = base64.b64decode(token), int(rank)
         except ValueError:
-            raise TokenizerConfigError(f"{path}:{number}: expected 'base64-token rank', got {line[:60]!r}") from None
+            raise ConfigError(f"{path}:{number}: expected 'base64-token rank', got {line[:60]!r}") from None
         if rank != len(ranks):
-            raise TokenizerConfigError(f"{path}:{number}: rank {rank} out of order (expected {len(ranks)})")
+            raise ConfigError(f"{path}:{number}: rank {rank} out of order (expected {len(ranks)})")
         ranks.append(token_bytes)
     return ranks
 
@@ -135,7 +135,7 @@ def _read(path: str) -> tuple[list[bytes], dict | None]:
     else:
         ranks, document = _tiktoken_ranks(path, data), None
     if len(set(ranks)) != len(ranks):
-        raise TokenizerConfigError(f"{path}: the same token bytes appear under two ranks")
+        raise ConfigError(f"{path}: the same token bytes appear under two ranks")
     return ranks, document
 
 
@@ -150,10 +150,10 @@ def resolve_vocab_size(config: TokenizerConfig, num_ranks: int) -> int:
     if config.vocab_size is None:
         return min(DEFAULT_VOCAB_SIZE, num_ranks + specials)
     if config.vocab_size <= specials:
-        raise TokenizerConfigError(f"--vocab-size {config.vocab_size} must exceed --tiktoken-num-special-tokens "
-                                   f"{specials}")
+        raise ConfigError(f"--vocab-size {config.vocab_size} must exceed --tiktoken-num-special-tokens "
+                          f"{specials}")
     if config.vocab_size > num_ranks + specials:
-        raise TokenizerConfigError(
+        raise ConfigError(
             f"--vocab-size {config.vocab_size} needs {config.vocab_size - specials} ranks but {config.model} has "
             f"{num_ranks}; use --vocab-size {num_ranks + specials} or less")
     return config.vocab_size
@@ -172,7 +172,7 @@ def _megatron(config: TokenizerConfig, path: str, ranks: list[bytes]) -> Vocabul
 def _openai(path: str, ranks: list[bytes]) -> Vocabulary:
     name = os.path.basename(path).removesuffix(".tiktoken")
     if name not in OPENAI_ENCODINGS:
-        raise TokenizerConfigError(
+        raise ConfigError(
             f"--tiktoken-pattern file: {path} is a .tiktoken rank file, which names no regex, and its name is none of "
             f"{', '.join(f'{known}.tiktoken' for known in OPENAI_ENCODINGS)}; use --tiktoken-pattern v1 or v2 "
             "(Megatron's numbering)")
@@ -188,8 +188,8 @@ def _tekken(path: str, ranks: list[bytes], document: dict) -> Vocabulary:
         pattern, shift = settings["pattern"], int(settings["default_num_special_tokens"])
         vocab_size = int(settings["default_vocab_size"])
     except (KeyError, TypeError, ValueError):
-        raise TokenizerConfigError(f"{path}: its config lacks pattern, default_num_special_tokens or "
-                                   "default_vocab_size (a tekken file names all three)") from None
+        raise ConfigError(f"{path}: its config lacks pattern, default_num_special_tokens or "
+                          "default_vocab_size (a tekken file names all three)") from None
     listed = document.get("special_tokens")
     names = ([entry["token_str"] for entry in sorted(listed, key=lambda entry: entry["rank"])] if listed
              else list(TEKKEN_DEFAULT_SPECIALS))
@@ -206,11 +206,11 @@ def read_vocabulary(config: TokenizerConfig, path: str) -> Vocabulary:
     if config.tiktoken_pattern != "file":
         return _megatron(config, path, ranks)
     if config.vocab_size is not None or config.tiktoken_num_special_tokens != DEFAULT_NUM_SPECIAL_TOKENS:
-        raise TokenizerConfigError("--tiktoken-pattern file numbers ids as the file defines them; drop --vocab-size "
-                                   "and --tiktoken-num-special-tokens (they set Megatron's numbering)")
+        raise ConfigError("--tiktoken-pattern file numbers ids as the file defines them; drop --vocab-size "
+                          "and --tiktoken-num-special-tokens (they set Megatron's numbering)")
     if document is None:
         return _openai(path, ranks)
     if isinstance(document.get("config"), dict):
         return _tekken(path, ranks, document)
-    raise TokenizerConfigError(f"--tiktoken-pattern file: {path} is Megatron's vocabulary list, which names no "
-                               "regex; use --tiktoken-pattern v1 or v2")
+    raise ConfigError(f"--tiktoken-pattern file: {path} is Megatron's vocabulary list, which names no "
+                      "regex; use --tiktoken-pattern v1 or v2")

@@ -13,7 +13,8 @@ import numpy as np
 import orjson
 import pytest
 
-from corpus.indexed import IndexedReader, IndexedWriter, IndexFormatError
+from corpus.indexed import IndexedReader, IndexedWriter
+from corpus.indexed.errors import IndexFormatError
 from corpus.tokenizers import TokenizerConfig, build_tokenizer
 from tests.conftest import REPO, invoke_cli, run_cli
 from tests.images import TWO_PANELS_PIXELS, png_size

@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 from corpus.core.atomic_write import atomic_path, write_atomically
 from corpus.core.disk import OutputError, guard
 from corpus.core.errors import ConfigError
-from corpus.tokenizers import TextTokenizer, TokenizerConfigError, build_tokenizer, config_from_record
+from corpus.tokenizers import TextTokenizer, build_tokenizer, config_from_record
 from corpus.tokenizers.errors import NotExportable
 from corpus.tokenizers.export import write_tokenizer_files
 from trainer.checkpoint import store as checkpoint
@@ -148,7 +148,7 @@ def data_tokenizer(record: dict | None) -> TextTokenizer:
         raise NotExportable("the run's data records no tokenizer (trained on --mock-data?)")
     try:
         tokenizer = build_tokenizer(config_from_record(record))
-    except TokenizerConfigError as error:
+    except ConfigError as error:
         raise NotExportable(f"it cannot be rebuilt from the data's record ({error})") from None
     if tokenizer.describe()["fingerprint"] != record.get("fingerprint"):
         raise NotExportable(f"{', '.join(tokenizer.files())} changed since the data was tokenized")

@@ -202,7 +202,7 @@ class FP8Config:
         "--fp8-amax-compute-algo")
     fp8_backend: str = knob("auto", "FP8 implementation: auto (of the backends that import and run the recipe, the "
                             "fastest measured: scaled_mm for every recipe today), torch (the same without Transformer "
-                            "Engine), te, torchao, scaled_mm (trainer.fp8.BACKENDS). A backend that cannot run the "
+                            "Engine), or a name from trainer.fp8.BACKENDS. A backend that cannot run the "
                             "recipe is an error naming those that can.", "--fp8-backend")
     fp8_transpose: Literal["fused", "kernel", "producers"] = knob(
         "producers", "scaled_mm backend: how the transposed FP8 copies of the weight gradient's operands are made: "

@@ -17,10 +17,8 @@ back. Every backend keeps the embedding and the output layer in bf16 and applies
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -28,44 +26,15 @@ import torch.nn.functional as F
 from corpus.core.errors import ConfigError
 from corpus.core.optional import missing
 from trainer.config.schema import FP8Config
-from trainer.fp8.delayed import Calibration, DelayedScalingUpdate
-from trainer.fp8.scaled_mm import DelayedScaledGemm, ScaledMMRecipe, make_scaled_mm_gemm
+from trainer.fp8 import scaled_mm, te_gemm, torchao_gemm
 from trainer.fp8.scaling import FORMATS, Eligibility
-from trainer.model.layers import GEMMS, LocalGemm
+from trainer.fp8.spec import BackendParts, FP8Backend
+from trainer.model.layers import GEMMS
 
 log = logging.getLogger(__name__)
 
 #: FP8 tensor cores: Ada (8.9), Hopper (9.0) and later.
 MIN_CAPABILITY = (8, 9)
-
-
-def _no_update(chunks: list[torch.nn.Module]) -> None:
-    """Nothing to do after a backward pass (the backend keeps its own state, or has none)."""
-
-
-def _ignore_optimizer(optimizer: torch.optim.Optimizer) -> None:
-    """The backend needs nothing from the optimizer."""
-
-
-def _plain_step(chunks: list[torch.nn.Module]) -> contextlib.AbstractContextManager:
-    """A training step as configured (nothing changed around it)."""
-    return contextlib.nullcontext()
-
-
-@dataclass(frozen=True)
-class BackendParts:
-    """What a backend builds for a run: its local GEMM, the context the forward pass runs in, what runs after
-    each step's backward pass (delayed scaling's scale update), the context a training step over the model
-    chunks runs in, how many leading steps of a run that context keeps eager (delayed scaling's
-    calibration), and what it takes from the run's optimizer once built (delayed scaling: the weights'
-    amaxes, recorded by the update that writes the weights)."""
-
-    gemm: LocalGemm
-    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
-    after_backward: Callable[[list[torch.nn.Module]], None] = _no_update
-    step_context: Callable[[list[torch.nn.Module]], contextlib.AbstractContextManager] = _plain_step
-    eager_steps: int = 0
-    attach_optimizer: Callable[[torch.optim.Optimizer], None] = _ignore_optimizer
 
 
 @dataclass(frozen=True)
@@ -79,56 +48,9 @@ class FP8Engine:
     parts: BackendParts = BackendParts(F.linear)
 
 
-@dataclass(frozen=True)
-class FP8Backend:
-    """One registered implementation: the module it needs, the recipes it runs, how to build its parts."""
-
-    name: str
-    needs_module: str | None
-    recipes: tuple[str, ...]
-    build: Callable[[FP8Config, str, Eligibility], BackendParts]
-    compilable: bool
-    summary: str = field(default="")
-
-
-def _build_te(config: FP8Config, recipe: str, eligible: Eligibility) -> BackendParts:
-    from trainer.fp8.te_gemm import TEGemm, te_recipe
-
-    gemm = TEGemm(te_recipe(recipe, config.fp8_format, config.fp8_amax_history_len, config.fp8_amax_compute_algo),
-                  eligible)
-    return BackendParts(gemm, gemm.autocast)
-
-
-def _build_torchao(config: FP8Config, recipe: str, eligible: Eligibility) -> BackendParts:
-    from trainer.fp8.torchao_gemm import make_torchao_gemm
-
-    forward_dtype, grad_dtype = FORMATS[config.fp8_format]
-    return BackendParts(make_torchao_gemm(forward_dtype, grad_dtype, recipe == "blockwise", eligible))
-
-
-def _build_scaled_mm(config: FP8Config, recipe: str, eligible: Eligibility) -> BackendParts:
-    forward_dtype, grad_dtype = FORMATS[config.fp8_format]
-    recipe_spec = ScaledMMRecipe(forward_dtype, grad_dtype, rowwise=recipe == "blockwise",
-                                 transpose_kernel=config.fp8_transpose != "fused",
-                                 producer_transposes=config.fp8_transpose == "producers")
-    if recipe != "delayed":
-        return BackendParts(make_scaled_mm_gemm(recipe_spec, eligible))
-    calibration = Calibration()
-    update = DelayedScalingUpdate(config.fp8_amax_history_len, config.fp8_amax_compute_algo, forward_dtype,
-                                  grad_dtype, calibration)
-    return BackendParts(DelayedScaledGemm(recipe_spec, eligible, calibration), after_backward=update,
-                        step_context=calibration.step_context, eager_steps=1,
-                        attach_optimizer=update.take_weight_amaxes_from)
-
-
-BACKENDS: dict[str, FP8Backend] = {
-    "te": FP8Backend("te", "transformer_engine.pytorch", ("delayed", "tensorwise", "blockwise"), _build_te, False,
-                     "Transformer Engine te.Linear"),
-    "torchao": FP8Backend("torchao", "torchao.float8", ("tensorwise", "blockwise"), _build_torchao, True,
-                          "torchao.float8"),
-    "scaled_mm": FP8Backend("scaled_mm", None, ("delayed", "tensorwise", "blockwise"), _build_scaled_mm, True,
-                            "own torch._scaled_mm linear"),
-}
+#: Every backend, by name: each module declares its own entry (``BACKEND``).
+BACKENDS: dict[str, FP8Backend] = {backend.name: backend for backend in (te_gemm.BACKEND, torchao_gemm.BACKEND,
+                                                                        scaled_mm.BACKEND)}
 
 #: Backends, fastest first at the 1.3b speed shape on one H200 (bench/RESULTS.md: the trainer FP8 rows and "the
 #: te FP8 backend"): scaled_mm's fused casts and compiled blocks beat torchao's, and TE's modules keep the blocks
@@ -170,7 +92,8 @@ def _runs(backend: FP8Backend, recipe: str) -> str | None:
 
 def _who_can(recipe: str) -> str:
     """The backends that run ``recipe``, fastest first, each marked when it does not import here."""
-    able = [BACKENDS[name] for name in FASTEST_FIRST if recipe in BACKENDS[name].recipes]
+    ranked = [*FASTEST_FIRST, *(name for name in BACKENDS if name not in FASTEST_FIRST)]
+    able = [BACKENDS[name] for name in ranked if recipe in BACKENDS[name].recipes]
     return ", ".join(backend.name + ("" if missing_module(backend) is None else " (not installed here)")
                      for backend in able)
 
@@ -215,14 +138,12 @@ def select_fp8(config: FP8Config, device: torch.device, plain_gemm: str) -> FP8E
     GEMMS[name] = parts.gemm
     forward_dtype, grad_dtype = FORMATS[config.fp8_format]
     recipe_text = RECIPE_TEXT[recipe].format(history=config.fp8_amax_history_len, algo=config.fp8_amax_compute_algo)
-    if recipe == "blockwise" and backend.name != "te":
+    if recipe == "blockwise" and backend.rowwise_blocks:
         grad_dtype = forward_dtype  # row-wise FP8 kernels take e4m3 operands only
         recipe_text = "row-wise scales (the torch backends' block scaling)"
     description = (f"FP8 {config.fp8_format} ({str(forward_dtype)[6:]} forward, {str(grad_dtype)[6:]} gradients), "
                    f"recipe {recipe}: {recipe_text}; backend {backend.name} ({backend.summary}; {why}); GEMMs with "
                    f"widths >= {config.fp8_min_dim} and every dimension a multiple of 16, embedding and output layer "
-                   "in bf16")
-    if backend.name == "scaled_mm" and recipe != "blockwise":
-        description += f"; transposed FP8 copies: {config.fp8_transpose} (--fp8-transpose)"
+                   "in bf16") + (f"; {parts.note}" if parts.note else "")
     log.info("precision: %s", description)
     return FP8Engine(name, backend.compilable, description, parts)

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from trainer.fp8.delayed import GRAD, INPUT, WEIGHT, Calibration, DelayedScales, record_amax
-from trainer.fp8.scaling import ALIGNMENT, E4M3, Eligibility, quantize
+from trainer.config.schema import FP8Config
+from trainer.fp8.delayed import GRAD, INPUT, WEIGHT, Calibration, DelayedScales, DelayedScalingUpdate, record_amax
+from trainer.fp8.scaling import ALIGNMENT, E4M3, FORMATS, Eligibility, quantize
+from trainer.fp8.spec import BackendParts, FP8Backend
 from trainer.kernels.fp8_cast import amax_of, cast_with_scale
 from trainer.kernels.fp8_transpose import fp8_transpose
 from trainer.kernels.rotary import rotary_backward_cast, rotary_backward_cast_transposed
@@ -300,3 +302,25 @@ class DelayedScaledGemm:
         if out.requires_grad:
             out.register_hook(lambda grad: record_amax(scales.amax_grad, amax_of(grad)))
         return out
+
+
+def build_parts(config: FP8Config, recipe: str, eligible: Eligibility) -> BackendParts:
+    """The ``scaled_mm`` backend's parts: the dynamic-scaling GEMM, or for ``delayed`` the delayed GEMM with its
+    once-a-step scale update and a calibrating first step."""
+    forward_dtype, grad_dtype = FORMATS[config.fp8_format]
+    recipe_spec = ScaledMMRecipe(forward_dtype, grad_dtype, rowwise=recipe == "blockwise",
+                                 transpose_kernel=config.fp8_transpose != "fused",
+                                 producer_transposes=config.fp8_transpose == "producers")
+    note = "" if recipe == "blockwise" else f"transposed FP8 copies: {config.fp8_transpose} (--fp8-transpose)"
+    if recipe != "delayed":
+        return BackendParts(make_scaled_mm_gemm(recipe_spec, eligible), note=note)
+    calibration = Calibration()
+    update = DelayedScalingUpdate(config.fp8_amax_history_len, config.fp8_amax_compute_algo, forward_dtype,
+                                  grad_dtype, calibration)
+    return BackendParts(DelayedScaledGemm(recipe_spec, eligible, calibration), after_backward=update,
+                        step_context=calibration.step_context, eager_steps=1,
+                        attach_optimizer=update.take_weight_amaxes_from, note=note)
+
+
+BACKEND = FP8Backend("scaled_mm", None, ("delayed", "tensorwise", "blockwise"), build_parts, compilable=True,
+                     summary="own torch._scaled_mm linear")

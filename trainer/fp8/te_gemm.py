@@ -17,7 +17,9 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
+from trainer.config.schema import FP8Config
 from trainer.fp8.scaling import Eligibility
+from trainer.fp8.spec import BackendParts, FP8Backend
 
 
 def te_recipe(recipe: str, fp8_format: str, history_len: int, compute_algo: str):
@@ -65,3 +67,14 @@ class TEGemm:
         if hasattr(te, "autocast"):  # TE 2.8 on; fp8_autocast is its deprecated older name
             return te.autocast(enabled=True, recipe=self.recipe)
         return te.fp8_autocast(enabled=True, fp8_recipe=self.recipe)
+
+
+def build_parts(config: FP8Config, recipe: str, eligible: Eligibility) -> BackendParts:
+    """The ``te`` backend's parts: a :class:`TEGemm` for the recipe, its ``te.autocast`` around the forward."""
+    gemm = TEGemm(te_recipe(recipe, config.fp8_format, config.fp8_amax_history_len, config.fp8_amax_compute_algo),
+                  eligible)
+    return BackendParts(gemm, gemm.autocast)
+
+
+BACKEND = FP8Backend("te", "transformer_engine.pytorch", ("delayed", "tensorwise", "blockwise"), build_parts,
+                     compilable=False, summary="Transformer Engine te.Linear", rowwise_blocks=False)

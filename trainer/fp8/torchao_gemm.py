@@ -13,7 +13,9 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from trainer.fp8.scaling import Eligibility
+from trainer.config.schema import FP8Config
+from trainer.fp8.scaling import FORMATS, Eligibility
+from trainer.fp8.spec import BackendParts, FP8Backend
 
 
 def torchao_config(forward_dtype: torch.dtype, grad_dtype: torch.dtype, rowwise: bool):
@@ -51,3 +53,13 @@ def make_torchao_gemm(forward_dtype: torch.dtype, grad_dtype: torch.dtype, rowwi
     """The local GEMM of the torchao backend."""
     return functools.partial(torchao_linear, configs=torchao_config(forward_dtype, grad_dtype, rowwise),
                              eligible=eligible)
+
+
+def build_parts(config: FP8Config, recipe: str, eligible: Eligibility) -> BackendParts:
+    """The ``torchao`` backend's parts: its GEMM for the format and recipe (row-wise for ``blockwise``)."""
+    forward_dtype, grad_dtype = FORMATS[config.fp8_format]
+    return BackendParts(make_torchao_gemm(forward_dtype, grad_dtype, recipe == "blockwise", eligible))
+
+
+BACKEND = FP8Backend("torchao", "torchao.float8", ("tensorwise", "blockwise"), build_parts, compilable=True,
+                     summary="torchao.float8")

@@ -38,6 +38,8 @@ class AttentionBackend:
     attend: Attend
     cuda_only: bool
     needs_module: str | None = None  # an optional package imported lazily (None: part of torch)
+    materialises_scores: bool = False
+    """Keeps the S×S fp32 scores and their softmax for the backward pass (the memory estimate counts them)."""
 
 
 def segment_ids(cu_seqlens: torch.Tensor, batch: int, size: int) -> torch.Tensor:
@@ -83,7 +85,8 @@ BACKENDS: dict[str, AttentionBackend] = {
     "flash_attn": AttentionBackend("flash_attn", _flash_attn, True, needs_module="flash_attn"),
     "flash": AttentionBackend("flash", functools.partial(_sdpa, kernel=SDPBackend.FLASH_ATTENTION), False),
     "efficient": AttentionBackend("efficient", functools.partial(_sdpa, kernel=SDPBackend.EFFICIENT_ATTENTION), True),
-    "math": AttentionBackend("math", functools.partial(_sdpa, kernel=SDPBackend.MATH), False),
+    "math": AttentionBackend("math", functools.partial(_sdpa, kernel=SDPBackend.MATH), False,
+                             materialises_scores=True),
 }
 
 

@@ -17,12 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from corpus.core.errors import UserError
+from corpus.core.errors import InputError
 from corpus.core.figures import THREE_PANELS, new_figure, save_figure
-
-
-class MetricsFileError(UserError):
-    """The metrics to plot cannot be found or hold no per-source records."""
 
 
 @dataclass
@@ -52,14 +48,14 @@ def metrics_file(path: str | os.PathLike) -> Path:
     if path.is_file():
         return path
     if not path.is_dir():
-        raise MetricsFileError(f"{path}: no such file or folder; give the run's --metrics-jsonl file or its folder")
+        raise InputError(f"{path}: no such file or folder; give the run's --metrics-jsonl file or its folder")
     found = sorted(path.glob("*.jsonl"))
     if path / "metrics.jsonl" in found:
         return path / "metrics.jsonl"
     if len(found) == 1:
         return found[0]
     which = f"it holds {', '.join(p.name for p in found)}" if found else "it holds no *.jsonl file"
-    raise MetricsFileError(f"{path}: {which}; give the run's --metrics-jsonl file itself")
+    raise InputError(f"{path}: {which}; give the run's --metrics-jsonl file itself")
 
 
 def read_curves(path: str | os.PathLike) -> Curves:
@@ -73,8 +69,8 @@ def read_curves(path: str | os.PathLike) -> Curves:
             continue
     train = [r for r in records if "loss" in r and r.get("sources")]
     if not train:
-        raise MetricsFileError(f"{path}: no per-source training records; is it a --metrics-jsonl file of a run "
-                               "trained without --log-per-source off?")
+        raise InputError(f"{path}: no per-source training records; is it a --metrics-jsonl file of a run "
+                         "trained without --log-per-source off?")
     curves = Curves(path, list(train[-1]["sources"]))
     for record in train:
         curves.steps.append(record["step"])

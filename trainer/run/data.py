@@ -34,7 +34,6 @@ from corpus.blending.samples import make_batch
 from corpus.blending.schedule import WeightSchedule
 from corpus.blending.schema import (
     BlendConfig,
-    BlendError,
     SampleOptions,
     apply_overrides,
     blend_from_data_path,
@@ -334,7 +333,7 @@ def source_valid_loaders(config: TrainConfig, blend: BlendConfig, parallel: Para
     for name in (source.name for source in blend.split_sources("valid")):
         try:
             built = build_split_datasets(_alone(blend, name), SampleCounts(valid=wanted), required=("valid",))
-        except BlendError as error:
+        except ConfigError as error:
             log.info("no per-source validation of %s: %s", name, error.problem)
             continue
         loaders[name] = BlendLoader(built.valid, config.training.micro_batch_size, parallel.dp_rank,

@@ -20,6 +20,7 @@ import torch
 from corpus.core.disk import format_bytes
 from corpus.core.errors import ConfigError
 from trainer.config.schema import TrainConfig
+from trainer.model.attention import BACKENDS
 from trainer.parallel.state import ParallelState
 
 #: Bytes per value of each dtype name the config uses.
@@ -55,7 +56,8 @@ class MemoryEstimate:
 
 def estimate_memory(config: TrainConfig, parallel: ParallelState, counts: dict, vocab: int, seq_length: int,
                     compute_bytes: int, attention: str, fused_loss: bool) -> MemoryEstimate:
-    """The estimate for one process of ``config`` (``counts``: the whole model's parameter counts)."""
+    """The estimate for one process of ``config`` (``counts``: the whole model's parameter counts; ``attention``:
+    the name of the attention backend in :data:`~trainer.model.attention.BACKENDS`)."""
     model, optim = config.model, config.optim
     tp, pp = parallel.tp_size, parallel.pp_size
     # A pipeline stage holds its layers and one of the two vocabulary-sized matrices (both when PP is 1).
@@ -68,7 +70,7 @@ def estimate_memory(config: TrainConfig, parallel: ParallelState, counts: dict, 
     heads = model.num_attention_heads // tp
     per_layer = _values_per_token(config, tp) * tokens * compute_bytes
     scores = (config.training.micro_batch_size * heads * seq_length * seq_length * 4 * 2
-              if attention == "math" else 0)  # fp32 scores and their softmax, saved for the backward pass
+              if BACKENDS[attention].materialises_scores else 0)
     if model.recompute_granularity == "full":
         kept = model.num_layers * tokens * model.hidden_size * compute_bytes + per_layer
         scores_kept = scores

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from corpus.blending.errors import BlendError
 from corpus.blending.mixing.rules import RULES, MixingRule
+from corpus.core.errors import ConfigError
 from corpus.core.typed_config import build
 
 #: ``mixing.kind`` values: what moves the weights.
@@ -48,17 +48,17 @@ class MixingConfig:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise BlendError(f"unknown mixing kind {self.kind!r}; use one of {', '.join(KINDS)} (or leave mixing out "
-                             "for fixed weights, schedule: for weights that follow a plan)", "kind")
+            raise ConfigError(f"unknown mixing kind {self.kind!r}; use one of {', '.join(KINDS)} (or leave mixing out "
+                              "for fixed weights, schedule: for weights that follow a plan)", "kind")
         if self.rule not in RULES:
-            raise BlendError(f"unknown mixing rule {self.rule!r}; use one of {', '.join(RULES)}", "rule")
+            raise ConfigError(f"unknown mixing rule {self.rule!r}; use one of {', '.join(RULES)}", "rule")
         if self.update_interval < 1:
-            raise BlendError(f"update_interval {self.update_interval} must be at least 1 (steps between updates)",
-                             "update_interval")
+            raise ConfigError(f"update_interval {self.update_interval} must be at least 1 (steps between updates)",
+                              "update_interval")
         if not 0 <= self.floor < 1:
-            raise BlendError(f"floor {self.floor} must be in [0, 1) (the least weight of a source)", "floor")
+            raise ConfigError(f"floor {self.floor} must be in [0, 1) (the least weight of a source)", "floor")
         if not 0 <= self.loss_decimals <= 12:
-            raise BlendError(f"loss_decimals {self.loss_decimals} must be in 0..12", "loss_decimals")
+            raise ConfigError(f"loss_decimals {self.loss_decimals} must be in 0..12", "loss_decimals")
         self.rule_options()
 
     @property
@@ -67,15 +67,15 @@ class MixingConfig:
         return RULES[self.rule]
 
     def rule_options(self) -> object:
-        """``options`` as the rule's ``Options`` dataclass (a :class:`BlendError` keyed ``options.…`` if wrong)."""
-        return build(self.rule_class.Options, self.options, ("options",), error=BlendError)
+        """``options`` as the rule's ``Options`` dataclass (a :class:`ConfigError` keyed ``options.…`` if wrong)."""
+        return build(self.rule_class.Options, self.options, ("options",))
 
     def check_sources(self, names: tuple[str, ...]) -> None:
         """Refuse a floor that S sources cannot all have, or rule options that do not fit the sources ``names``."""
         if self.floor * len(names) >= 1:
-            raise BlendError(f"floor {self.floor} for {len(names)} sources leaves no weight to move (S·floor must be "
-                             f"< 1); lower it below {1 / len(names):.3g}", "floor")
+            raise ConfigError(f"floor {self.floor} for {len(names)} sources leaves no weight to move (S·floor must be "
+                              f"< 1); lower it below {1 / len(names):.3g}", "floor")
         try:
             self.rule_class.check(self.rule_options(), names)
-        except BlendError as failure:
-            raise BlendError(failure.problem, f"options.{failure.key}") from None
+        except ConfigError as failure:
+            raise ConfigError(failure.problem, f"options.{failure.key}") from None

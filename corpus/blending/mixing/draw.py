@@ -21,12 +21,9 @@ from typing import Sequence
 
 import numpy as np
 
+from corpus.blending.errors import DrawError
+
 log = logging.getLogger(__name__)
-
-
-class DrawError(IndexError):
-    """A blended sample of an online split asked for out of order (before what it holds, or at a weight change
-    past it)."""
 
 
 class OnlineDraw:

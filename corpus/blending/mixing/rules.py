@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from corpus.blending.errors import BlendError
+from corpus.core.errors import ConfigError
 
 
 class MixingRule:
@@ -30,7 +30,7 @@ class MixingRule:
 
     @classmethod
     def check(cls, options: object, names: tuple[str, ...]) -> None:
-        """Refuse options that do not fit the train sources ``names`` (a :class:`BlendError` keyed inside
+        """Refuse options that do not fit the train sources ``names`` (a :class:`ConfigError` keyed inside
         ``options``)."""
 
     def start(self) -> dict:
@@ -61,8 +61,8 @@ class OnlineDataMixingOptions:
 
     def __post_init__(self) -> None:
         if not 0 <= self.smoothing < 1:
-            raise BlendError(f"smoothing {self.smoothing} must be in [0, 1) (the share of the reward kept at each "
-                             "update; ODM uses 0.9)", "smoothing")
+            raise ConfigError(f"smoothing {self.smoothing} must be in [0, 1) (the share of the reward kept at each "
+                              "update; ODM uses 0.9)", "smoothing")
 
 
 class OnlineDataMixing(MixingRule):
@@ -109,7 +109,7 @@ class ExcessLossOptions:
 
     def __post_init__(self) -> None:
         if not self.step_size > 0:
-            raise BlendError(f"step_size {self.step_size} must be > 0", "step_size")
+            raise ConfigError(f"step_size {self.step_size} must be > 0", "step_size")
 
 
 class ExcessLoss(MixingRule):
@@ -122,12 +122,12 @@ class ExcessLoss(MixingRule):
     def check(cls, options: ExcessLossOptions, names: tuple[str, ...]) -> None:
         missing = [name for name in names if name not in options.reference]
         if missing:
-            raise BlendError(f"no reference loss for {', '.join(missing)}; give every train source one",
-                             "reference")
+            raise ConfigError(f"no reference loss for {', '.join(missing)}; give every train source one",
+                              "reference")
         unknown = [name for name in options.reference if name not in names]
         if unknown:
-            raise BlendError(f"no train source is named {unknown[0]!r}; the sources are {', '.join(names)}",
-                             f"reference.{unknown[0]}")
+            raise ConfigError(f"no train source is named {unknown[0]!r}; the sources are {', '.join(names)}",
+                              f"reference.{unknown[0]}")
 
     def start(self) -> dict:
         return {"log_weights": np.log(self.prior).tolist()}

@@ -15,17 +15,10 @@ import pytest
 from corpus.autotune import trial as autotune_trial
 from corpus.autotune.report import NOISE_FLOOR, Candidate, Run, recommend, run_rates
 from corpus.autotune.sample import write_sample
-from corpus.autotune.search import (
-    MAX_TRIALS,
-    AutotuneConfig,
-    AutotuneConfigError,
-    AutotuneError,
-    autotune,
-    default_workers,
-    parse_candidates,
-)
+from corpus.autotune.search import MAX_TRIALS, AutotuneConfig, autotune, default_workers, parse_candidates
 from corpus.autotune.trial import TrialReport, _BatchClock, _DeadlineReached, _measure, run_trial, steady_window
 from corpus.core.cores import available_cores
+from corpus.core.errors import ConfigError, UserError
 from corpus.readers import LinePayload, extract
 from corpus.tokenize.stats import Counters
 from tests.corpus.tokenize.support import TOKENIZER, WEB, config, hf_tokenizer
@@ -54,7 +47,7 @@ def test_candidates_are_words_commas_or_both():
 
 
 def test_a_word_that_is_not_a_number_is_named():
-    with pytest.raises(AutotuneConfigError, match=r"--workers-to-check: 'abc' is not a whole number"):
+    with pytest.raises(ConfigError, match=r"--workers-to-check: 'abc' is not a whole number"):
         parse_candidates(["1", "abc"], "--workers-to-check")
 
 
@@ -68,12 +61,12 @@ def test_a_word_that_is_not_a_number_is_named():
     ("workers_to_check", [], r"--workers-to-check: give at least one value"),
 ])
 def test_bad_candidate_lists_are_refused_with_the_option_and_the_fix(tmp_path, field, values, message):
-    with pytest.raises(AutotuneConfigError, match=message):
+    with pytest.raises(ConfigError, match=message):
         tune(tmp_path, **{field: values})
 
 
 def test_a_sweep_longer_than_sensible_is_refused(tmp_path):
-    with pytest.raises(AutotuneConfigError, match=rf"more than {MAX_TRIALS}; check fewer values"):
+    with pytest.raises(ConfigError, match=rf"more than {MAX_TRIALS}; check fewer values"):
         tune(tmp_path, batch_sizes_to_check=list(range(1, MAX_TRIALS + 1)), max_documents=10_000)
 
 
@@ -84,7 +77,7 @@ def test_a_sweep_longer_than_sensible_is_refused(tmp_path):
     ({"temp_dir": "/no/such/folder"}, "--temp-dir /no/such/folder: no such directory"),
 ])
 def test_other_options_are_checked(tmp_path, changes, message):
-    with pytest.raises(AutotuneConfigError, match=message):
+    with pytest.raises(ConfigError, match=message):
         tune(tmp_path, **changes)
 
 
@@ -194,7 +187,7 @@ def test_a_sample_too_small_for_every_candidate_says_how_to_fix_it(tmp_path):
                 r"the sample's 16 documents "
                 r"make 4 batch\(es\) of 4, and 2 worker\(s\) need 8 or more \(check batch sizes of 2 or less or raise "
                 r"--max-documents\)$")
-    with pytest.raises(AutotuneError, match=expected):
+    with pytest.raises(UserError, match=expected):
         autotune(tune(tmp_path, max_documents=16, batch_sizes_to_check=[4], workers_to_check=[2]))
     assert all_files(tmp_path / "scratch") == []
 
@@ -233,7 +226,7 @@ def test_a_failing_trial_is_reported_and_cleaned_up(tmp_path):
     tuned = tune(tmp_path, repeats=0)
     tuned.tokenize = tuned.tokenize.replace(tokenizer=hf_tokenizer(model=str(broken)))
     expected = r"the trial workers=1 batch_size=4 threads_per_worker=\d+ failed:\n.*tokenizer.json: not a valid"
-    with pytest.raises(AutotuneError, match=expected):
+    with pytest.raises(UserError, match=expected):
         autotune(tuned)
     assert all_files(tmp_path / "scratch") == []
 

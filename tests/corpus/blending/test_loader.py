@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from corpus.blending.datasets import SampleCounts, megatron_sample_counts
-from corpus.blending.loader import BlendLoader, LoaderStateError, TorchSplitDataset, build_datasets
+from corpus.blending.loader import BlendLoader, TorchSplitDataset, build_datasets
 from corpus.blending.schema import blend_from_dict
+from corpus.core.errors import UserError
 from tests.conftest import REPO
 from tests.corpus.blending.blend_data import EOD, web_and_code, weighted_blend
 
@@ -100,11 +101,11 @@ def test_resume_refuses_another_blend_unless_allowed(folder: Path, datasets, cap
     assert other.fingerprint != info.fingerprint
     state = BlendLoader(train, 2, blend_fingerprint=other.fingerprint).state_dict()
     loader = BlendLoader(train, 2, blend_fingerprint=info.fingerprint)
-    with pytest.raises(LoaderStateError, match="another blend"):
+    with pytest.raises(UserError, match="another blend"):
         loader.load_state_dict(state)
     loader.load_state_dict(state, allow_blend_change=True)
     assert "continuing as asked" in caplog.text
-    with pytest.raises(LoaderStateError, match="not a multiple"):
+    with pytest.raises(UserError, match="not a multiple"):
         BlendLoader(train, 2, 0, 2, consumed_samples=6)
 
 

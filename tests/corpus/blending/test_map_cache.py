@@ -17,8 +17,9 @@ import pytest
 
 from corpus.blending import map_cache
 from corpus.blending.datasets import SampleCounts, build_split_datasets
-from corpus.blending.map_cache import CacheError, MapCache, cache_key
+from corpus.blending.map_cache import MapCache, cache_key
 from corpus.blending.schema import blend_from_dict
+from corpus.core.errors import UserError
 from tests.conftest import REPO
 from tests.corpus.blending.blend_data import write_random
 
@@ -158,7 +159,7 @@ def test_a_builder_killed_mid_build_blocks_nobody(tmp_path: Path) -> None:
 
 def test_an_unwritable_cache_is_a_clear_error(folder: Path) -> None:
     (folder / "not-a-folder").write_text("")
-    with pytest.raises(CacheError, match="cannot write the index-map cache .*not-a-folder.*writable folder"):
+    with pytest.raises(UserError, match="cannot write the index-map cache .*not-a-folder.*writable folder"):
         _datasets(folder, {**BLEND, "cache_dir": "not-a-folder"})
 
 

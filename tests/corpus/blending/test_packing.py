@@ -23,7 +23,8 @@ from corpus.blending.plan import plan_split
 from corpus.blending.report import dry_run
 from corpus.blending.resolve import resolve_blend
 from corpus.blending.samples import PAD_ID
-from corpus.blending.schema import BlendError, blend_from_dict
+from corpus.blending.schema import blend_from_dict
+from corpus.core.errors import ConfigError
 from corpus.indexed import IndexedReader
 from tests.cache_keys import assert_each_field_changes_the_key
 from tests.conftest import REPO, run_cli
@@ -170,7 +171,7 @@ def test_weighted_glob_blend_with_epoch_caps(folder) -> None:
     taken = collections.Counter(data.train.source_name(i) for i in range(900))
     assert taken == {"web": 450, "shards": 450}
     capped = [{**sources[0]}, {**sources[1], "max_epochs": 1}]
-    with pytest.raises(BlendError, match=r"sources\[1\]\.max_epochs.*read \d+ times over"):
+    with pytest.raises(ConfigError, match=r"sources\[1\]\.max_epochs.*read \d+ times over"):
         build_split_datasets(blend_from_dict(_blend(folder, sources=capped), base_dir=folder), SampleCounts(900))
 
 

@@ -13,7 +13,8 @@ import yaml
 from corpus.blending.datasets import SampleCounts, build_split_datasets
 from corpus.blending.loader import BlendLoader
 from corpus.blending.resolve import resolve_blend
-from corpus.blending.schema import BlendError, blend_from_dict, load_blend
+from corpus.blending.schema import blend_from_dict, load_blend
+from corpus.core.errors import ConfigError
 from tests.corpus.blending.blend_data import THREE_SOURCES as NAMES
 from tests.corpus.blending.blend_data import write_three_sources
 
@@ -147,10 +148,10 @@ def test_a_resume_under_another_schedule_repeats_and_skips_nothing(folder):
                                                      for member, name in enumerate(NAMES)}
 
 
-def _error(folder: Path, text: str, **counts: int) -> BlendError:
+def _error(folder: Path, text: str, **counts: int) -> ConfigError:
     path = folder / "bad.yaml"
     path.write_text(text)
-    with pytest.raises(BlendError) as caught:
+    with pytest.raises(ConfigError) as caught:
         config = load_blend(path)
         build_split_datasets(resolve_blend(config), SampleCounts(counts.get("train", 1000)))
     return caught.value

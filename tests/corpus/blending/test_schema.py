@@ -14,14 +14,13 @@ from corpus.blending.datasets import SampleCounts, build_split_datasets
 from corpus.blending.resolve import resolve_blend
 from corpus.blending.schema import (
     BlendConfig,
-    BlendError,
     apply_overrides,
     blend_from_data_path,
     blend_from_dict,
     dump_blend,
     load_blend,
 )
-from corpus.core.errors import UserError
+from corpus.core.errors import ConfigError, UserError
 from tests.corpus.blending.blend_data import EXAMPLES, tokenizer_record, write_random
 
 GOOD = """\
@@ -101,7 +100,7 @@ def test_schema_errors_name_file_line_key_and_fix(folder: Path, old: str, new: s
                                                   fix: str) -> None:
     assert old in GOOD
     path = _blend(folder, GOOD.replace(old, new, 1))
-    with pytest.raises(BlendError) as caught:
+    with pytest.raises(ConfigError) as caught:
         load_blend(path)
     message = str(caught.value)
     assert isinstance(caught.value, UserError)
@@ -115,34 +114,34 @@ def test_schema_errors_name_file_line_key_and_fix(folder: Path, old: str, new: s
 def test_per_split_lists_reject_split_and_unknown_split_names(folder: Path) -> None:
     per_split = ("seq_length: 16\nsources:\n  train: [{name: web, prefix: data/web}]\n  dev: [{name: web, prefix: "
                  "data/web}]\n")
-    with pytest.raises(BlendError, match=r"blend.yaml:4: sources.dev: unknown split 'dev'"):
+    with pytest.raises(ConfigError, match=r"blend.yaml:4: sources.dev: unknown split 'dev'"):
         load_blend(_blend(folder, per_split))
-    with pytest.raises(BlendError, match="'split' cannot be used with per-split source lists"):
+    with pytest.raises(ConfigError, match="'split' cannot be used with per-split source lists"):
         load_blend(_blend(folder, per_split.replace("  dev: [{name: web, prefix: data/web}]\n",
                                                     "") + "split: '1,0,0'\n"))
 
 
 def test_missing_file_and_non_mapping(folder: Path) -> None:
-    with pytest.raises(BlendError, match="nope.yaml: no such file"):
+    with pytest.raises(ConfigError, match="nope.yaml: no such file"):
         load_blend(folder / "nope.yaml")
-    with pytest.raises(BlendError, match="expected a mapping of"):
+    with pytest.raises(ConfigError, match="expected a mapping of"):
         load_blend(_blend(folder, "- just a list\n"))
 
 
 def test_overrides_are_validated(folder: Path) -> None:
     config = load_blend(_blend(folder, GOOD), seq_length=64, eod_mask_loss=True, seed=None)
     assert config.seq_length == 64 and config.samples.eod_mask_loss and config.seed == 7
-    with pytest.raises(BlendError, match="seq_length: expected an integer"):
+    with pytest.raises(ConfigError, match="seq_length: expected an integer"):
         apply_overrides(config, seq_length="long")
-    with pytest.raises(BlendError, match="seq_length: seq_length 1 must be at least 2"):
+    with pytest.raises(ConfigError, match="seq_length: seq_length 1 must be at least 2"):
         apply_overrides(config, seq_length=1)
-    with pytest.raises(BlendError, match="cannot override 'sources'"):
+    with pytest.raises(ConfigError, match="cannot override 'sources'"):
         apply_overrides(config, sources=())
     assert apply_overrides(config, cache_dir="maps").cache_dir == str(Path.cwd() / "maps")
 
 
 def _resolve_error(folder: Path, text: str) -> str:
-    with pytest.raises(BlendError) as caught:
+    with pytest.raises(ConfigError) as caught:
         resolve_blend(load_blend(_blend(folder, text)))
     return str(caught.value)
 
@@ -251,7 +250,7 @@ def test_eod_of_megatron_files_comes_from_the_named_tokenizer(folder: Path) -> N
 
 
 def _build_error(folder: Path, text: str, counts: SampleCounts, required=("train",)) -> str:
-    with pytest.raises(BlendError) as caught:
+    with pytest.raises(ConfigError) as caught:
         build_split_datasets(load_blend(_blend(folder, text)), counts, required)
     return str(caught.value)
 
@@ -289,7 +288,7 @@ def test_weights_need_a_sample_count(folder: Path) -> None:
     from corpus.blending.plan import plan_split
 
     resolved = resolve_blend(load_blend(_blend(folder, GOOD)))
-    with pytest.raises(BlendError, match="pass --num-samples"):
+    with pytest.raises(ConfigError, match="pass --num-samples"):
         plan_split(resolved, "train", None)
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from corpus.core import figures
 from corpus.core.disk import OutputError
+from corpus.core.errors import UserError
 from tests.images import pdf_size, png_size, svg_size
 
 POINTS_PER_INCH = 72
@@ -36,9 +37,9 @@ def test_each_image_type_is_written_whole_at_the_figure_size_into_a_new_folder(t
 @pytest.mark.parametrize("name, shown", [("c.nope", "nope"), ("curves", "(none)")])
 def test_an_unknown_image_type_is_refused_with_the_known_ones(tmp_path, name, shown):
     expected = rf"--plot {tmp_path / name}: unsupported image type {re.escape(shown)}; use one of: .*pdf, .*png, .*svg"
-    with pytest.raises(figures.PlotError, match=expected):
+    with pytest.raises(UserError, match=expected):
         figures.require_image(tmp_path / name, "--plot")
-    with pytest.raises(figures.PlotError):
+    with pytest.raises(UserError):
         figures.new_figure(tmp_path / name, "--plot", figures.TWO_PANELS)
 
 

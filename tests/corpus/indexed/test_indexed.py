@@ -19,11 +19,11 @@ from corpus.indexed import (
     HEADER_SIZE,
     IndexedReader,
     IndexedWriter,
-    IndexFormatError,
     cast_tokens,
     sidecar,
     token_dtype_for_vocab,
 )
+from corpus.indexed.errors import IndexFormatError
 from corpus.indexed.merge import merge
 from corpus.indexed.partial_files import read_values
 from tests.chunks import shrink_chunks

@@ -10,9 +10,10 @@ import pytest
 import corpus.core.disk
 import corpus.indexed.merge
 from corpus.core.disk import OutputError
+from corpus.core.errors import InputError
 from corpus.indexed import IndexedReader, IndexedWriter, sidecar
-from corpus.indexed.merge import MergeError, merge
-from corpus.indexed.prefixes import PrefixNotFound
+from corpus.indexed.errors import PrefixNotFound
+from corpus.indexed.merge import merge
 from tests.conftest import invoke_cli, run_cli
 
 TOKENIZER = {"type": "HuggingFaceTokenizer", "fingerprint": "abc", "options": {}}
@@ -67,7 +68,7 @@ def test_mixed_dtypes_refused(tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()
     make_shards(tmp_path / "a", 1, np.uint16)
     make_shards(tmp_path / "b", 1, np.int32)
-    with pytest.raises(MergeError, match="different token dtypes"):
+    with pytest.raises(InputError, match="different token dtypes"):
         merge([str(tmp_path / "a"), str(tmp_path / "b")], str(tmp_path / "out"))
     assert not (tmp_path / "out.idx").exists()
 
@@ -77,13 +78,13 @@ def test_mixed_tokenizers_refused(tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()
     make_shards(tmp_path / "a", 1)
     make_shards(tmp_path / "b", 1, meta={"tokenizer": {**TOKENIZER, "fingerprint": "other"}})
-    with pytest.raises(MergeError, match="tokenized differently"):
+    with pytest.raises(InputError, match="tokenized differently"):
         merge([str(tmp_path / "a"), str(tmp_path / "b")], str(tmp_path / "out"))
 
 
 def test_output_among_inputs_refused(tmp_path: Path) -> None:
     make_shards(tmp_path, 2)
-    with pytest.raises(MergeError, match="also an input"):
+    with pytest.raises(InputError, match="also an input"):
         merge([str(tmp_path / "part-*_text_document")], str(tmp_path / "part-000_text_document"))
 
 

@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 import torch
 
+from corpus.core.errors import ConfigError
 from corpus.indexed import HEADER_SIZE, IndexedWriter, index_arrays, read_header, sidecar
 from corpus.inspect.checks import CheckOptions, check_prefix, id_space
+from corpus.inspect.errors import InspectError
 from corpus.inspect.run import InspectConfig, inspect
-from corpus.inspect.show import DocumentRange, ShowError, show_documents
+from corpus.inspect.show import DocumentRange, show_documents
 from corpus.inspect.stats import length_histogram
-from corpus.inspect.summary import InspectError, inspect_prefix
+from corpus.inspect.summary import inspect_prefix
 from tests.chunks import shrink_chunks
 
 VOCAB, EOD = 1000, 999
@@ -299,10 +301,10 @@ def test_document_range_parsing() -> None:
     assert DocumentRange.parse(":3") == DocumentRange(0, 3)
     assert DocumentRange.parse(":") == DocumentRange(0, None)
     for bad in ("", "a", "5:2", "-1", "1:x", "3:3", "1:2:3"):
-        with pytest.raises(ShowError):
+        with pytest.raises(ConfigError):
             DocumentRange.parse(bad)
     assert DocumentRange(2, None).resolve(5, "p") == range(2, 5)
-    with pytest.raises(ShowError, match="the file has 5"):
+    with pytest.raises(ConfigError, match="the file has 5"):
         DocumentRange(3, 9).resolve(5, "p")
 
 

@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from corpus.readers import InputError, ReadOptions, ResumePoint, Slice, expand_inputs, extract, read_slices
+from corpus.core.errors import InputError
+from corpus.readers import ReadOptions, ResumePoint, Slice, expand_inputs, extract, read_slices
 from corpus.readers import lines as lines_module
 
 RECORDS = [

@@ -10,7 +10,7 @@ import pytest
 
 from corpus.indexed import IndexedReader
 from corpus.tokenize import resume_state
-from corpus.tokenize.input_check import EncoderMismatch
+from corpus.tokenize.errors import EncoderMismatch
 from corpus.tokenize.run import tokenize
 from corpus.tokenizers import select_encoder
 from corpus.tokenizers.gigatoken import GigatokenTextTokenizer

@@ -18,9 +18,11 @@ import zstandard
 
 import corpus.indexed.publish
 from corpus import storage
-from corpus.indexed.prefixes import PrefixNotFound, expand
+from corpus.indexed.errors import PrefixNotFound
+from corpus.indexed.prefixes import expand
+from corpus.tokenize.errors import BadRecordError
 from corpus.tokenize.resume_state import state_path
-from corpus.tokenize.run import BadRecordError, tokenize
+from corpus.tokenize.run import tokenize
 from tests.conftest import REPO, run_cli
 from tests.corpus.tokenize.support import CODE, TOKENIZER, WEB, config, output_bytes
 from tests.corpus.tokenize.test_resume import kill_after_records

@@ -22,10 +22,10 @@ from corpus.core.disk import OutputError
 from corpus.core.errors import UserError
 from corpus.indexed.append import file_tree_digest
 from corpus.tokenize import resume_state
-from corpus.tokenize.executor import WorkerDied
+from corpus.tokenize.errors import BadRecordError, WorkerDied
 from corpus.tokenize.join import Joiner, parts_folder
 from corpus.tokenize.parallel import _Run
-from corpus.tokenize.run import BadRecordError, tokenize
+from corpus.tokenize.run import tokenize
 from tests.conftest import REPO
 from tests.corpus.tokenize.support import FullDisk, config, kill_when, output_bytes, sample_records, write_jsonl
 

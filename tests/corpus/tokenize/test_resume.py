@@ -14,7 +14,8 @@ import pytest
 import corpus.indexed.writer
 import corpus.tokenize.part
 from corpus.core.disk import OutputError
-from corpus.tokenize.resume_state import ResumeError, state_path
+from corpus.tokenize.errors import ResumeError
+from corpus.tokenize.resume_state import state_path
 from corpus.tokenize.run import tokenize
 from tests.conftest import REPO
 from tests.corpus.tokenize.support import CODE, TOKENIZER, WEB, FullDisk, config, kill_when, output_bytes

@@ -14,11 +14,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from corpus.core.errors import ConfigError
 from corpus.indexed import IndexedReader
 from corpus.indexed.merge import merge
 from corpus.readers import expand_inputs
-from corpus.tokenize.run import BadRecordError, tokenize
-from corpus.tokenize.shards import ShardError, _file_groups, resolve_shard
+from corpus.tokenize.errors import BadRecordError
+from corpus.tokenize.run import tokenize
+from corpus.tokenize.shards import _file_groups, resolve_shard
 from corpus.tokenizers import build_tokenizer
 from tests.conftest import REPO
 from tests.corpus.tokenize.support import (
@@ -203,7 +205,7 @@ def test_shard_defaults_come_from_slurm_then_torchrun(environ, expected):
 
 @pytest.mark.parametrize("index, count", [(4, 4), (-1, 2), (0, 0), (1, None)])
 def test_impossible_shards_are_refused(index, count):
-    with pytest.raises(ShardError):
+    with pytest.raises(ConfigError):
         resolve_shard(index, count, {})
 
 

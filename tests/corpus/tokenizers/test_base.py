@@ -7,8 +7,9 @@ import multiprocessing
 import pytest
 from tokenizers import Tokenizer, models
 
+from corpus.core.errors import ConfigError
 from corpus.indexed.sidecar import fingerprint_files
-from corpus.tokenizers import TokenizeError, TokenizerConfig, TokenizerConfigError, build_tokenizer
+from corpus.tokenizers import TokenizeError, TokenizerConfig, build_tokenizer
 
 
 def test_describe_records_what_rebuilds_and_identifies_the_tokenizer(tokenizer_files):
@@ -33,7 +34,7 @@ def _no_special_tokens(directory) -> str:
 def test_append_eod_without_an_eod_is_a_clear_error(tmp_path):
     tokenizer = build_tokenizer(TokenizerConfig("HuggingFaceTokenizer", model=_no_special_tokens(tmp_path)))
     assert tokenizer.eod is None
-    with pytest.raises(TokenizerConfigError, match="--append-eod: .* has no end-of-document token.*--eod-id"):
+    with pytest.raises(ConfigError, match="--append-eod: .* has no end-of-document token.*--eod-id"):
         tokenizer.require_eod()
 
 

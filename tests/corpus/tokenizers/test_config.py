@@ -6,13 +6,8 @@ import pickle
 
 import pytest
 
-from corpus.tokenizers import (
-    TokenizerConfig,
-    TokenizerConfigError,
-    build_tokenizer,
-    config_from_dict,
-    config_from_record,
-)
+from corpus.core.errors import ConfigError
+from corpus.tokenizers import TokenizerConfig, build_tokenizer, config_from_dict, config_from_record
 from corpus.tokenizers.registry import TOKENIZER_TYPES
 
 
@@ -31,7 +26,7 @@ from corpus.tokenizers.registry import TOKENIZER_TYPES
     ({"vocab_size": 5}, "missing required key 'type'"),
 ])
 def test_bad_configs(values, message):
-    with pytest.raises(TokenizerConfigError, match=message):
+    with pytest.raises(ConfigError, match=message):
         config_from_dict(values)
 
 
@@ -44,17 +39,17 @@ def test_bad_configs(values, message):
 def test_missing_files_are_named(tmp_path, type_name, field, option):
     values = {"vocab_file": str(tmp_path), "merge_file": str(tmp_path / "m.txt")} if field == "vocab_file" else {}
     values[field] = str(tmp_path / "missing.bin")
-    with pytest.raises(TokenizerConfigError, match=f"{option} .*missing.bin: no such file or directory"):
+    with pytest.raises(ConfigError, match=f"{option} .*missing.bin: no such file or directory"):
         build_tokenizer(TokenizerConfig(type_name, **values))
 
 
 def test_directory_where_a_file_is_needed(tmp_path):
-    with pytest.raises(TokenizerConfigError, match="is a directory; SentencePieceTokenizer needs a file"):
+    with pytest.raises(ConfigError, match="is a directory; SentencePieceTokenizer needs a file"):
         build_tokenizer(TokenizerConfig("SentencePieceTokenizer", model=str(tmp_path)))
 
 
 def test_eod_override_outside_the_vocabulary(tokenizer_files):
-    with pytest.raises(TokenizerConfigError, match="eod_id 40000 is outside the vocabulary"):
+    with pytest.raises(ConfigError, match="eod_id 40000 is outside the vocabulary"):
         build_tokenizer(TokenizerConfig("SentencePieceTokenizer", model=tokenizer_files.spm_v1, eod_id=40_000))
 
 
@@ -92,5 +87,5 @@ def test_record_rebuilds_the_same_tokenizer(tokenizer_files, config):
 
 
 def test_record_without_config():
-    with pytest.raises(TokenizerConfigError, match="tokenizer record has no 'config'"):
+    with pytest.raises(ConfigError, match="tokenizer record has no 'config'"):
         config_from_record({"type": "HuggingFaceTokenizer"})

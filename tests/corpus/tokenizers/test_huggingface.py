@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from corpus.tokenizers import TokenizerConfig, TokenizerConfigError, build_tokenizer
+from corpus.core.errors import ConfigError
+from corpus.tokenizers import TokenizerConfig, build_tokenizer
 from tests.corpus.tokenizers.helpers import assert_megatron_ids, assert_same_metadata
 
 # (fixture attribute, include special tokens, whether the directory names eos/bos for megatron-core)
@@ -103,21 +104,21 @@ def test_config_files_are_part_of_the_fingerprint(tokenizer_files, tmp_path):
 ])
 def test_bad_huggingface_files(tmp_path, setup, message):
     setup(tmp_path)
-    with pytest.raises(TokenizerConfigError, match=message):
+    with pytest.raises(ConfigError, match=message):
         build_tokenizer(TokenizerConfig("HuggingFaceTokenizer", model=str(tmp_path)))
 
 
 def test_config_naming_a_token_missing_from_the_vocabulary(tokenizer_files, tmp_path):
     (tmp_path / "tokenizer.json").write_bytes(open(tokenizer_files.sample_json, "rb").read())
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|not-there|>"}))
-    with pytest.raises(TokenizerConfigError, match=r"<\|not-there\|> named in its config are not in"):
+    with pytest.raises(ConfigError, match=r"<\|not-there\|> named in its config are not in"):
         build_tokenizer(TokenizerConfig("HuggingFaceTokenizer", model=str(tmp_path)))
 
 
 def test_gpt2_files_that_are_not_bpe(tmp_path):
     (tmp_path / "vocab.json").write_text("[1, 2]")
     (tmp_path / "merges.txt").write_text("#version: 0.2\n")
-    with pytest.raises(TokenizerConfigError, match="cannot load them as GPT-2 BPE files"):
+    with pytest.raises(ConfigError, match="cannot load them as GPT-2 BPE files"):
         build_tokenizer(TokenizerConfig("GPT2BPETokenizer", vocab_file=str(tmp_path / "vocab.json"),
                                         merge_file=str(tmp_path / "merges.txt")))
 

@@ -8,7 +8,8 @@ from importlib.util import find_spec
 import pytest
 from tokenizers import Regex, Tokenizer, pre_tokenizers
 
-from corpus.tokenizers import TokenizerConfig, TokenizerConfigError, build_tokenizer, select_encoder, settled_encoder
+from corpus.core.errors import ConfigError
+from corpus.tokenizers import TokenizerConfig, build_tokenizer, select_encoder, settled_encoder
 from corpus.tokenizers import gigatoken as fast_path
 from tests.corpus.tokenizers.helpers import assert_megatron_ids
 
@@ -58,7 +59,7 @@ def test_refused_tokenizer_falls_back_in_one_line(tokenizer_files, megatron_toke
     assert tokenizer.encoder_name.startswith("tokenizers ")
     assert "(fallback: gigatoken refused this tokenizer: " in reason and "\n" not in reason
     assert_megatron_ids(tokenizer, megatron_tokenizer(config), conformance_texts)
-    with pytest.raises(TokenizerConfigError, match="--encoder gigatoken: gigatoken refused this tokenizer"):
+    with pytest.raises(ConfigError, match="--encoder gigatoken: gigatoken refused this tokenizer"):
         select_encoder(config.replace(encoder="gigatoken"), [])
 
 
@@ -84,7 +85,7 @@ def test_gigatoken_not_installed(tokenizer_files, monkeypatch):
     tokenizer, reason = select_encoder(config, ["text"])
     assert tokenizer.encoder_name.startswith("tokenizers ")
     assert reason.endswith("(fallback: gigatoken is not installed (pip install gigatoken for the fast path))")
-    with pytest.raises(TokenizerConfigError, match="gigatoken is not installed"):
+    with pytest.raises(ConfigError, match="gigatoken is not installed"):
         select_encoder(config.replace(encoder="gigatoken"), ["text"])
 
 
@@ -95,7 +96,7 @@ def test_types_without_a_fast_path(tokenizer_files, make_config):
     config = make_config(tokenizer_files)
     tokenizer, reason = select_encoder(config, [])
     assert reason.endswith(f"(fallback: the gigatoken fast path does not cover {config.type})")
-    with pytest.raises(TokenizerConfigError, match=f"does not cover {config.type}"):
+    with pytest.raises(ConfigError, match=f"does not cover {config.type}"):
         select_encoder(config.replace(encoder="gigatoken"), [])
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from corpus.tokenizers import TokenizerConfig, TokenizerConfigError, build_tokenizer
+from corpus.core.errors import ConfigError
+from corpus.tokenizers import TokenizerConfig, build_tokenizer
 from tests.corpus.tokenizers.helpers import assert_megatron_ids, assert_same_metadata
 
 SP_TYPES = ["SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer"]
@@ -33,5 +34,5 @@ def test_decode_round_trip(tokenizer_files):
 
 
 def test_not_a_sentencepiece_model(tokenizer_files):
-    with pytest.raises(TokenizerConfigError, match="not a SentencePiece model"):
+    with pytest.raises(ConfigError, match="not a SentencePiece model"):
         build_tokenizer(TokenizerConfig("SentencePieceTokenizer", model=tokenizer_files.sample_json))

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from corpus.tokenizers import TokenizerConfig, TokenizerConfigError, build_tokenizer
+from corpus.core.errors import ConfigError
+from corpus.tokenizers import TokenizerConfig, build_tokenizer
 from tests.corpus.tokenizers.helpers import assert_megatron_ids, assert_same_metadata
 
 TEKKEN_CASES = [
@@ -84,12 +85,12 @@ def test_decode_round_trip(tokenizer_files, conformance_texts):
 def test_bad_vocabulary_files(tmp_path, content, message):
     path = tmp_path / "vocab.tiktoken"
     path.write_text(content)
-    with pytest.raises(TokenizerConfigError, match=message):
+    with pytest.raises(ConfigError, match=message):
         build_tokenizer(TokenizerConfig("TikTokenizer", model=str(path)))
 
 
 def test_vocab_size_beyond_the_file(tokenizer_files):
-    with pytest.raises(TokenizerConfigError, match="use --vocab-size 101256 or less"):
+    with pytest.raises(ConfigError, match="use --vocab-size 101256 or less"):
         build_tokenizer(TokenizerConfig("TikTokenizer", model=tokenizer_files.cl100k_tiktoken, vocab_size=200_000))
 
 
@@ -134,12 +135,12 @@ def test_file_pattern_gives_tekken_ids(tokenizer_files, conformance_texts):
      "drop --vocab-size"),
 ])
 def test_file_pattern_refusals(tokenizer_files, make_config, message):
-    with pytest.raises(TokenizerConfigError, match=message):
+    with pytest.raises(ConfigError, match=message):
         build_tokenizer(make_config(tokenizer_files))
 
 
 def test_file_pattern_needs_a_known_rank_file_name(tokenizer_files, tmp_path):
     renamed = tmp_path / "my_vocab.tiktoken"
     renamed.write_bytes(open(tokenizer_files.cl100k_tiktoken, "rb").read())
-    with pytest.raises(TokenizerConfigError, match="its name is none of r50k_base.tiktoken, cl100k_base.tiktoken"):
+    with pytest.raises(ConfigError, match="its name is none of r50k_base.tiktoken, cl100k_base.tiktoken"):
         build_tokenizer(TokenizerConfig("TikTokenizer", model=str(renamed), tiktoken_pattern="file"))

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from corpus.tokenizers import TokenizerConfig, TokenizerConfigError, select_encoder, verdicts
+from corpus.core.errors import ConfigError
+from corpus.tokenizers import TokenizerConfig, select_encoder, verdicts
 from corpus.tokenizers import select as selection
 from corpus.tokenizers.registry import lookup
 from tests.cache_keys import assert_each_field_changes_the_key
@@ -98,7 +99,7 @@ def test_a_recorded_difference_sends_later_runs_to_the_reference(tokenizer_files
     tokenizer, reason = select_encoder(config)
     assert tokenizer.encoder_name.startswith("tokenizers ")
     assert reason.endswith("(fallback: gigatoken ids differed from the reference library at a.jsonl:3; cached check)")
-    with pytest.raises(TokenizerConfigError, match="--encoder gigatoken: gigatoken ids differed"):
+    with pytest.raises(ConfigError, match="--encoder gigatoken: gigatoken ids differed"):
         select_encoder(config.replace(encoder="gigatoken"))
 
 

@@ -192,7 +192,7 @@ def test_full_recompute_keeps_each_blocks_input_and_one_blocks_activations(tmp_p
 def test_scores_count_only_for_the_math_kernel_and_logits_only_without_the_fused_loss(tmp_path):
     config = tiny_config(tmp_path)
     math = at_layout(config)
-    fused = at_layout(config, attention="sdpa", fused_loss=True)
+    fused = at_layout(config, attention="cudnn", fused_loss=True)
     micro_batch, heads = config.training.micro_batch_size, config.model.num_attention_heads
     assert math.attention_scores == config.model.num_layers * micro_batch * heads * SEQ * SEQ * 4 * 2
     assert math.logits == micro_batch * SEQ * VOCAB * 4 * 2

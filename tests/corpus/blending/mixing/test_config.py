@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from corpus.blending.schema import BlendError, load_blend
+from corpus.blending.schema import load_blend
+from corpus.core.errors import ConfigError
 
 SOURCES = ("sources:\n"
            "  - {name: web, prefix: data/web, weight: 0.7}\n"
@@ -27,7 +28,7 @@ SOURCES = ("sources:\n"
 def test_mistakes_are_located(tmp_path, mixing, line, message):
     blend = tmp_path / "blend.yaml"
     blend.write_text("seq_length: 16\n" + SOURCES + mixing + "\n")
-    with pytest.raises(BlendError, match=message) as caught:
+    with pytest.raises(ConfigError, match=message) as caught:
         load_blend(blend)
     if line is not None:
         assert str(caught.value).startswith(f"{blend}:{line}: ")
@@ -37,5 +38,5 @@ def test_online_mixing_needs_the_weights_it_starts_from(tmp_path):
     blend = tmp_path / "blend.yaml"
     blend.write_text("seq_length: 16\nsources:\n  - {name: web, prefix: data/web}\n"
                      "  - {name: code, prefix: data/code}\nmixing: {kind: online}\n")
-    with pytest.raises(BlendError, match=r":3: sources\[0\]\.weight: online mixing starts from the sources'"):
+    with pytest.raises(ConfigError, match=r":3: sources\[0\]\.weight: online mixing starts from the sources'"):
         load_blend(blend)

@@ -13,8 +13,8 @@ import pytest
 
 from corpus.blending import index_maps as maps
 from corpus.blending.datasets import SampleCounts, build_split_datasets
+from corpus.blending.errors import DrawError
 from corpus.blending.loader import BlendLoader
-from corpus.blending.mixing.draw import DrawError
 from corpus.blending.schema import blend_from_dict
 from tests.corpus.blending.blend_data import THREE_SOURCES as NAMES
 from tests.corpus.blending.blend_data import write_three_sources
