@@ -8,7 +8,7 @@ import logging
 import click
 
 from cli.app import CONTEXT, Group, version_option
-from cli.options import storage_options_from, storage_options_option
+from cli.options import storage_options_option
 
 #: Object-store clients whose INFO lines ("Found credentials in environment variables") are noise to a user.
 QUIET_LOGGERS = ("botocore", "aiobotocore", "s3fs", "fsspec")
@@ -31,11 +31,11 @@ def main(verbose: bool) -> None:
               help="A prefix, .idx/.bin path, glob or directory; repeat for more. Order is kept (globs sorted).")
 @click.option("--output-prefix", required=True, help="Prefix of the merged pair (PREFIX.bin/.idx).")
 @storage_options_option
-def merge(inputs: tuple[str, ...], output_prefix: str, storage_options: str | None) -> None:
+def merge(inputs: tuple[str, ...], output_prefix: str, storage_options: dict | None) -> None:
     """Concatenate many .bin/.idx pairs into one, streaming, in the order given."""
     from corpus.indexed.merge import merge as merge_prefixes
 
-    result = merge_prefixes(inputs, output_prefix, storage_options_from(storage_options))
+    result = merge_prefixes(inputs, output_prefix, storage_options)
     click.echo(
         f"merged {len(result.inputs)} inputs into {result.output_prefix}: "
         f"{result.num_documents} documents, {result.num_sequences} sequences, {result.num_tokens} tokens"

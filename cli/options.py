@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
-from corpus.storage import StorageError, parse_options
+from corpus.storage import StorageError, parse_options, storage_options_knob
 
 
 class GreedyOption(click.Option):
@@ -30,26 +32,31 @@ class GreedyOption(click.Option):
             option.process = process
 
 
-def _checked_storage_options(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    try:
-        parse_options(value)
-    except StorageError as error:
-        raise click.UsageError(str(error), ctx) from None
-    return value
+class StorageOptionsType(click.ParamType):
+    """``--storage-options JSON``: checked and parsed into the dict a config holds; :meth:`spell` writes it back,
+    so a printed command repeats it."""
+
+    name = "json"
+
+    def convert(self, value, param, ctx) -> dict:
+        if isinstance(value, dict):
+            return value
+        try:
+            return parse_options(value)
+        except StorageError as error:
+            raise click.UsageError(str(error), ctx) from None
+
+    @staticmethod
+    def spell(value: dict) -> str:
+        return json.dumps(value, separators=(",", ":"))
 
 
-#: ``--storage-options JSON`` for every command that takes paths; its value stays the JSON text (so a printed
-#: command repeats it), :func:`storage_options_from` turns it into the dict a config holds.
+STORAGE_OPTIONS = StorageOptionsType()
+
+#: ``--storage-options JSON`` for a command without a typed config (``corpus merge``), declared by the same field.
 storage_options_option = click.option(
-    "--storage-options", metavar="JSON", callback=_checked_storage_options,
-    help="Options of the filesystem behind s3:// (gs://, az://) paths, as JSON, e.g. "
-         "'{\"endpoint_url\": \"http://localhost:9000\"}'. Endpoint, credentials and region otherwise come from "
-         "AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and AWS_REGION.")
-
-
-def storage_options_from(text: str | None) -> dict | None:
-    """The storage options a ``--storage-options`` value gives (None when it was not given)."""
-    return parse_options(text) if text is not None else None
+    "--storage-options", type=STORAGE_OPTIONS, metavar="JSON",
+    help=storage_options_knob().metadata["help"])
 
 
 def refused_option(flag: str, why: str, takes_value: bool = False, hidden: bool = True):

@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 
-from corpus.core.typed_config import build
+from corpus.core.typed_config import build, knob
 from corpus.tokenizers.errors import TokenizerConfigError
-from corpus.tokenizers.registry import OPTION_NAMES, TOKENIZER_TYPES, TokenizerType, family_of, lookup
+from corpus.tokenizers.registry import TOKENIZER_TYPES, TokenizerType, family_of, lookup
 
 log = logging.getLogger(__name__)
 
@@ -27,36 +27,34 @@ MIN_TIKTOKEN_SPECIAL_TOKENS = 7
 
 @dataclass(frozen=True)
 class TokenizerConfig:
-    """How to build one tokenizer. Picklable and JSON-friendly (strings, ints, bools, None)."""
+    """How to build one tokenizer: the one description of a tokenizer, which the tokenize, inspect and autotune
+    commands take their tokenizer flags from and the trainer's tokenizer flags build (:func:`config_from_flags`).
+    Picklable and JSON-friendly (strings, ints, bools, None)."""
 
-    type: str
-    """Megatron's ``--tokenizer-type`` name, e.g. ``HuggingFaceTokenizer`` (see TOKENIZER_TYPES)."""
-    model: str | None = None
-    """``--tokenizer-model``: tokenizer.json (file or directory), SentencePiece ``.model``,
-    tiktoken JSON vocabulary (Megatron's list format or Mistral's ``tekken*.json``) or ``.tiktoken`` file."""
-    vocab_file: str | None = None
-    """``--vocab-file``: GPT-2 ``vocab.json`` (GPT2BPETokenizer)."""
-    merge_file: str | None = None
-    """``--merge-file``: GPT-2 ``merges.txt`` (GPT2BPETokenizer)."""
-    vocab_size: int | None = None
-    """``--vocab-size``: NullTokenizer's vocabulary (required there); TikTokenizer's total size
-    (ranks are cut to ``vocab_size - tiktoken_num_special_tokens``; default: Megatron's 131072, or
-    ranks + special tokens when the file has fewer ranks)."""
-    tiktoken_pattern: str = "v2"
-    """``--tiktoken-pattern`` (TikTokenizer): Megatron's split regex ``v1`` or ``v2`` with Megatron's shifted ids,
-    or ``file``: the vocabulary file's own encoding (regex, special tokens and ids, e.g. cl100k_base's)."""
-    tiktoken_num_special_tokens: int = 1000
-    """``--tiktoken-num-special-tokens``: ids below this are Megatron's special tokens; ranks shift by it."""
-    hf_include_special_tokens: bool = True
-    """Megatron's default; ``--tokenizer-hf-no-include-special-tokens`` sets False (no post-processor
-    tokens such as a leading BOS)."""
-    eod_id: int | None = None
-    """Override of the end-of-document id appended by ``--append-eod``."""
-    bos_id: int | None = None
-    """Override of the beginning-of-sequence id (recorded in the sidecar)."""
-    encoder: str = "auto"
-    """``auto``: gigatoken when it is installed and proven identical on a sample, else the reference
-    library; ``reference``: always the reference library; ``gigatoken``: require the fast path."""
+    type: str = knob(MISSING, "Megatron's tokenizer type.", "--tokenizer-type", choices=TOKENIZER_TYPES)
+    model: str | None = knob(
+        None, "tokenizer.json (or its directory), SentencePiece .model, tiktoken JSON (Megatron's list or Mistral's "
+        "tekken*.json) or .tiktoken file.", "--tokenizer-model")
+    vocab_file: str | None = knob(None, "GPT-2 vocab.json (GPT2BPETokenizer).", "--vocab-file")
+    merge_file: str | None = knob(None, "GPT-2 merges.txt (GPT2BPETokenizer).", "--merge-file")
+    vocab_size: int | None = knob(
+        None, "Vocabulary size: NullTokenizer's (required there); TikTokenizer's total size (ranks are cut to "
+        "vocab size - special tokens; default: Megatron's 131072, or ranks + special tokens when the file has fewer "
+        "ranks).", "--vocab-size")
+    tiktoken_pattern: str = knob(
+        "v2", "TikTokenizer: Megatron's split regex (v1, v2) and shifted ids, or 'file': the vocabulary's own "
+        "encoding (e.g. cl100k_base's regex and ids).", "--tiktoken-pattern", choices=TIKTOKEN_PATTERNS)
+    tiktoken_num_special_tokens: int = knob(
+        1000, "TikTokenizer: ids below this are Megatron's special tokens; ranks shift by it.",
+        "--tiktoken-num-special-tokens")
+    hf_include_special_tokens: bool = knob(
+        True, "HuggingFaceTokenizer: do not add the post-processor's special tokens (e.g. a leading BOS).",
+        switches={"--tokenizer-hf-no-include-special-tokens": False})
+    eod_id: int | None = knob(None, "Override the end-of-document id that --append-eod adds.", "--eod-id")
+    bos_id: int | None = knob(None, "Override the beginning-of-sequence id (recorded in the sidecar).", "--bos-id")
+    encoder: str = knob(
+        "auto", "auto: gigatoken when proven identical on a sample of the input, else the reference library; "
+        "reference: always the reference library; gigatoken: require the fast path.", "--encoder", choices=ENCODERS)
 
     def __post_init__(self) -> None:
         spec = lookup(self.type)
@@ -86,6 +84,10 @@ class TokenizerConfig:
     def to_dict(self) -> dict:
         """All fields as a plain dict (the inverse of :func:`config_from_dict`)."""
         return dataclasses.asdict(self)
+
+
+#: The command-line spelling of each field (``model`` -> ``--tokenizer-model``), for messages.
+OPTION_NAMES = {field.name: field.metadata["flag"] for field in fields(TokenizerConfig) if field.metadata["flag"]}
 
 
 def _check_type_options(spec: TokenizerType, config: TokenizerConfig) -> None:

@@ -14,10 +14,6 @@ from typing import Callable
 
 from corpus.tokenizers.errors import TokenizerConfigError
 
-#: The command-line spelling of each file or size option a type may need.
-OPTION_NAMES = {"model": "--tokenizer-model", "vocab_file": "--vocab-file", "merge_file": "--merge-file",
-                "vocab_size": "--vocab-size"}
-
 
 @dataclass(frozen=True)
 class TokenizerType:

@@ -14,24 +14,15 @@ import math
 import os
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Literal
 
 from corpus.core.errors import ConfigError
+from corpus.core.typed_config import knob
 from trainer.config.presets import PRESETS, preset_table
 
 #: The learning-rate decay styles; each one's curve is in ``trainer.optim.schedule.DECAY_STYLES`` (a test holds the
 #: two together), named here so a misspelt style is refused when the config is read, before any work.
 DecayStyle = Literal["constant", "linear", "cosine"]
-
-
-def knob(default: Any, help: str, flag: str | None = None, switches: Mapping[str, Any] | None = None,
-         aliases: tuple[str, ...] = ()) -> Any:
-    """A documented config field. ``flag`` is its command-line spelling (None: YAML only); ``switches``
-    maps extra value-less flags to the value they set (``--bf16`` → ``precision: bf16``); ``aliases`` are
-    other spellings of ``flag`` itself (``--tp`` for ``--tensor-model-parallel-size``)."""
-    factory = {"default_factory": lambda: list(default)} if isinstance(default, list) else {"default": default}
-    return field(**factory, metadata={"help": help, "flag": flag, "switches": dict(switches or {}),
-                                      "aliases": tuple(aliases)})
 
 
 def _require(condition: bool, message: str) -> None:
