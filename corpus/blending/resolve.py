@@ -21,7 +21,8 @@ from corpus.core.errors import UserError
 from corpus.indexed import sidecar
 from corpus.tokenizers.config import TokenizerConfig, config_from_kind, config_from_record
 from corpus.tokenizers.decode import cached_tokenizer
-from corpus.tokenizers.registry import family_of, fingerprinted_files
+from corpus.tokenizers.match import data_mismatch
+from corpus.tokenizers.registry import fingerprinted_files
 
 log = logging.getLogger(__name__)
 
@@ -132,21 +133,17 @@ def _check_expected_tokenizer(resolved: ResolvedBlend) -> None:
             fingerprint = tokenizer_fingerprint(spec.kind, path)
         except UserError as error:
             raise config.error(str(error), "tokenizer.path") from None
-    exact = spec.kind.lower() != family_of(spec.kind)
     for key, source in resolved.all_sources():
         record = source.info.tokenizer or {}
-        recorded = record.get("type")
-        if recorded is not None:
-            matches = recorded.lower() == spec.kind.lower() if exact else family_of(recorded) == family_of(spec.kind)
-            if not matches:
-                raise config.error(f"{source.name} was tokenized with {recorded}, not {spec.kind}; fix "
-                                   f"tokenizer.kind or re-tokenize the source", "tokenizer.kind")
-        recorded_fingerprint = record.get("fingerprint")
-        if fingerprint and recorded_fingerprint and recorded_fingerprint != fingerprint:
+        mismatch = data_mismatch(record, spec.kind, fingerprint)
+        if mismatch is not None and mismatch.aspect == "type":
+            raise config.error(f"{source.name} was tokenized with {mismatch.recorded}, not {spec.kind}; fix "
+                               f"tokenizer.kind or re-tokenize the source", "tokenizer.kind")
+        if mismatch is not None:
             raise config.error(f"{spec.path} is not the tokenizer {source.name} ({key}) was made with (its "
                                f".meta.json records {record.get('model') or record.get('path') or 'another file'}, "
-                               "sha256 "
-                               f"{recorded_fingerprint[:12]}…, this file is {fingerprint[:12]}…)", "tokenizer.path")
+                               f"sha256 {mismatch.recorded[:12]}…, this file is {mismatch.expected[:12]}…)",
+                               "tokenizer.path")
 
 
 def _fill_facts(resolved: ResolvedBlend, tokenizer_eod: int | None) -> None:

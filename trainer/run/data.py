@@ -45,7 +45,8 @@ from corpus.core.errors import ConfigError
 from corpus.indexed.sidecar import options_hash
 from corpus.tokenizers import TextTokenizer, TokenizerConfig
 from corpus.tokenizers.decode import cached_tokenizer
-from corpus.tokenizers.registry import family_of, lookup
+from corpus.tokenizers.match import data_mismatch
+from corpus.tokenizers.registry import lookup
 from trainer.config.schema import DataConfig, TrainConfig
 from trainer.parallel.state import ParallelState
 
@@ -223,19 +224,21 @@ def _check_flag_tokenizer(tokenizer: TextTokenizer, resolved: ResolvedBlend) -> 
     if record is None:
         return
     described = tokenizer.describe()
-    if family_of(record.get("type")) != family_of(described["type"]):
-        raise ConfigError(f"--tokenizer-type {described['type']}: the data was tokenized with {record.get('type')} "
+    mismatch = data_mismatch(record, described["type"], described["fingerprint"], tokenizer.eod,
+                             resolved.recorded_eod_id())
+    if mismatch is None:
+        return
+    if mismatch.aspect == "type":
+        raise ConfigError(f"--tokenizer-type {described['type']}: the data was tokenized with {mismatch.recorded} "
                           "(its .meta.json says so); drop the tokenizer flags or give the data's tokenizer")
-    if record.get("fingerprint") and described["fingerprint"] != record["fingerprint"]:
+    if mismatch.aspect == "files":
         raise ConfigError(f"--tokenizer-model/--vocab-file: not the tokenizer the data was made with (its .meta.json "
                           f"records {record.get('model') or record.get('vocab_file')}, sha256 "
-                          f"{record['fingerprint'][:12]}…, these files {described['fingerprint'][:12]}…); drop the "
+                          f"{mismatch.recorded[:12]}…, these files {mismatch.expected[:12]}…); drop the "
                           "tokenizer flags or give the data's files")
-    recorded = resolved.recorded_eod_id()
-    if recorded is not None and tokenizer.eod is not None and tokenizer.eod != recorded:
-        raise ConfigError(f"--tokenizer-type {described['type']}: its EOD id is {tokenizer.eod}, but the data's "
-                          f".meta.json records EOD id {recorded}; drop the tokenizer flags (the sidecars name the "
-                          "tokenizer) or give the one the data was made with")
+    raise ConfigError(f"--tokenizer-type {described['type']}: its EOD id is {tokenizer.eod}, but the data's "
+                      f".meta.json records EOD id {mismatch.recorded}; drop the tokenizer flags (the sidecars name the "
+                      "tokenizer) or give the one the data was made with")
 
 
 def tokenizer_facts(flagged: TextTokenizer | None, resolved: ResolvedBlend) -> tuple[int | None, dict | None]:
