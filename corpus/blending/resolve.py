@@ -181,7 +181,7 @@ def _fill_facts(resolved: ResolvedBlend, tokenizer_eod: int | None) -> None:
 def _named_eod(resolved: ResolvedBlend) -> int | None:
     """The EOD id of the tokenizer the blend's ``tokenizer:`` names, for data whose sidecars record none (written
     by Megatron), as Megatron's ``pretrain_gpt.py`` takes ``tokenizer.eod``."""
-    named = tokenizer_config(resolved)
+    named = blend_tokenizer(resolved)
     try:
         return cached_tokenizer(named).eod
     except UserError as error:
@@ -200,7 +200,7 @@ def _pad_id(resolved: ResolvedBlend, infos: list) -> int:
     return pad
 
 
-def tokenizer_config(resolved: ResolvedBlend) -> TokenizerConfig | None:
+def blend_tokenizer(resolved: ResolvedBlend) -> TokenizerConfig | None:
     """The tokenizer the blend's data was made with: the one the sources' sidecars record, else the blend's
     ``tokenizer: {kind, path}`` (data written by Megatron has no sidecar); None when neither names one. A named
     tokenizer that cannot be rebuilt is a :class:`UserError` saying why."""

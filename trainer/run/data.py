@@ -29,7 +29,7 @@ from corpus.blending.datasets import (
 )
 from corpus.blending.index_maps import normalize
 from corpus.blending.loader import BlendLoader, build_datasets
-from corpus.blending.resolve import ResolvedBlend, resolve_blend, tokenizer_config
+from corpus.blending.resolve import ResolvedBlend, blend_tokenizer, resolve_blend
 from corpus.blending.samples import make_batch
 from corpus.blending.schedule import WeightSchedule
 from corpus.blending.schema import (
@@ -247,7 +247,7 @@ def tokenizer_facts(flagged: TextTokenizer | None, resolved: ResolvedBlend) -> t
     if resolved.vocab_size is not None:
         return resolved.vocab_size, resolved.tokenizer
     if flagged is None:
-        named = tokenizer_config(resolved)
+        named = blend_tokenizer(resolved)
         flagged = cached_tokenizer(named) if named is not None else None
     return (flagged.vocab_size, flagged.describe()) if flagged is not None else (None, None)
 
