@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 from dataclasses import MISSING, dataclass, fields
+from typing import Any, Mapping
 
 from corpus.core.typed_config import build, knob
 from corpus.tokenizers.errors import TokenizerConfigError
@@ -88,6 +89,23 @@ class TokenizerConfig:
 
 #: The command-line spelling of each field (``model`` -> ``--tokenizer-model``), for messages.
 OPTION_NAMES = {field.name: field.metadata["flag"] for field in fields(TokenizerConfig) if field.metadata["flag"]}
+#: Each field's key where a config names a tokenizer among other settings, spelt as its flag (``model`` ->
+#: ``tokenizer_model``): the trainer's ``data.tokenizer_type``, ``data.tokenizer_model``, ``data.vocab_file``, ...
+FLAG_KEYS = {name: flag[2:].replace("-", "_") for name, flag in OPTION_NAMES.items()}
+
+
+def tokenizer_knob(name: str, help: str | None = None) -> Any:
+    """A field of another config holding this config's field ``name`` under its :data:`FLAG_KEYS` key: the same flag
+    and choices, and this field's help unless the owner says what the field means to it."""
+    field = next(field for field in fields(TokenizerConfig) if field.name == name)
+    return knob(None, help or field.metadata["help"], field.metadata["flag"], choices=field.metadata["choices"])
+
+
+def config_from_flags(values: Mapping[str, Any]) -> TokenizerConfig | None:
+    """The tokenizer that flag-keyed ``values`` name (``tokenizer_type``, ``tokenizer_model``, ... as in
+    :data:`FLAG_KEYS`; other keys ignored), or None when they name no ``tokenizer_type``."""
+    given = {name: values[key] for name, key in FLAG_KEYS.items() if values.get(key) is not None}
+    return TokenizerConfig(**given) if "type" in given else None
 
 
 def _check_type_options(spec: TokenizerType, config: TokenizerConfig) -> None:

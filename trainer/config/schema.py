@@ -18,6 +18,7 @@ from typing import Literal
 
 from corpus.core.errors import ConfigError
 from corpus.core.typed_config import knob
+from corpus.tokenizers.config import tokenizer_knob
 from trainer.config.presets import PRESETS, preset_table
 
 #: The learning-rate decay styles; each one's curve is in ``trainer.optim.schedule.DECAY_STYLES`` (a test holds the
@@ -116,12 +117,13 @@ class DataConfig:
                                "--eod-mask-loss")
     override_blend_check: bool = knob(False, "Resume even if the checkpoint was trained on a different blend.",
                                       "--override-blend-check")
-    tokenizer_type: str | None = knob(None, "The data's tokenizer (a corpus tokenize --tokenizer-type): the vocabulary "
-                                      "of data without .meta.json sidecars; checked against them.", "--tokenizer-type")
-    tokenizer_model: str | None = knob(None, "With --tokenizer-type: its tokenizer.json, SentencePiece .model or "
-                                       "tiktoken file.", "--tokenizer-model")
-    vocab_file: str | None = knob(None, "With --tokenizer-type GPT2BPETokenizer: vocab.json.", "--vocab-file")
-    merge_file: str | None = knob(None, "With --tokenizer-type GPT2BPETokenizer: merges.txt.", "--merge-file")
+    tokenizer_type: str | None = tokenizer_knob(
+        "type", "The data's tokenizer (a corpus tokenize --tokenizer-type): the vocabulary of data without .meta.json "
+        "sidecars; checked against them.")
+    tokenizer_model: str | None = tokenizer_knob("model", "With --tokenizer-type: its tokenizer.json, SentencePiece "
+                                                 ".model or tiktoken file.")
+    vocab_file: str | None = tokenizer_knob("vocab_file", "With --tokenizer-type GPT2BPETokenizer: vocab.json.")
+    merge_file: str | None = tokenizer_knob("merge_file", "With --tokenizer-type GPT2BPETokenizer: merges.txt.")
 
     def __post_init__(self) -> None:
         given = [name for name, on in (("--blend", self.blend), ("--data-path", self.data_path),

@@ -13,7 +13,7 @@ Sample counts follow Megatron: train = train_iters × global batch; valid = (tra
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Protocol
 
@@ -43,7 +43,8 @@ from corpus.blending.schema import (
 )
 from corpus.core.errors import ConfigError
 from corpus.indexed.sidecar import options_hash
-from corpus.tokenizers import TextTokenizer, TokenizerConfig
+from corpus.tokenizers import TextTokenizer
+from corpus.tokenizers.config import config_from_flags
 from corpus.tokenizers.decode import cached_tokenizer
 from corpus.tokenizers.match import data_mismatch
 from corpus.tokenizers.registry import lookup
@@ -210,11 +211,9 @@ def _flag_tokenizer(config: TrainConfig) -> TextTokenizer | None:
     ``--vocab-size`` where the type takes it) name, built (so a wrong flag is refused before any work), or None
     without ``--tokenizer-type``."""
     data = config.data
-    if data.tokenizer_type is None:
-        return None
-    return cached_tokenizer(TokenizerConfig(type=data.tokenizer_type, model=data.tokenizer_model,
-                                            vocab_file=data.vocab_file, merge_file=data.merge_file,
-                                            vocab_size=config.model.vocab_size if _sizes_tokenizer(data) else None))
+    vocab_size = config.model.vocab_size if _sizes_tokenizer(data) else None
+    named = config_from_flags({**asdict(data), "vocab_size": vocab_size})
+    return cached_tokenizer(named) if named is not None else None
 
 
 def _check_flag_tokenizer(tokenizer: TextTokenizer, resolved: ResolvedBlend) -> None:
