@@ -71,7 +71,8 @@ def _option(dest: str, meta: Mapping, kind: Any, default: Any, settings: Mapping
     if names and not names[0].startswith("-"):  # an upper-case name: a positional argument
         nargs = -1 if typing.get_origin(kind) in (list, tuple) else 1
         extra = {key: common[key] for key in ("type",) if key in common}
-        return [click.Argument([dest], nargs=nargs, required=common.get("required", required), metavar=names[0],
+        metavar = names[0] + ("..." if nargs == -1 else "")
+        return [click.Argument([dest], nargs=nargs, required=common.get("required", required), metavar=metavar,
                                **extra)]
     options: list[click.Parameter] = []
     if names:
@@ -107,7 +108,7 @@ def config_options(cls: type, *, only: Collection[str] | None = None, settings: 
                                         or kept.startswith(dotted + ".") for kept in only):
             continue
         kind, _ = _without_none(hint)
-        if dataclasses.is_dataclass(kind):
+        if dataclasses.is_dataclass(kind) and not field.metadata.get("flag"):  # a section: its fields are flags
             params += config_options(kind, only=only, settings=settings, path=here)
         elif field.metadata.get("flag") or field.metadata.get("switches"):
             params += _option(SEPARATOR.join(here), field.metadata, kind, field_default(field),
@@ -136,14 +137,15 @@ def build_config(cls: type, values: Mapping[str, Any], path: tuple[str, ...] = (
     kwargs = dict(values)
     for field, hint in _field_hints(cls):
         kind, optional = _without_none(hint)
-        if dataclasses.is_dataclass(kind) and (field.name in kwargs or not optional):
+        section = isinstance(kwargs.get(field.name), Mapping) or (field.name not in kwargs and not optional)
+        if dataclasses.is_dataclass(kind) and section:
             kwargs[field.name] = build_config(kind, kwargs.get(field.name, {}), path + (field.name,))
     missing = [field for field in dataclasses.fields(cls)
                if field_default(field) is dataclasses.MISSING and field.name not in kwargs]
     if missing and path:
         given = [_spelling(cls, name) for name in values]
         needed = " and ".join(_spelling(cls, field.name) for field in missing)
-        raise click.UsageError(f"{'/'.join(given)} need{'s' if len(given) == 1 else ''} {needed}")
+        raise click.UsageError(f"{'/'.join(given)}: the {path[-1]} options need {needed}")
     return cls(**kwargs)
 
 
