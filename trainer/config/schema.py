@@ -16,6 +16,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
+from corpus.blending.counts import EVAL_INTERVAL, EVAL_ITERS
 from corpus.core.errors import ConfigError
 from corpus.core.typed_config import knob
 from corpus.tokenizers.config import tokenizer_knob
@@ -274,8 +275,8 @@ class LoggingConfig:
     """Console, TensorBoard and JSONL metrics, and evaluation cadence."""
 
     log_interval: int = knob(100, "Log every N steps.", "--log-interval")
-    eval_interval: int = knob(1000, "Evaluate on the valid split every N steps.", "--eval-interval")
-    eval_iters: int = knob(100, "Global batches per evaluation (0: no evaluation).", "--eval-iters")
+    eval_interval: int = knob(EVAL_INTERVAL, "Evaluate on the valid split every N steps.", "--eval-interval")
+    eval_iters: int = knob(EVAL_ITERS, "Global batches per evaluation (0: no evaluation).", "--eval-iters")
     tensorboard_dir: str | None = knob(None, "Write TensorBoard event files here.", "--tensorboard-dir")
     metrics_jsonl: str | None = knob(None, "Write one JSON object per logged step (and per evaluation) here; a resumed "
                                      "run continues the file, a fresh one moves an existing file to FILE.1 (.2, …).",

@@ -20,13 +20,8 @@ from typing import Iterator, Protocol
 import numpy as np
 import torch
 
-from corpus.blending.datasets import (
-    SampleCounts,
-    SplitDataset,
-    build_split_datasets,
-    megatron_sample_counts,
-    show_samples_command,
-)
+from corpus.blending.counts import SampleCounts, megatron_sample_counts
+from corpus.blending.datasets import SplitDataset, build_split_datasets, show_samples_command
 from corpus.blending.index_maps import normalize
 from corpus.blending.loader import BlendLoader, build_datasets
 from corpus.blending.resolve import ResolvedBlend, blend_tokenizer, resolve_blend
