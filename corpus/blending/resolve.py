@@ -19,10 +19,10 @@ from corpus.blending.schema import BlendConfig
 from corpus.blending.sources import Source, SourceError, load_source
 from corpus.core.errors import UserError
 from corpus.indexed import sidecar
-from corpus.tokenizers.config import TokenizerConfig, config_from_kind, config_from_record
+from corpus.tokenizers.base import tokenizer_files
+from corpus.tokenizers.config import TokenizerConfig, config_from_record
 from corpus.tokenizers.decode import cached_tokenizer
 from corpus.tokenizers.match import data_mismatch
-from corpus.tokenizers.registry import fingerprinted_files
 
 log = logging.getLogger(__name__)
 
@@ -113,37 +113,43 @@ def _check_agreement(resolved: ResolvedBlend) -> None:
                         source.info.num_shards, source.info.missing_example)
 
 
-def tokenizer_fingerprint(kind: str, path: str) -> str:
-    """The fingerprint ``corpus tokenize`` records for the tokenizer of ``kind`` at ``path``."""
-    return sidecar.fingerprint_files(fingerprinted_files(kind, path))
+def _expected_fingerprint(resolved: ResolvedBlend) -> str | None:
+    """The fingerprint ``corpus tokenize`` records for the tokenizer the blend's ``tokenizer:`` names (None when it
+    names no file); a file that is missing or cannot be read is an error at its key."""
+    spec, config = resolved.config.tokenizer, resolved.config
+    for name, value in spec.files.items():
+        path = config.resolve_path(value)
+        if not os.path.exists(path):
+            raise config.error(f"{path}: no such tokenizer file; point it at the tokenizer the data was made with",
+                               f"tokenizer.{spec.key(name)}")
+    if not spec.files:
+        return None
+    try:
+        return sidecar.fingerprint_files(tokenizer_files(spec.config(config.resolve_path)))
+    except UserError as error:
+        raise config.error(str(error), f"tokenizer.{spec.key(next(iter(spec.files)))}") from None
 
 
 def _check_expected_tokenizer(resolved: ResolvedBlend) -> None:
-    """The blend's ``tokenizer`` against every source's sidecar (kind, then file fingerprint)."""
+    """The blend's ``tokenizer`` against every source's sidecar (type or family, then the files' fingerprint), by
+    the one rule of :func:`~corpus.tokenizers.match.data_mismatch`."""
     spec, config = resolved.config.tokenizer, resolved.config
     if spec is None:
         return
-    fingerprint = None
-    if spec.path is not None:
-        path = config.resolve_path(spec.path)
-        if not os.path.exists(path):
-            raise config.error(f"{path}: no such tokenizer file; point it at the tokenizer the data was made with",
-                               "tokenizer.path")
-        try:
-            fingerprint = tokenizer_fingerprint(spec.kind, path)
-        except UserError as error:
-            raise config.error(str(error), "tokenizer.path") from None
+    fingerprint = _expected_fingerprint(resolved)
     for key, source in resolved.all_sources():
         record = source.info.tokenizer or {}
-        mismatch = data_mismatch(record, spec.kind, fingerprint)
+        mismatch = data_mismatch(record, spec.name, fingerprint)
         if mismatch is not None and mismatch.aspect == "type":
-            raise config.error(f"{source.name} was tokenized with {mismatch.recorded}, not {spec.kind}; fix "
-                               f"tokenizer.kind or re-tokenize the source", "tokenizer.kind")
+            where = f"tokenizer.{spec.key('type')}"
+            raise config.error(f"{source.name} was tokenized with {mismatch.recorded}, not {spec.name}; fix {where} "
+                               "or re-tokenize the source", where)
         if mismatch is not None:
-            raise config.error(f"{spec.path} is not the tokenizer {source.name} ({key}) was made with (its "
+            named = next(iter(spec.files))
+            raise config.error(f"{spec.files[named]} is not the tokenizer {source.name} ({key}) was made with (its "
                                f".meta.json records {record.get('model') or record.get('path') or 'another file'}, "
                                f"sha256 {mismatch.recorded[:12]}…, this file is {mismatch.expected[:12]}…)",
-                               "tokenizer.path")
+                               f"tokenizer.{spec.key(named)}")
 
 
 def _fill_facts(resolved: ResolvedBlend, tokenizer_eod: int | None) -> None:
@@ -214,6 +220,6 @@ def blend_tokenizer(resolved: ResolvedBlend) -> TokenizerConfig | None:
     if spec is None:
         return None
     try:
-        return config_from_kind(spec.kind, resolved.config.resolve_path(spec.path) if spec.path else None)
+        return spec.config(resolved.config.resolve_path)
     except UserError as error:
         raise resolved.config.error(str(error), "tokenizer") from None

@@ -35,7 +35,7 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -47,7 +47,8 @@ from corpus.blending.schedule import PhaseConfig, check_schedule
 from corpus.core.atomic_write import write_atomically
 from corpus.core.disk import guard
 from corpus.core.errors import parse_key
-from corpus.core.typed_config import build, coerce, read_yaml
+from corpus.core.typed_config import build, coerce, knob, read_yaml
+from corpus.tokenizers.config import TokenizerConfig, config_from_kind, tokenizer_knob
 from corpus.tokenizers.registry import FAMILIES, family_of
 
 #: Megatron's ``--split`` default, used for a source list that gives no ``split`` (and for ``--data-path``).
@@ -56,21 +57,61 @@ DEFAULT_SPLIT = "969,30,1"
 _SPLIT_PATTERN = re.compile(r"^\s*\d*\.?\d+(\s*,\s*\d*\.?\d+){0,2}\s*$")
 
 
+#: The older spelling of a tokenizer key, still accepted: ``{kind, path}``.
+TOKENIZER_ALIASES = {"kind": "type", "path": "model"}
+
+
 @dataclass(frozen=True)
 class TokenizerSpec:
-    """The tokenizer every source must have been written with (checked against ``.meta.json``)."""
+    """The tokenizer every source must have been written with (checked against ``.meta.json``): the keys of
+    :class:`~corpus.tokenizers.config.TokenizerConfig` that name it, paths relative to the blend's folder.
+    ``kind``/``path`` are the older spellings of ``type``/``model``."""
 
-    kind: str
-    """``huggingface``, ``sentencepiece``, ``tiktoken``, ``gpt2``, ``null``, or a Megatron type name."""
-    path: str | None = None
-    """The tokenizer file (relative to the blend's folder); its sha256 must match the sidecars'."""
+    type: str | None = tokenizer_knob(
+        "type", "A --tokenizer-type name, or a family (huggingface, sentencepiece, tiktoken, gpt2, null): then the "
+        "sources may have been written by any type of it.")
+    model: str | None = tokenizer_knob("model")
+    vocab_file: str | None = tokenizer_knob("vocab_file")
+    merge_file: str | None = tokenizer_knob("merge_file")
+    vocab_size: int | None = tokenizer_knob("vocab_size")
+    kind: str | None = knob(None, "The older spelling of type.")
+    path: str | None = knob(None, "The older spelling of model.")
 
     def __post_init__(self) -> None:
-        if family_of(self.kind) is None:
-            raise BlendError(f"unknown tokenizer kind {self.kind!r}; use one of {', '.join(FAMILIES)} (or a "
-                             "--tokenizer-type name)", "kind")
-        if self.path is None and family_of(self.kind) != "null":
-            raise BlendError("a tokenizer needs a path (the tokenizer file the data was made with)", "path")
+        for old, new in TOKENIZER_ALIASES.items():
+            if getattr(self, old) is not None and getattr(self, new) is not None:
+                raise BlendError(f"give {new} or {old} (its older spelling), not both", old)
+        if self.name is None:
+            raise BlendError("missing required key 'type' (a --tokenizer-type name or a family)", "type")
+        if family_of(self.name) is None:
+            raise BlendError(f"unknown tokenizer kind {self.name!r}; use one of {', '.join(FAMILIES)} (or a "
+                             "--tokenizer-type name)", self.key("type"))
+        if not self.files and family_of(self.name) != "null":
+            raise BlendError("a tokenizer needs a path (the tokenizer file the data was made with)", self.key("model"))
+
+    @property
+    def name(self) -> str | None:
+        """The type or family named, whichever spelling gave it."""
+        return self.type or self.kind
+
+    @property
+    def files(self) -> dict[str, str]:
+        """The tokenizer's files as given (``model``, ``vocab_file``, ``merge_file``), relative to the blend."""
+        named = {"model": self.model or self.path, "vocab_file": self.vocab_file, "merge_file": self.merge_file}
+        return {name: value for name, value in named.items() if value is not None}
+
+    def key(self, name: str) -> str:
+        """The key ``name`` (``type``, ``model``) as this block spells it (a block in the older spelling has its
+        missing keys named in that spelling too), for messages."""
+        old = next((old for old, new in TOKENIZER_ALIASES.items() if new == name), None)
+        older = any(getattr(self, alias) is not None for alias in TOKENIZER_ALIASES)
+        return old if old is not None and (getattr(self, old) is not None or older and getattr(self, name) is None) \
+            else name
+
+    def config(self, resolve_path: Callable[[str], str]) -> TokenizerConfig:
+        """The tokenizer this block names, its files resolved with ``resolve_path`` (:func:`config_from_kind`)."""
+        files = {name: resolve_path(value) for name, value in self.files.items()}
+        return config_from_kind(self.name, **files, vocab_size=self.vocab_size)
 
 
 @dataclass(frozen=True)
@@ -412,9 +453,17 @@ def blend_to_dict(config: BlendConfig) -> dict:
             "mixing": dataclasses.asdict(config.mixing) if config.mixing else None,
             "cache_dir": config.resolve_path(config.cache_dir) if config.cache_dir else None,
             "storage_options": config.storage_options,
-            "tokenizer": ({"kind": config.tokenizer.kind, "path": config.resolve_path(config.tokenizer.path)
-                           if config.tokenizer.path else None} if config.tokenizer else None)}
+            "tokenizer": _tokenizer_to_dict(config)}
     return {k: v for k, v in data.items() if v is not None}
+
+
+def _tokenizer_to_dict(config: BlendConfig) -> dict | None:
+    """The blend's ``tokenizer:`` in TokenizerConfig's keys, with absolute paths."""
+    spec = config.tokenizer
+    if spec is None:
+        return None
+    files = {name: config.resolve_path(value) for name, value in spec.files.items()}
+    return {"type": spec.name, **files, **({"vocab_size": spec.vocab_size} if spec.vocab_size is not None else {})}
 
 
 def dump_blend(config: BlendConfig, path: str | os.PathLike) -> None:

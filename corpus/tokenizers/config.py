@@ -133,19 +133,18 @@ def config_from_record(record: dict) -> TokenizerConfig:
     return config_from_dict({**record["config"], "encoder": "auto"}, where="sidecar tokenizer.config")
 
 
-def config_from_kind(kind: str, path: str | None) -> TokenizerConfig:
-    """The config a blend file's ``tokenizer: {kind, path}`` names: ``kind`` a ``--tokenizer-type`` or a family
-    (its first type taking one file), ``path`` that file. Kinds needing more than one file (GPT-2's vocab and
-    merges) or none (NullTokenizer's size) cannot be named so: a TokenizerConfigError says what to give instead."""
-    family = family_of(kind)
+def config_from_kind(kind: str, **files: Any) -> TokenizerConfig:
+    """The config a blend file's ``tokenizer:`` names: ``kind`` a ``--tokenizer-type``, or a family (then its first
+    type whose files are all given, else its first type); ``files`` its ``model``, ``vocab_file``, ``merge_file`` or
+    ``vocab_size``. A type missing what it needs is a TokenizerConfigError naming it."""
     exact = next((spec for spec in TOKENIZER_TYPES.values() if spec.name.lower() == kind.lower()), None)
-    spec = exact or next((spec for spec in TOKENIZER_TYPES.values() if spec.family == family), None)
-    if spec is None:
+    family = [spec for spec in TOKENIZER_TYPES.values() if spec.family == family_of(kind)]
+    candidates = [exact] if exact else family
+    if not candidates:
         raise TokenizerConfigError(f"unknown tokenizer kind {kind!r}; valid types: {', '.join(TOKENIZER_TYPES)}")
-    if spec.needs != ("model",):
-        raise TokenizerConfigError(f"tokenizer kind {kind!r} needs {spec.files}, not one path; give the trainer "
-                                   "--vocab-size, or --tokenizer-type with its files")
-    return TokenizerConfig(type=spec.name, model=path)
+    given = {name: value for name, value in files.items() if value is not None}
+    spec = next((spec for spec in candidates if all(name in given for name in spec.needs)), candidates[0])
+    return TokenizerConfig(type=spec.name, **given)
 
 
 def existing_file(path: str | None, option: str, type_name: str, *, allow_dir: bool = False) -> str:
