@@ -80,8 +80,9 @@ TOKENIZER_TYPES: dict[str, TokenizerType] = {
     )
 }
 
-#: Every family, in table order.
-FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(spec.family for spec in TOKENIZER_TYPES.values()))
+def families() -> tuple[str, ...]:
+    """Every family, in table order (read from the table each time: an entry added later is listed)."""
+    return tuple(dict.fromkeys(spec.family for spec in TOKENIZER_TYPES.values()))
 
 
 def lookup(name: str) -> TokenizerType:
