@@ -150,9 +150,9 @@ def build_config(cls: type, values: Mapping[str, Any], path: tuple[str, ...] = (
 
 
 def _spelling(cls: type, name: str) -> str:
-    """How the user spells field ``name`` of ``cls`` (its flag, else the name)."""
+    """How the user spells field ``name`` of ``cls``: its flag, else its first switch, else the name."""
     field = next(field for field in dataclasses.fields(cls) if field.name == name)
-    return field.metadata.get("flag") or name
+    return field.metadata.get("flag") or next(iter(field.metadata.get("switches") or {}), name)
 
 
 def typed_arguments(ctx: click.Context, section: str, leave_out: Collection[str] = ()) -> list[str]:

@@ -22,11 +22,12 @@ from corpus.autotune.search import AutotuneConfig
 PLACEHOLDER = "OUTPUT_PREFIX"
 
 #: The fields of the run to tune that the user gives: what to read and the tokenizer (the rest is tuned).
-TUNED_RUN = ("tokenize.inputs", "tokenize.json_keys", "tokenize.append_eod", "tokenize.storage_options",
+RUN_FIELDS = ("tokenize.inputs", "tokenize.json_keys", "tokenize.append_eod", "tokenize.storage_options",
              "tokenize.tokenizer", "tokenize.output_prefix")
-FIELDS = (*TUNED_RUN, *(f.name for f in dataclasses.fields(AutotuneConfig) if f.name != "tokenize"))
-#: What the command does differently: the output prefix only fills in the printed command, so it may be left out.
-SETTINGS = {"tokenize.storage_options": {"type": STORAGE_OPTIONS},
+FIELDS = (*RUN_FIELDS, *(f.name for f in dataclasses.fields(AutotuneConfig) if f.name != "tokenize"))
+#: What the command does differently: parsed values, and the output prefix, which only fills in the printed command,
+#: may be left out.
+SETTINGS = {"tokenize.storage_options": {"type": STORAGE_OPTIONS}, "temp_dir": {"type": click.Path(file_okay=False)},
             "tokenize.output_prefix": {"required": False, "help": "Put this prefix in the printed command (nothing "
                                        "is written there)."}}
 

@@ -24,8 +24,9 @@ KEEP_SEQUENTIAL_SAMPLES = ("records are always written in input order, whatever 
                            "to reorder them); drop the option")
 LANG = "--lang only chooses the sentence splitter of --split-sentences, which corpus tokenize does not do; drop it"
 
-#: What ``corpus tokenize`` does differently from the generated options: parsing ``--storage-options``' JSON.
-SETTINGS = {"storage_options": {"type": STORAGE_OPTIONS}}
+#: What ``corpus tokenize`` does differently from the generated options: parsing ``--storage-options``' JSON, and
+#: refusing a folder for ``--stats-json`` before any work.
+SETTINGS = {"storage_options": {"type": STORAGE_OPTIONS}, "stats_json": {"type": click.Path(dir_okay=False)}}
 
 
 @click.command("tokenize", params=config_options(TokenizeConfig, settings=SETTINGS))
