@@ -5,7 +5,7 @@
     seq_length: 512
     seed: 1234
     split: "99,1,0"                       # shares of *sequences*, Megatron's rounding
-    tokenizer: {kind: huggingface, path: ../examples/tokenizer.json}
+    tokenizer: {type: huggingface, model: ../examples/tokenizer.json}
     cache_dir: /scratch/index_maps        # optional; default: corpus.core.cache.default_cache_dir()
     max_epochs: null                      # optional cap on passes over any source (1 = never repeat)
     packing: concat                       # optional: concat (Megatron's samples) or best_fit (whole documents)
