@@ -96,8 +96,8 @@ class AutotuneConfig:
         None, "Process counts to measure, e.g. 1 2 4 or 1,2,4 (default: 1, 2, 4, ... up to the cores available), "
         "each with corpus tokenize's default threads for it.", "--workers-to-check")
     batch_sizes_to_check: list[int] | None = knob(
-        None, f"Batch sizes to measure (default: {' '.join(map(str, DEFAULT_BATCH_SIZES))}, those the sample can fill).",
-        "--batch-sizes-to-check")
+        None, f"Batch sizes to measure (default: {' '.join(map(str, DEFAULT_BATCH_SIZES))}, those the sample can "
+        "fill).", "--batch-sizes-to-check")
     threads_per_worker_to_check: list[int] | None = knob(
         None, "Library threads per worker to try at the fastest workers and batch size (default: half and double "
         "corpus tokenize's default there).", "--threads-per-worker-to-check")
