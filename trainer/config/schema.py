@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from corpus.blending.counts import EVAL_INTERVAL, EVAL_ITERS
+from corpus.blending.schema import DEFAULT_SPLIT
 from corpus.core.errors import ConfigError
 from corpus.core.typed_config import knob
 from corpus.tokenizers.config import tokenizer_knob
@@ -104,8 +105,8 @@ class DataConfig:
     blend: str | None = knob(None, "Blend YAML file (see blends/web_code.yaml).", "--blend")
     data_path: list[str] = knob([], "Megatron-style data path: prefixes, optionally weighted "
                                 "('0.7 web_text_document 0.3 code_text_document'); turned into a blend.", "--data-path")
-    split: str | None = knob(None, "Train/valid/test shares of sequences, e.g. '969,30,1' "
-                             "(default: the blend's, else Megatron's 969,30,1).", "--split")
+    split: str | None = knob(None, f"Train/valid/test shares of sequences, e.g. '{DEFAULT_SPLIT}' "
+                             f"(default: the blend's, else Megatron's {DEFAULT_SPLIT}).", "--split")
     data_cache_path: str | None = knob(None, "Where index maps are cached (default: the blend's cache_dir).",
                                        "--data-cache-path")
     mock_data: bool = knob(False, "Train on synthetic documents (benchmarks, smoke tests); no blend needed.",
