@@ -49,7 +49,7 @@ from corpus.core.disk import guard
 from corpus.core.errors import parse_key
 from corpus.core.typed_config import build, coerce, knob, read_yaml
 from corpus.tokenizers.config import TokenizerConfig, config_from_kind, tokenizer_knob
-from corpus.tokenizers.registry import TOKENIZER_TYPES, TokenizerType, families, family_of
+from corpus.tokenizers.registry import families, family_of, types_named
 
 #: Megatron's ``--split`` default, used for a source list that gives no ``split`` (and for ``--data-path``).
 DEFAULT_SPLIT = "969,30,1"
@@ -88,7 +88,7 @@ class TokenizerSpec:
         if family_of(self.name) is None:
             raise BlendError(f"unknown tokenizer kind {self.name!r}; use one of {', '.join(families())} (or a "
                              "--tokenizer-type name)", self.key("type"))
-        if not self.files and any(name in FILE_FIELDS for name in _first_of(self.name).needs):
+        if not self.files and any(name in FILE_FIELDS for name in types_named(self.name)[0].needs):
             raise BlendError("a tokenizer needs a path (the tokenizer file the data was made with)", self.key("model"))
 
     @property
@@ -114,11 +114,6 @@ class TokenizerSpec:
         """The tokenizer this block names, its files resolved with ``resolve_path`` (:func:`config_from_kind`)."""
         files = {name: resolve_path(value) for name, value in self.files.items()}
         return config_from_kind(self.name, **files, vocab_size=self.vocab_size)
-
-
-def _first_of(name: str) -> TokenizerType:
-    """The registry entry of type ``name``, or of the first type of family ``name``."""
-    return next(spec for spec in TOKENIZER_TYPES.values() if name.lower() in (spec.name.lower(), spec.family))
 
 
 @dataclass(frozen=True)

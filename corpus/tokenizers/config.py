@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from corpus.core.typed_config import build, knob
 from corpus.tokenizers.errors import TokenizerConfigError
-from corpus.tokenizers.registry import TOKENIZER_TYPES, TokenizerType, family_of, lookup
+from corpus.tokenizers.registry import TOKENIZER_TYPES, TokenizerType, lookup, types_named
 
 log = logging.getLogger(__name__)
 
@@ -137,9 +137,7 @@ def config_from_kind(kind: str, **files: Any) -> TokenizerConfig:
     """The config a blend file's ``tokenizer:`` names: ``kind`` a ``--tokenizer-type``, or a family (then its first
     type whose files are all given, else its first type); ``files`` its ``model``, ``vocab_file``, ``merge_file`` or
     ``vocab_size``. A type missing what it needs is a TokenizerConfigError naming it."""
-    exact = next((spec for spec in TOKENIZER_TYPES.values() if spec.name.lower() == kind.lower()), None)
-    family = [spec for spec in TOKENIZER_TYPES.values() if spec.family == family_of(kind)]
-    candidates = [exact] if exact else family
+    candidates = types_named(kind)
     if not candidates:
         raise TokenizerConfigError(f"unknown tokenizer kind {kind!r}; valid types: {', '.join(TOKENIZER_TYPES)}")
     given = {name: value for name, value in files.items() if value is not None}

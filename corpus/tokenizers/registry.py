@@ -105,6 +105,13 @@ def family_of(name: str | None) -> str | None:
     return None
 
 
+def types_named(name: str) -> list[TokenizerType]:
+    """The type ``name`` names (any case), else every type of the family ``name``, in table order; [] for neither.
+    A blend's ``tokenizer: {type: …}`` may name either."""
+    exact = [spec for spec in TOKENIZER_TYPES.values() if spec.name.lower() == name.lower()]
+    return exact or [spec for spec in TOKENIZER_TYPES.values() if spec.family == name.lower()]
+
+
 def fingerprinted_files(kind: str, path: str) -> list[str]:
     """The files whose bytes ``corpus tokenize`` fingerprints for a tokenizer of ``kind`` (a type or family
     name) given as ``path``, in the order it reads them."""
