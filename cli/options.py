@@ -1,5 +1,5 @@
-"""Option kinds the commands share: Megatron's greedy lists, Megatron options that do not apply here, and the one
-``--storage-options`` of every command that takes paths."""
+"""Option kinds the commands share: Megatron's greedy lists, Megatron options that do not apply here, and the
+parsing of the one ``--storage-options`` of every command that takes paths."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import click
 
-from corpus.storage import StorageError, parse_options, storage_options_knob
+from corpus.storage import StorageError, parse_options
 
 
 class GreedyOption(click.Option):
@@ -52,12 +52,6 @@ class StorageOptionsType(click.ParamType):
 
 
 STORAGE_OPTIONS = StorageOptionsType()
-
-#: ``--storage-options JSON`` for a command without a typed config (``corpus merge``), declared by the same field.
-storage_options_option = click.option(
-    "--storage-options", type=STORAGE_OPTIONS, metavar="JSON",
-    help=storage_options_knob().metadata["help"])
-
 
 def refused_option(flag: str, why: str, takes_value: bool = False, hidden: bool = True):
     """The decorator adding a Megatron option that does not apply here: accepted by the parser so that giving it

@@ -18,6 +18,7 @@ from cli.trainer import main as trainer
 from corpus.autotune.search import AutotuneConfig
 from corpus.blending.request import BlendRequest
 from corpus.core.typed_config import field_default
+from corpus.indexed.merge import MergeConfig
 from corpus.inspect.run import InspectConfig
 from corpus.tokenize.config import TokenizeConfig
 from tests.conftest import run_cli
@@ -27,7 +28,8 @@ from trainer.config.schema import TrainConfig
 COMMANDS = [(corpus, "tokenize", TokenizeConfig, corpus_tokenize.SETTINGS),
             (corpus, "autotune-workers", AutotuneConfig, corpus_autotune.SETTINGS),
             (corpus, "inspect", InspectConfig, corpus_inspect.SETTINGS),
-            (corpus, "blend", BlendRequest, corpus_blend.SETTINGS), (trainer, "run", TrainConfig, {})]
+            (corpus, "blend", BlendRequest, corpus_blend.SETTINGS), (corpus, "merge", MergeConfig, {}),
+            (trainer, "run", TrainConfig, {})]
 
 
 def _field(cls: type, dest: str) -> dataclasses.Field:
@@ -48,7 +50,7 @@ def test_each_flag_shows_its_fields_help_and_default(group: click.Group, name: s
     ctx = click.Context(command)
     generated = [param for param in command.params if param.name and SEPARATOR in param.name
                  or param.name in {f.name for f in dataclasses.fields(config)}]
-    assert len(generated) >= 4
+    assert len(generated) >= 3
     for param in generated:
         field = _field(config, param.name)
         if isinstance(param, click.Argument):
