@@ -77,9 +77,11 @@ def _option(dest: str, meta: Mapping, kind: Any, default: Any, settings: Mapping
     options: list[click.Parameter] = []
     if names:
         common.setdefault("required", required)
-        if kind is bool:
-            flags = names if default is False else [f"{names[0]}/--no-{names[0][2:]}"]
-            options.append(click.Option([*flags, dest], is_flag=True, default=None, **common))
+        if kind is bool and default is False:  # a switch on: it sets True (said, so a printed command can tell)
+            options.append(click.Option([*names, dest], is_flag=True, flag_value=True, default=None, **common))
+        elif kind is bool:
+            options.append(click.Option([f"{names[0]}/--no-{names[0][2:]}", dest], is_flag=True, default=None,
+                                        **common))
         elif typing.get_origin(kind) in (list, tuple):
             options.append(GreedyOption([*names, dest], **common))
         else:
@@ -156,24 +158,29 @@ def _spelling(cls: type, name: str) -> str:
 
 
 def typed_arguments(ctx: click.Context, section: str, leave_out: Collection[str] = ()) -> list[str]:
-    """The options of ``section`` (a field path's first part) exactly as the user set them (defaults left out), as
-    command-line words, in the command's order: a printed command repeats them. ``leave_out``: dotted field paths
+    """The options of ``section`` (a field path's first part) exactly as the user set them, in the order typed
+    (defaults left out), as command-line words: a printed command repeats them. ``leave_out``: dotted field paths
     the caller places itself."""
-    words: list[str] = []
     skipped = {path.replace(".", SEPARATOR) for path in leave_out}
-    for param in ctx.command.params:
-        name = param.name or ""
-        if not name.startswith(section + SEPARATOR) or name in skipped or \
+    words: list[str] = []
+    for name, value in ctx.params.items():  # NOTE: click fills ctx.params in the order the options were typed
+        if not name.startswith(section + SEPARATOR) or name in skipped or value is None or \
                 ctx.get_parameter_source(name) is ParameterSource.DEFAULT:
             continue
-        value, flag = ctx.params[param.name], param.opts[0]
-        if isinstance(param, click.Option) and param.is_flag:
-            if param.secondary_opts:
-                words.append(flag if value else param.secondary_opts[0])
-            elif value == param.flag_value:
-                words.append(flag)
-        elif param.multiple:
-            words += [flag, *map(str, value)] if value else []
-        elif value is not None:
-            words += [flag, getattr(param.type, "spell", str)(value)]
+        words += _spelled(value, [param for param in ctx.command.params if param.name == name])
     return words
+
+
+def _spelled(value: Any, params: list[click.Parameter]) -> list[str]:
+    """``value`` as the words that set it: the switch whose value it is, else the field's own option."""
+    switch = next((param for param in params if isinstance(param, click.Option) and param.is_flag
+                   and not param.secondary_opts and param.flag_value == value), None)
+    if switch is not None:
+        return [switch.opts[0]]
+    param = next(param for param in params if not (isinstance(param, click.Option) and param.is_flag
+                                                   and not param.secondary_opts))
+    if isinstance(param, click.Option) and param.is_flag:
+        return [param.opts[0] if value else param.secondary_opts[0]]
+    if param.multiple:
+        return [param.opts[0], *map(str, value)]
+    return [param.opts[0], getattr(param.type, "spell", str)(value)]
