@@ -31,7 +31,8 @@ def knob(default: Any, help: str, flag: str | None = None, *, switches: Mapping[
     spelling, from which ``cli/config_options.py`` makes the option (so no default or help is written twice).
 
     ``default`` is ``dataclasses.MISSING`` for a required field (a list default is copied for every instance).
-    ``flag`` is the option's spelling (None: not a flag); ``aliases`` other spellings of it (``--tp``);
+    ``flag`` is the option's spelling (None: not a flag; an upper-case name such as ``DATASETS``: a positional
+    argument); ``aliases`` other spellings of it (``--tp``);
     ``switches`` extra value-less flags and the value each sets (``--bf16`` sets ``bf16``); ``choices`` the values a
     ``str`` field accepts, as a live collection (a registry's keys: an entry added later is accepted too)."""
     metadata = {"help": help, "flag": flag, "switches": dict(switches or {}), "aliases": tuple(aliases),

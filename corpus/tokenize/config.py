@@ -10,7 +10,7 @@ from typing import Any
 from corpus.core.cores import available_cores
 from corpus.core.errors import ConfigError
 from corpus.core.typed_config import build, knob
-from corpus.storage.filesystems import storage_options_knob
+from corpus.storage import storage_options_knob
 from corpus.tokenize.plan import MIN_PART_BYTES
 from corpus.tokenizers.config import TokenizerConfig
 
