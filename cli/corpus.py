@@ -8,7 +8,6 @@ import logging
 import click
 
 from cli.app import CONTEXT, Group, version_option
-from cli.options import storage_options_from, storage_options_option
 
 #: Object-store clients whose INFO lines ("Found credentials in environment variables") are noise to a user.
 QUIET_LOGGERS = ("botocore", "aiobotocore", "s3fs", "fsspec")
@@ -16,7 +15,8 @@ QUIET_LOGGERS = ("botocore", "aiobotocore", "s3fs", "fsspec")
 
 @click.group(cls=Group, context_settings=CONTEXT, lazy={
     "tokenize": "cli.corpus_tokenize:tokenize_command", "inspect": "cli.corpus_inspect:inspect_command",
-    "blend": "cli.corpus_blend:blend", "autotune-workers": "cli.corpus_autotune:autotune_command"})
+    "blend": "cli.corpus_blend:blend", "autotune-workers": "cli.corpus_autotune:autotune_command",
+    "merge": "cli.corpus_merge:merge_command"})
 @version_option("corpus")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
 def main(verbose: bool) -> None:
@@ -24,22 +24,6 @@ def main(verbose: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.WARNING)
-
-
-@main.command()
-@click.option("--input", "inputs", multiple=True, required=True,
-              help="A prefix, .idx/.bin path, glob or directory; repeat for more. Order is kept (globs sorted).")
-@click.option("--output-prefix", required=True, help="Prefix of the merged pair (PREFIX.bin/.idx).")
-@storage_options_option
-def merge(inputs: tuple[str, ...], output_prefix: str, storage_options: str | None) -> None:
-    """Concatenate many .bin/.idx pairs into one, streaming, in the order given."""
-    from corpus.indexed.merge import merge as merge_prefixes
-
-    result = merge_prefixes(inputs, output_prefix, storage_options_from(storage_options))
-    click.echo(
-        f"merged {len(result.inputs)} inputs into {result.output_prefix}: "
-        f"{result.num_documents} documents, {result.num_sequences} sequences, {result.num_tokens} tokens"
-    )
 
 
 @main.command("add-checksums")

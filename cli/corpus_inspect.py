@@ -4,6 +4,7 @@ found problems, 3 when ``--deep`` could not verify some contents (no checksums r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,13 +12,13 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from cli.options import storage_options_from, storage_options_option
+from cli.config_options import build_config, config_options, given_values
+from cli.options import STORAGE_OPTIONS
 from corpus.core.errors import UserError
 from corpus.indexed import strip_suffix
 from corpus.inspect.run import InspectConfig, Inspection, inspect
-from corpus.inspect.show import DocumentRange, ShownDocument
+from corpus.inspect.show import ShownDocument
 from corpus.inspect.summary import InspectReport
-from corpus.tokenizers import TOKENIZER_TYPES, TokenizerConfig
 
 #: Width of the longest histogram bar, in characters.
 BAR_WIDTH = 40
@@ -118,40 +119,28 @@ def _print(console: Console, inspection: Inspection) -> None:
             console.print(f"[red]problem[/] {escape(str(problem))}")
 
 
-@click.command("inspect")
-@click.argument("datasets", nargs=-1, required=True)
-@click.option("--check", is_flag=True, help="Validate everything (sizes, pointers, document index, ids < vocab, "
-              "EOD, sidecar); exit 1 naming each problem.")
-@click.option("--deep", is_flag=True, help="With --check: also compare the sha256 of the .bin and .idx with the "
-              "checksums the sidecar records (reads every byte; catches changes the structure checks cannot).")
-@click.option("--max-problems", type=click.IntRange(min=1), default=10, show_default=True,
-              help="With --check: list at most N problems of each kind per file (the rest are counted).")
-@click.option("--show", metavar="A:B|N", help="Print documents A to B-1 (or document N), decoded.")
-@click.option("--ids", is_flag=True, help="With --show: print the raw token ids too.")
-@click.option("--tokenizer-type", type=click.Choice(list(TOKENIZER_TYPES)),
-              help="Decode (and bound ids for --check) with this tokenizer instead of each sidecar's.")
-@click.option("--tokenizer-model", help="With --tokenizer-type: its file (tokenizer.json, .model, .tiktoken, ...).")
-@click.option("--vocab-file", help="With --tokenizer-type GPT2BPETokenizer: vocab.json.")
-@click.option("--merge-file", help="With --tokenizer-type GPT2BPETokenizer: merges.txt.")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE.png",
-              help="Write histograms of document lengths and token-id frequency (needs matplotlib).")
+#: What ``corpus inspect`` does differently from the generated options: values parsed from their spelling, and the
+#: tokenizer optional (each sidecar names one).
+SETTINGS = {"show": {"type": str}, "plot": {"type": click.Path(dir_okay=False, path_type=Path)},
+            "storage_options": {"type": STORAGE_OPTIONS},
+            "tokenizer.type": {"required": False, "help": next(
+                field for field in dataclasses.fields(InspectConfig) if field.name == "tokenizer").metadata["help"]}}
+#: The tokenizer flags that matter for decoding (the tokenize-only ones, such as --encoder, are left out).
+FIELDS = (*(f.name for f in dataclasses.fields(InspectConfig) if f.name != "tokenizer"),
+          *(f"tokenizer.{name}" for name in ("type", "model", "vocab_file", "merge_file")))
+
+
+@click.command("inspect", params=config_options(InspectConfig, only=FIELDS, settings=SETTINGS))
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: one object for one named pair, a list for several (or a glob/directory).")
-@storage_options_option
-def inspect_command(datasets: tuple[str, ...], check: bool, deep: bool, max_problems: int, show: str | None,
-                    ids: bool, tokenizer_type: str | None, tokenizer_model: str | None, vocab_file: str | None,
-                    merge_file: str | None, plot: Path | None, as_json: bool, storage_options: str | None) -> None:
+@click.pass_context
+def inspect_command(ctx: click.Context, as_json: bool, **options) -> None:
     """Look inside .bin/.idx pairs: header, counts, length statistics, sidecar, documents, problems.
 
     DATASETS are prefixes, .idx/.bin paths, globs or directories, local or s3:// URLs.
     """
-    files = {"model": tokenizer_model, "vocab_file": vocab_file, "merge_file": merge_file}
-    if tokenizer_type is None and any(files.values()):
-        raise click.UsageError("--tokenizer-model/--vocab-file/--merge-file need --tokenizer-type")
-    tokenizer = TokenizerConfig(type=tokenizer_type, **files) if tokenizer_type else None
-    config = InspectConfig(datasets=datasets, check=check, deep=deep, max_problems=max_problems,
-                           show=DocumentRange.parse(show) if show is not None else None, ids=ids,
-                           tokenizer=tokenizer, plot=plot, storage_options=storage_options_from(storage_options))
+    config: InspectConfig = build_config(InspectConfig, given_values(ctx, options))
+    datasets = config.datasets
     inspections = inspect(config)
     if as_json:
         payload = [inspection.to_dict() for inspection in inspections]

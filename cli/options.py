@@ -1,7 +1,9 @@
-"""Option kinds the commands share: Megatron's greedy lists, Megatron options that do not apply here, and the one
-``--storage-options`` of every command that takes paths."""
+"""Option kinds the commands share: Megatron's greedy lists, Megatron options that do not apply here, and the
+parsing of the one ``--storage-options`` of every command that takes paths."""
 
 from __future__ import annotations
+
+import json
 
 import click
 
@@ -30,27 +32,26 @@ class GreedyOption(click.Option):
             option.process = process
 
 
-def _checked_storage_options(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    try:
-        parse_options(value)
-    except StorageError as error:
-        raise click.UsageError(str(error), ctx) from None
-    return value
+class StorageOptionsType(click.ParamType):
+    """``--storage-options JSON``: checked and parsed into the dict a config holds; :meth:`spell` writes it back,
+    so a printed command repeats it."""
+
+    name = "json"
+
+    def convert(self, value, param, ctx) -> dict:
+        if isinstance(value, dict):
+            return value
+        try:
+            return parse_options(value)
+        except StorageError as error:
+            raise click.UsageError(str(error), ctx) from None
+
+    @staticmethod
+    def spell(value: dict) -> str:
+        return json.dumps(value, separators=(",", ":"))
 
 
-#: ``--storage-options JSON`` for every command that takes paths; its value stays the JSON text (so a printed
-#: command repeats it), :func:`storage_options_from` turns it into the dict a config holds.
-storage_options_option = click.option(
-    "--storage-options", metavar="JSON", callback=_checked_storage_options,
-    help="Options of the filesystem behind s3:// (gs://, az://) paths, as JSON, e.g. "
-         "'{\"endpoint_url\": \"http://localhost:9000\"}'. Endpoint, credentials and region otherwise come from "
-         "AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and AWS_REGION.")
-
-
-def storage_options_from(text: str | None) -> dict | None:
-    """The storage options a ``--storage-options`` value gives (None when it was not given)."""
-    return parse_options(text) if text is not None else None
-
+STORAGE_OPTIONS = StorageOptionsType()
 
 def refused_option(flag: str, why: str, takes_value: bool = False, hidden: bool = True):
     """The decorator adding a Megatron option that does not apply here: accepted by the parser so that giving it

@@ -26,7 +26,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "corpus.inspect": ("corpus.core", "corpus.storage", "corpus.indexed", "corpus.tokenizers"),
     "corpus.blending": ("corpus.core", "corpus.storage", "corpus.indexed", "corpus.tokenizers", "corpus.inspect"),
     "trainer.errors": ("corpus.core",),
-    "trainer.config": ("corpus.core", "trainer.errors"),
+    "trainer.config": ("corpus.core", "corpus.tokenizers", "corpus.blending", "trainer.errors"),
     "trainer.runtime": ("corpus.core", "trainer.errors", "trainer.config"),
     "trainer.kernels": ("corpus.core",),
     "trainer.parallel": ("corpus.core", "trainer.errors", "trainer.config"),

@@ -22,7 +22,7 @@ import signal
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -32,6 +32,7 @@ from corpus.autotune.sample import Sample, write_sample
 from corpus.autotune.trial import MIN_BATCHES_PER_WORKER, lanes, route_signals, run_trial
 from corpus.core.cores import available_cores
 from corpus.core.errors import ConfigError, UserError
+from corpus.core.typed_config import knob
 from corpus.tokenize.config import TokenizeConfig
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ def default_workers(cores: int) -> list[int]:
     return [2**i for i in range(cores.bit_length()) if 2**i < cores] + [cores]
 
 
-def parse_candidates(values: Sequence[str], flag: str) -> list[int]:
+def parse_candidates(values: Sequence[str | int], flag: str) -> list[int]:
     """Counts given as separate words (``1 2 4``, Megatron's form), commas (``1,2,4``) or both."""
     words = [word for value in values for word in str(value).replace(",", " ").split()]
     numbers = []
@@ -81,27 +82,28 @@ def _check_candidates(flag: str, values: list[int], least: int, most: int, why: 
 class AutotuneConfig:
     """What to tune and how long to spend on it."""
 
-    tokenize: TokenizeConfig
-    """The run to tune: inputs, json keys, EOD and tokenizer. Its workers, batch size and threads are
-    what gets tuned; its output prefix only appears in the recommendation (nothing is written there)."""
-    workers_to_check: list[int] | None = None
-    """``--workers-to-check``: process counts (default: 1, 2, 4, ... and the cores available, ``corpus tokenize``'s
-    default). Each is first measured with ``corpus tokenize``'s default threads for it."""
-    batch_sizes_to_check: list[int] | None = None
-    """``--batch-sizes-to-check`` (default: 250, 1000, 4000, those the sample can fill)."""
-    threads_per_worker_to_check: list[int] | None = None
-    """``--threads-per-worker-to-check``: thread counts tried at the fastest workers and batch size
-    (default: half and double ``corpus tokenize``'s default there, within the cores available)."""
-    max_documents: int = 100_000
-    """``--max-documents``: records of the sample (the first ones of the input)."""
-    time_budget: float | None = None
-    """``--time-budget``: seconds for the whole sweep, shared evenly by the trials still to run; each
-    trial still times at least a minimal steady window, so tiny budgets are exceeded."""
-    repeats: int = 2
-    """``--repeats``: extra runs of the fastest configuration, to measure the noise."""
-    temp_dir: str | None = None
-    """``--temp-dir``: where the temporary folder goes (default: the system's; choose the file system
-    the real outputs will go to, to include its write speed)."""
+    tokenize: TokenizeConfig = knob(
+        MISSING, "The run to tune: inputs, json keys, EOD and tokenizer. Its workers, batch size and threads are what "
+        "gets tuned; its output prefix only appears in the recommendation (nothing is written there).")
+    workers_to_check: list[int] | None = knob(
+        None, "Process counts to measure, e.g. 1 2 4 or 1,2,4 (default: 1, 2, 4, ... up to the cores available), "
+        "each with corpus tokenize's default threads for it.", "--workers-to-check")
+    batch_sizes_to_check: list[int] | None = knob(
+        None, f"Batch sizes to measure (default: {' '.join(map(str, DEFAULT_BATCH_SIZES))}, those the sample can "
+        "fill).", "--batch-sizes-to-check")
+    threads_per_worker_to_check: list[int] | None = knob(
+        None, "Library threads per worker to try at the fastest workers and batch size (default: half and double "
+        "corpus tokenize's default there).", "--threads-per-worker-to-check")
+    max_documents: int = knob(100_000, "Records of the sample every trial runs on (the first ones of the input, "
+                              "read once).", "--max-documents")
+    time_budget: float | None = knob(
+        None, "About how long the whole sweep may take, in seconds, shared evenly by the trials still to run; trials "
+        "stop early to fit, but each still times a minimal steady window (default: each runs the whole sample).",
+        "--time-budget", metavar="SECONDS")
+    repeats: int = knob(2, "Extra runs of the fastest configuration, to measure the noise.", "--repeats")
+    temp_dir: str | None = knob(
+        None, "Where the temporary folder goes (default: the system's; use the output file system to include its "
+        "write speed).", "--temp-dir")
 
     def __post_init__(self) -> None:
         if not isinstance(self.tokenize, TokenizeConfig):
@@ -117,6 +119,9 @@ class AutotuneConfig:
         self._check_lists()
 
     def _check_lists(self) -> None:
+        for name in ("workers_to_check", "batch_sizes_to_check", "threads_per_worker_to_check"):
+            if getattr(self, name) is not None:  # a command line's words ("1 2 4", "1,2,4") become counts
+                setattr(self, name, parse_candidates(getattr(self, name), "--" + name.replace("_", "-")))
         cores = available_cores()
         largest_batch = max(1, self.max_documents // MIN_BATCHES_PER_WORKER)
         if self.workers_to_check is None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from corpus.blending.build import SplitMaps, build_split_maps, check_maps_fit
+from corpus.blending.counts import SampleCounts, megatron_sample_counts  # noqa: F401 - also imported from here (docs/blends.md)
 from corpus.blending.errors import DrawError
 from corpus.blending.index_maps import SPLIT_NAMES
 from corpus.blending.mixing.draw import OnlineDraw
@@ -32,27 +33,6 @@ from corpus.blending.sources import Source
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class SampleCounts:
-    """Samples per split, as a trainer asks for them."""
-
-    train: int = 0
-    valid: int = 0
-    test: int = 0
-
-    def of(self, split: str) -> int:
-        """The count of ``split`` (train, valid or test)."""
-        return getattr(self, split)
-
-
-def megatron_sample_counts(train_iters: int, global_batch_size: int, eval_interval: int,
-                           eval_iters: int) -> SampleCounts:
-    """Megatron's ``get_train_valid_test_num_samples``: train = iters x global batch; valid =
-    (iters // eval_interval + 1) x eval_iters x global batch; test = eval_iters x global batch."""
-    valid_iters = (train_iters // eval_interval + 1) * eval_iters if eval_interval > 0 else 0
-    return SampleCounts(train_iters * global_batch_size, valid_iters * global_batch_size,
-                        eval_iters * global_batch_size)
 
 
 #: A piece of a sample: (sequence id, offset in it, token count or None for "to its end").

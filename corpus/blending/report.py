@@ -22,7 +22,7 @@ from corpus.blending import packing
 from corpus.blending.build import build_split_maps, check_maps_fit, member_entry
 from corpus.blending.datasets import SampleCounts, SplitDataset, plan_all
 from corpus.blending.plan import SplitPlan, plan_split
-from corpus.blending.resolve import ResolvedBlend, resolve_blend, tokenizer_config
+from corpus.blending.resolve import ResolvedBlend, blend_tokenizer, resolve_blend
 from corpus.blending.schema import BlendConfig
 from corpus.core.errors import UserError
 from corpus.tokenizers import TextTokenizer
@@ -212,10 +212,10 @@ def prebuild(config: BlendConfig, counts: SampleCounts, required: tuple[str, ...
 
 
 def _sample_tokenizer(resolved: ResolvedBlend) -> TextTokenizer | None:
-    """The tokenizer samples are decoded with (:func:`tokenizer_config`); None, with a warning saying why,
+    """The tokenizer samples are decoded with (:func:`blend_tokenizer`); None, with a warning saying why,
     when there is none or it cannot be built: the raw ids are shown then."""
     try:
-        config = tokenizer_config(resolved)
+        config = blend_tokenizer(resolved)
         if config is not None:
             return cached_tokenizer(config)
         reason = "no source's .meta.json records a tokenizer and the blend names none (add tokenizer: {kind, path})"

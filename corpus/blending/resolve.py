@@ -19,9 +19,10 @@ from corpus.blending.schema import BlendConfig, fingerprint_fields
 from corpus.blending.sources import Source, load_source
 from corpus.core.errors import ConfigError, UserError
 from corpus.indexed import sidecar
-from corpus.tokenizers.config import TokenizerConfig, config_from_kind, config_from_record
+from corpus.tokenizers.base import tokenizer_files
+from corpus.tokenizers.config import TokenizerConfig, config_from_record
 from corpus.tokenizers.decode import cached_tokenizer
-from corpus.tokenizers.registry import family_of, fingerprinted_files
+from corpus.tokenizers.match import data_mismatch
 
 log = logging.getLogger(__name__)
 
@@ -112,41 +113,43 @@ def _check_agreement(resolved: ResolvedBlend) -> None:
                         source.info.num_shards, source.info.missing_example)
 
 
-def tokenizer_fingerprint(kind: str, path: str) -> str:
-    """The fingerprint ``corpus tokenize`` records for the tokenizer of ``kind`` at ``path``."""
-    return sidecar.fingerprint_files(fingerprinted_files(kind, path))
+def _expected_fingerprint(resolved: ResolvedBlend) -> str | None:
+    """The fingerprint ``corpus tokenize`` records for the tokenizer the blend's ``tokenizer:`` names (None when it
+    names no file); a file that is missing or cannot be read is an error at its key."""
+    spec, config = resolved.config.tokenizer, resolved.config
+    for name, value in spec.files.items():
+        path = config.resolve_path(value)
+        if not os.path.exists(path):
+            raise config.error(f"{path}: no such tokenizer file; point it at the tokenizer the data was made with",
+                               f"tokenizer.{spec.key(name)}")
+    if not spec.files:
+        return None
+    try:
+        return sidecar.fingerprint_files(tokenizer_files(spec.config(config.resolve_path)))
+    except UserError as error:
+        raise config.error(str(error), f"tokenizer.{spec.key(next(iter(spec.files)))}") from None
 
 
 def _check_expected_tokenizer(resolved: ResolvedBlend) -> None:
-    """The blend's ``tokenizer`` against every source's sidecar (kind, then file fingerprint)."""
+    """The blend's ``tokenizer`` against every source's sidecar (type or family, then the files' fingerprint), by
+    the one rule of :func:`~corpus.tokenizers.match.data_mismatch`."""
     spec, config = resolved.config.tokenizer, resolved.config
     if spec is None:
         return
-    fingerprint = None
-    if spec.path is not None:
-        path = config.resolve_path(spec.path)
-        if not os.path.exists(path):
-            raise config.error(f"{path}: no such tokenizer file; point it at the tokenizer the data was made with",
-                               "tokenizer.path")
-        try:
-            fingerprint = tokenizer_fingerprint(spec.kind, path)
-        except UserError as error:
-            raise config.error(str(error), "tokenizer.path") from None
-    exact = spec.kind.lower() != family_of(spec.kind)
+    fingerprint = _expected_fingerprint(resolved)
     for key, source in resolved.all_sources():
         record = source.info.tokenizer or {}
-        recorded = record.get("type")
-        if recorded is not None:
-            matches = recorded.lower() == spec.kind.lower() if exact else family_of(recorded) == family_of(spec.kind)
-            if not matches:
-                raise config.error(f"{source.name} was tokenized with {recorded}, not {spec.kind}; fix "
-                                   f"tokenizer.kind or re-tokenize the source", "tokenizer.kind")
-        recorded_fingerprint = record.get("fingerprint")
-        if fingerprint and recorded_fingerprint and recorded_fingerprint != fingerprint:
-            raise config.error(f"{spec.path} is not the tokenizer {source.name} ({key}) was made with (its "
+        mismatch = data_mismatch(record, spec.name, fingerprint)
+        if mismatch is not None and mismatch.aspect == "type":
+            where = f"tokenizer.{spec.key('type')}"
+            raise config.error(f"{source.name} was tokenized with {mismatch.recorded}, not {spec.name}; fix {where} "
+                               "or re-tokenize the source", where)
+        if mismatch is not None:
+            named = next(iter(spec.files))
+            raise config.error(f"{spec.files[named]} is not the tokenizer {source.name} ({key}) was made with (its "
                                f".meta.json records {record.get('model') or record.get('path') or 'another file'}, "
-                               "sha256 "
-                               f"{recorded_fingerprint[:12]}…, this file is {fingerprint[:12]}…)", "tokenizer.path")
+                               f"sha256 {mismatch.recorded[:12]}…, this file is {mismatch.expected[:12]}…)",
+                               f"tokenizer.{spec.key(named)}")
 
 
 def _fill_facts(resolved: ResolvedBlend, tokenizer_eod: int | None) -> None:
@@ -185,7 +188,7 @@ def _fill_facts(resolved: ResolvedBlend, tokenizer_eod: int | None) -> None:
 def _named_eod(resolved: ResolvedBlend) -> int | None:
     """The EOD id of the tokenizer the blend's ``tokenizer:`` names, for data whose sidecars record none (written
     by Megatron), as Megatron's ``pretrain_gpt.py`` takes ``tokenizer.eod``."""
-    named = tokenizer_config(resolved)
+    named = blend_tokenizer(resolved)
     try:
         return cached_tokenizer(named).eod
     except UserError as error:
@@ -204,7 +207,7 @@ def _pad_id(resolved: ResolvedBlend, infos: list) -> int:
     return pad
 
 
-def tokenizer_config(resolved: ResolvedBlend) -> TokenizerConfig | None:
+def blend_tokenizer(resolved: ResolvedBlend) -> TokenizerConfig | None:
     """The tokenizer the blend's data was made with: the one the sources' sidecars record, else the blend's
     ``tokenizer: {kind, path}`` (data written by Megatron has no sidecar); None when neither names one. A named
     tokenizer that cannot be rebuilt is a :class:`UserError` saying why."""
@@ -218,6 +221,6 @@ def tokenizer_config(resolved: ResolvedBlend) -> TokenizerConfig | None:
     if spec is None:
         return None
     try:
-        return config_from_kind(spec.kind, resolved.config.resolve_path(spec.path) if spec.path else None)
+        return spec.config(resolved.config.resolve_path)
     except UserError as error:
         raise resolved.config.error(str(error), "tokenizer") from None

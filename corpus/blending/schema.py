@@ -5,7 +5,7 @@
     seq_length: 512
     seed: 1234
     split: "99,1,0"                       # shares of *sequences*, Megatron's rounding
-    tokenizer: {kind: huggingface, path: ../examples/tokenizer.json}
+    tokenizer: {type: huggingface, model: ../examples/tokenizer.json}
     cache_dir: /scratch/index_maps        # optional; default: corpus.core.cache.default_cache_dir()
     max_epochs: null                      # optional cap on passes over any source (1 = never repeat)
     packing: concat                       # optional: concat (Megatron's samples) or best_fit (whole documents)
@@ -35,7 +35,7 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -46,8 +46,9 @@ from corpus.blending.schedule import PhaseConfig, check_schedule
 from corpus.core.atomic_write import write_atomically
 from corpus.core.disk import guard
 from corpus.core.errors import ConfigError, parse_key
-from corpus.core.typed_config import build, coerce, read_yaml, yaml_fields
-from corpus.tokenizers.registry import FAMILIES, family_of
+from corpus.core.typed_config import build, coerce, knob, read_yaml, yaml_fields
+from corpus.tokenizers.config import TokenizerConfig, config_from_kind, tokenizer_knob
+from corpus.tokenizers.registry import families, family_of, types_named
 
 #: Megatron's ``--split`` default, used for a source list that gives no ``split`` (and for ``--data-path``).
 DEFAULT_SPLIT = "969,30,1"
@@ -64,21 +65,68 @@ CHANGES_SAMPLES = {"changes_samples": True}
 _SPLIT_PATTERN = re.compile(r"^\s*\d*\.?\d+(\s*,\s*\d*\.?\d+){0,2}\s*$")
 
 
+def _naming_a_file(documented: dataclasses.Field) -> Any:
+    """``documented`` (a :func:`knob` field) marked as naming a file relative to the blend's folder (:data:`PATH`)."""
+    return field(default=documented.default, metadata={**documented.metadata, **PATH})
+
+
+#: The keys of a tokenizer block that name files.
+FILE_FIELDS = ("model", "vocab_file", "merge_file")
+#: The older spelling of a tokenizer key, still accepted: ``{kind, path}``.
+TOKENIZER_ALIASES = {"kind": "type", "path": "model"}
+
+
 @dataclass(frozen=True)
 class TokenizerSpec:
-    """The tokenizer every source must have been written with (checked against ``.meta.json``)."""
+    """The tokenizer every source must have been written with (checked against ``.meta.json``): the keys of
+    :class:`~corpus.tokenizers.config.TokenizerConfig` that name it, paths relative to the blend's folder.
+    ``kind``/``path`` are the older spellings of ``type``/``model``."""
 
-    kind: str
-    """``huggingface``, ``sentencepiece``, ``tiktoken``, ``gpt2``, ``null``, or a Megatron type name."""
-    path: str | None = field(default=None, metadata=PATH)
-    """The tokenizer file (relative to the blend's folder); its sha256 must match the sidecars'."""
+    type: str | None = tokenizer_knob(
+        "type", "A --tokenizer-type name, or a family (huggingface, sentencepiece, tiktoken, gpt2, null): then the "
+        "sources may have been written by any type of it.")
+    model: str | None = _naming_a_file(tokenizer_knob("model"))
+    vocab_file: str | None = _naming_a_file(tokenizer_knob("vocab_file"))
+    merge_file: str | None = _naming_a_file(tokenizer_knob("merge_file"))
+    vocab_size: int | None = tokenizer_knob("vocab_size")
+    kind: str | None = knob(None, "The older spelling of type.")
+    path: str | None = _naming_a_file(knob(None, "The older spelling of model."))
 
     def __post_init__(self) -> None:
-        if family_of(self.kind) is None:
-            raise ConfigError(f"unknown tokenizer kind {self.kind!r}; use one of {', '.join(FAMILIES)} (or a "
-                              "--tokenizer-type name)", "kind")
-        if self.path is None and family_of(self.kind) != "null":
-            raise ConfigError("a tokenizer needs a path (the tokenizer file the data was made with)", "path")
+        for old, new in TOKENIZER_ALIASES.items():
+            if getattr(self, old) is not None and getattr(self, new) is not None:
+                raise ConfigError(f"give {new} or {old} (its older spelling), not both", old)
+        if self.name is None:
+            raise ConfigError("missing required key 'type' (a --tokenizer-type name or a family)", "type")
+        if family_of(self.name) is None:
+            raise ConfigError(f"unknown tokenizer kind {self.name!r}; use one of {', '.join(families())} (or a "
+                             "--tokenizer-type name)", self.key("type"))
+        if not self.files and any(name in FILE_FIELDS for name in types_named(self.name)[0].needs):
+            raise ConfigError("a tokenizer needs a path (the tokenizer file the data was made with)", self.key("model"))
+
+    @property
+    def name(self) -> str | None:
+        """The type or family named, whichever spelling gave it."""
+        return self.type or self.kind
+
+    @property
+    def files(self) -> dict[str, str]:
+        """The tokenizer's files as given (``model``, ``vocab_file``, ``merge_file``), relative to the blend."""
+        named = {"model": self.model or self.path, "vocab_file": self.vocab_file, "merge_file": self.merge_file}
+        return {name: value for name, value in named.items() if value is not None}
+
+    def key(self, name: str) -> str:
+        """The key ``name`` (``type``, ``model``) as this block spells it (a block in the older spelling has its
+        missing keys named in that spelling too), for messages."""
+        old = next((old for old, new in TOKENIZER_ALIASES.items() if new == name), None)
+        older = any(getattr(self, alias) is not None for alias in TOKENIZER_ALIASES)
+        return old if old is not None and (getattr(self, old) is not None or older and getattr(self, name) is None) \
+            else name
+
+    def config(self, resolve_path: Callable[[str], str]) -> TokenizerConfig:
+        """The tokenizer this block names, its files resolved with ``resolve_path`` (:func:`config_from_kind`)."""
+        files = {name: resolve_path(value) for name, value in self.files.items()}
+        return config_from_kind(self.name, **files, vocab_size=self.vocab_size)
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,37 @@ import dataclasses
 import types
 import typing
 from pathlib import Path
+from typing import Any, Iterable, Mapping
 
 import yaml
 
 from corpus.core.errors import ConfigError, KeyPath, format_key
+
+
+def knob(default: Any, help: str, flag: str | None = None, *, switches: Mapping[str, Any] | None = None,
+         aliases: tuple[str, ...] = (), choices: Iterable[str] | None = None, metavar: str | None = None) -> Any:
+    """A documented config field, the one description of a setting: its default, its help text and its command-line
+    spelling, from which ``cli/config_options.py`` makes the option (so no default or help is written twice).
+
+    ``default`` is ``dataclasses.MISSING`` for a required field (a list default is copied for every instance).
+    ``flag`` is the option's spelling (None: not a flag; an upper-case name such as ``DATASETS``: a positional
+    argument); ``aliases`` other spellings of it (``--tp``);
+    ``switches`` extra value-less flags and the value each sets (``--bf16`` sets ``bf16``); ``choices`` the values a
+    ``str`` field accepts, as a live collection (a registry's keys: an entry added later is accepted too)."""
+    metadata = {"help": help, "flag": flag, "switches": dict(switches or {}), "aliases": tuple(aliases),
+                "choices": choices, "metavar": metavar}
+    if default is dataclasses.MISSING:
+        return dataclasses.field(metadata=metadata)
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def field_default(field: dataclasses.Field) -> Any:
+    """The default of ``field`` (a fresh one from its factory), or ``dataclasses.MISSING`` when it is required."""
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
 
 
 class YamlSource:

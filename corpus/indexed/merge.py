@@ -12,16 +12,28 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
+from typing import Any
 
 from corpus import storage
 from corpus.core.disk import OutputError, free_bytes
 from corpus.core.errors import InputError
+from corpus.core.typed_config import knob
 from corpus.indexed import IndexedWriter, bin_path, idx_path, read_header, sidecar
 from corpus.indexed.prefixes import expand_all
 from corpus.indexed.publish import output_stage, publish_pair
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MergeConfig:
+    """What ``corpus merge`` joins, and where (the command's flags are generated from these fields)."""
+
+    inputs: list[str] = knob(MISSING, "Prefixes, .idx/.bin paths, globs or directories (several after one --input, "
+                             "or --input repeated); order is kept (globs sorted).", "--input")
+    output_prefix: str = knob(MISSING, "Prefix of the merged pair (PREFIX.bin/.idx).", "--output-prefix")
+    storage_options: dict[str, Any] | None = storage.storage_options_knob()
 
 
 @dataclass(frozen=True)

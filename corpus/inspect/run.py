@@ -6,11 +6,12 @@ histograms drawn to a file (:mod:`corpus.inspect.plot`).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from corpus import storage
+from corpus.core.typed_config import knob
 from corpus.indexed.errors import IndexFormatError
 from corpus.indexed.prefixes import expand_all
 from corpus.inspect.checks import CheckOptions, Problem, check_prefix, contents_unverified, id_space
@@ -18,34 +19,31 @@ from corpus.inspect.errors import InspectError
 from corpus.inspect.plot import require_image, write_plot
 from corpus.inspect.show import DocumentRange, ShownDocument, show_documents
 from corpus.inspect.summary import InspectReport, inspect_prefix
+from corpus.storage import storage_options_knob
+from corpus.tokenizers.config import TokenizerConfig
 from corpus.tokenizers.decode import cached_tokenizer
-
-if TYPE_CHECKING:
-    from corpus.tokenizers import TokenizerConfig
 
 
 @dataclass(frozen=True)
 class InspectConfig:
     """What ``corpus inspect`` does; the CLI builds one from its flags."""
 
-    #: Prefixes, ``.idx``/``.bin`` paths, globs or directories (``corpus.indexed.prefixes.expand``).
-    datasets: tuple[str, ...]
-    #: Run every check and report all problems found.
-    check: bool = False
-    #: With ``check``: also hash both files against the checksums the sidecar records (reads every byte).
-    deep: bool = False
-    #: At most this many problems of each kind are listed per file; the rest are counted.
-    max_problems: int = 10
-    #: Documents to print.
-    show: DocumentRange | None = None
-    #: Print raw token ids of the shown documents.
-    ids: bool = False
-    #: Decode with this tokenizer instead of the one recorded in each sidecar.
-    tokenizer: TokenizerConfig | None = None
-    #: Write histograms of document lengths and token-id frequency to this PNG.
-    plot: Path | None = None
-    #: Options of the filesystem behind ``s3://`` (and other URL) datasets (``--storage-options``).
-    storage_options: dict[str, Any] | None = None
+    datasets: tuple[str, ...] = knob(
+        MISSING, "Prefixes, .idx/.bin paths, globs or directories, local or s3:// URLs.", "DATASETS")
+    check: bool = knob(False, "Validate everything (sizes, pointers, document index, ids < vocab, EOD, sidecar); "
+                       "exit 1 naming each problem.", "--check")
+    deep: bool = knob(False, "With --check: also compare the sha256 of the .bin and .idx with the checksums the "
+                      "sidecar records (reads every byte; catches changes the structure checks cannot).", "--deep")
+    max_problems: int = knob(10, "With --check: list at most N problems of each kind per file (the rest are "
+                             "counted).", "--max-problems")
+    show: DocumentRange | str | None = knob(None, "Print documents A to B-1 (or document N), decoded.", "--show",
+                                            metavar="A:B|N")
+    ids: bool = knob(False, "With --show: print the raw token ids too.", "--ids")
+    tokenizer: TokenizerConfig | None = knob(
+        None, "Decode (and bound ids for --check) with this tokenizer instead of the one each sidecar records.")
+    plot: Path | None = knob(None, "Write histograms of document lengths and token-id frequency (needs matplotlib).",
+                             "--plot", metavar="FILE.png")
+    storage_options: dict[str, Any] | None = storage_options_knob()
 
     def __post_init__(self) -> None:
         if isinstance(self.datasets, (str, Path)):  # one spec, not its characters
@@ -54,7 +52,9 @@ class InspectConfig:
         if not self.datasets:
             raise InspectError("name at least one dataset (a prefix, an .idx/.bin path, a glob or a directory)")
         if self.max_problems < 1:
-            raise InspectError(f"max_problems must be at least 1, not {self.max_problems}")
+            raise InspectError(f"--max-problems must be at least 1, not {self.max_problems}")
+        if isinstance(self.show, str):  # as a command line spells it
+            object.__setattr__(self, "show", DocumentRange.parse(self.show))
         if self.deep and not self.check:
             raise InspectError("--deep deepens --check: add --check")
         if self.ids and self.show is None:

@@ -14,7 +14,7 @@ uploaded).
 
 from corpus.storage.chunked import ChunkedArray, map_array
 from corpus.storage.errors import MissingExtra, ObjectNotFound, StorageError
-from corpus.storage.filesystems import configure, current_options, parse_options
+from corpus.storage.filesystems import configure, current_options, parse_options, storage_options_knob
 from corpus.storage.object_cache import local_file
 from corpus.storage.objects import (
     ObjectInfo,
@@ -41,6 +41,6 @@ __all__ = [
     "ChunkedArray", "MissingExtra", "ObjectInfo", "ObjectNotFound", "ObjectPath", "StorageError", "absolute",
     "as_path", "basename", "clear_staging", "configure", "current_options", "delete", "download", "escape",
     "exists", "glob", "has_magic", "identities", "info", "is_remote", "isdir", "isfile", "join", "list_objects",
-    "local_file", "map_array", "open_binary", "parent", "parse_options", "read_bytes", "staging_prefix", "upload",
-    "write_bytes",
+    "local_file", "map_array", "open_binary", "parent", "parse_options", "read_bytes", "staging_prefix",
+    "storage_options_knob", "upload", "write_bytes",
 ]

@@ -15,9 +15,10 @@ import json
 import logging
 import random
 import time
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from corpus.core.optional import missing
+from corpus.core.typed_config import knob
 from corpus.storage.errors import MissingExtra, StorageError, is_transient, translate
 from corpus.storage.paths import protocol_of
 
@@ -43,6 +44,15 @@ BACKOFF_S = 0.25
 MAX_BACKOFF_S = 4.0
 
 _options: dict = {}
+
+
+def storage_options_knob() -> Any:
+    """The ``storage_options`` field of every config whose paths may be URLs: one flag, one help text."""
+    return knob(
+        None, "Options of the filesystem behind s3:// (gs://, az://) paths, as JSON, e.g. "
+        "'{\"endpoint_url\": \"http://localhost:9000\"}'. Endpoint, credentials and region otherwise come from "
+        "AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and AWS_REGION.",
+        "--storage-options", metavar="JSON")
 
 
 def parse_options(text: str | None) -> dict:

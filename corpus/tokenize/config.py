@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass
 from typing import Any
 
 from corpus.core.cores import available_cores
 from corpus.core.errors import ConfigError
-from corpus.core.typed_config import build
+from corpus.core.typed_config import build, knob
+from corpus.storage import storage_options_knob
 from corpus.tokenize.plan import MIN_PART_BYTES
 from corpus.tokenizers.config import TokenizerConfig
 
@@ -20,58 +21,48 @@ ON_ERROR = ("fail", "skip")
 class TokenizeConfig:
     """What to tokenize, how, and where to write it."""
 
-    inputs: list[str]
-    """``--input``: files, globs or directories (.jsonl, .json, .jsonl.gz, .jsonl.zst, .parquet), in order."""
-    output_prefix: str
-    """``--output-prefix P``: outputs are ``P_<key>_document.bin/.idx/.meta.json``."""
-    tokenizer: TokenizerConfig
-    """The tokenizer (``--tokenizer-type``, ``--tokenizer-model``, ...)."""
-    json_keys: list[str] = field(default_factory=lambda: ["text"])
-    """``--json-keys``: one output pair per key; ``meta.title`` reads a nested field."""
-    append_eod: bool = False
-    """``--append-eod``: add the EOD id after every document that encoded to at least one token."""
-    workers: int = 0
-    """``--workers``: processes (this one and worker processes) that each read, decode, encode and write a part of the
-    input, joined in order at the end; 0 (the default): one per core this process may use. An input that cannot be
-    cut (one ``.gz``/``.zst`` file) is read by this process and encoded by the workers; one under 48 MB, with the
-    default, by this process alone."""
-    threads_per_worker: int | None = None
-    """``--threads-per-worker``: threads the tokenizer library may use inside each batch call; default: the cores
-    shared out between the processes at work (1 with one process per core)."""
-    batch_size: int = 1000
-    """``--batch-size``: records per encode call (never changes the output)."""
-    batch_bytes: int = 4 << 20
-    """A batch also ends once it holds this many bytes of JSONL, so huge documents travel alone."""
-    min_part_bytes: int = MIN_PART_BYTES
-    """The smallest part (input bytes) the input is cut into for the workers, but the last (never changes the
-    output)."""
-    on_error: str = "fail"
-    """``--on-error``: ``fail`` stops at the first bad record (no output left); ``skip`` skips it and lists
-    it in ``P.skipped.jsonl``."""
-    resume: bool = False
-    """``--resume``: continue an interrupted run from its last checkpoint (the result is byte-identical)."""
-    checkpoint_interval: float = 30.0
-    """``--checkpoint-interval``: seconds between checkpoints (0: after every batch)."""
-    shard_index: int | None = None
-    """``--shard-index``: this process's slice of the input (default: SLURM_PROCID or RANK, else 0)."""
-    num_shards: int | None = None
-    """``--num-shards``: how many slices (default: SLURM_NTASKS or WORLD_SIZE, else 1)."""
-    quiet: bool = False
-    """``--quiet``: no progress bar, log lines or summary."""
-    log_interval: float = 30.0
-    """``--log-interval``: seconds between progress log lines when stderr is not a terminal."""
-    stats_json: str | None = None
-    """``--stats-json FILE``: write the run's statistics as JSON."""
-    sample_records: int = 64
-    """Records from the start of the input that the reference library encodes again, while the run proceeds, to
-    prove the fast encoder gave its ids (0: none; the tokenizer's own check still runs)."""
-    check_input: bool = False
-    """``--check-input``: check the input so on every run. Without it, only runs that load the reference library
-    anyway (the first with a tokenizer, whose check is not cached yet) check their input: loading it is the
-    start-up the cached check saves."""
-    storage_options: dict[str, Any] | None = None
-    """``--storage-options``: options of the filesystem behind ``s3://`` (and other URL) inputs and outputs, e.g.
-    ``{"endpoint_url": …}``; endpoint, credentials and region otherwise come from the standard AWS variables."""
+    inputs: list[str] = knob(
+        MISSING, "JSONL (.jsonl/.json, .gz, .zst) or Parquet files, globs or directories, local or s3:// URLs; "
+        "several allowed, order kept.", "--input")
+    output_prefix: str = knob(
+        MISSING, "Outputs are PREFIX_<key>_document.bin/.idx/.meta.json (an s3:// prefix: written locally, then "
+        "uploaded, .idx last).", "--output-prefix")
+    tokenizer: TokenizerConfig = knob(MISSING, "The tokenizer (--tokenizer-type, --tokenizer-model, ...).")
+    json_keys: list[str] = knob(["text"], "Keys to tokenize, one output pair each; nested keys like meta.title "
+                                "work.", "--json-keys")
+    append_eod: bool = knob(False, "Add EOD after every document that has at least one token.", "--append-eod")
+    workers: int = knob(
+        0, "Processes that each read, encode and write parts of the input, joined in order; 0: one per core this "
+        "process may use (an input that cannot be cut, one .gz/.zst file, is read by this process and encoded by the "
+        "workers; small inputs and 1-2 cores: this process alone).", "--workers")
+    threads_per_worker: int | None = knob(
+        None, "Library threads per batch call [default: the cores divided among the processes].",
+        "--threads-per-worker")
+    batch_size: int = knob(1000, "Records per encode call (never changes the output).", "--batch-size")
+    batch_bytes: int = knob(4 << 20, "A batch also ends once it holds this many bytes of JSONL, so huge documents "
+                            "travel alone.")
+    min_part_bytes: int = knob(MIN_PART_BYTES, "The smallest part (input bytes) the input is cut into for the "
+                               "workers, but the last (never changes the output).")
+    on_error: str = knob("fail", "Bad records: fail at the first (no output left), or skip and list them in "
+                         "PREFIX.skipped.jsonl.", "--on-error", choices=ON_ERROR)
+    resume: bool = knob(False, "Continue an interrupted run from its checkpoint (byte-identical result).", "--resume")
+    checkpoint_interval: float = knob(30.0, "Seconds between checkpoints (0: after every batch).",
+                                      "--checkpoint-interval")
+    shard_index: int | None = knob(None, "This process's shard (default: SLURM_PROCID, RANK, else 0).",
+                                   "--shard-index")
+    num_shards: int | None = knob(None, "Number of shards (default: SLURM_NTASKS, WORLD_SIZE, else 1).",
+                                  "--num-shards")
+    quiet: bool = knob(False, "No progress bar, log lines or summary.", "--quiet")
+    log_interval: float = knob(30.0, "Seconds between progress lines when stderr is not a terminal.",
+                               "--log-interval")
+    stats_json: str | None = knob(None, "Write the run's statistics to this JSON file.", "--stats-json")
+    sample_records: int = knob(64, "Records from the start of the input that the reference library encodes again, "
+                               "while the run proceeds, to prove the fast encoder gave its ids (0: none; the "
+                               "tokenizer's own check still runs).")
+    check_input: bool = knob(
+        False, "With the fast encoder: compare its ids on the first records with the reference library's on every "
+        "run, not only on the first run with a tokenizer (loads the reference library).", "--check-input")
+    storage_options: dict[str, Any] | None = storage_options_knob()
 
     def __post_init__(self) -> None:
         self.inputs = [str(path) for path in self.inputs]

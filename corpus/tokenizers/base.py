@@ -20,10 +20,10 @@ import numpy as np
 from corpus.core.errors import ConfigError
 from corpus.indexed.sidecar import fingerprint_files
 from corpus.tokenizers import long_texts
-from corpus.tokenizers.config import TokenizerConfig, existing_file
+from corpus.tokenizers.config import OPTION_NAMES, TokenizerConfig, existing_file
 from corpus.tokenizers.errors import TokenizeError
 from corpus.tokenizers.long_texts import CutRule
-from corpus.tokenizers.registry import OPTION_NAMES, fingerprinted_files, lookup
+from corpus.tokenizers.registry import fingerprinted_files, lookup
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

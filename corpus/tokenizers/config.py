@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, Mapping
 
 from corpus.core.errors import ConfigError
-from corpus.core.typed_config import build
-from corpus.tokenizers.registry import OPTION_NAMES, TOKENIZER_TYPES, TokenizerType, family_of, lookup
+from corpus.core.typed_config import build, knob
+from corpus.tokenizers.registry import TOKENIZER_TYPES, TokenizerType, lookup, types_named
 
 log = logging.getLogger(__name__)
 
@@ -27,36 +28,34 @@ MIN_TIKTOKEN_SPECIAL_TOKENS = 7
 
 @dataclass(frozen=True)
 class TokenizerConfig:
-    """How to build one tokenizer. Picklable and JSON-friendly (strings, ints, bools, None)."""
+    """How to build one tokenizer: the one description of a tokenizer, which the tokenize, inspect and autotune
+    commands take their tokenizer flags from and the trainer's tokenizer flags build (:func:`config_from_flags`).
+    Picklable and JSON-friendly (strings, ints, bools, None)."""
 
-    type: str
-    """Megatron's ``--tokenizer-type`` name, e.g. ``HuggingFaceTokenizer`` (see TOKENIZER_TYPES)."""
-    model: str | None = None
-    """``--tokenizer-model``: tokenizer.json (file or directory), SentencePiece ``.model``,
-    tiktoken JSON vocabulary (Megatron's list format or Mistral's ``tekken*.json``) or ``.tiktoken`` file."""
-    vocab_file: str | None = None
-    """``--vocab-file``: GPT-2 ``vocab.json`` (GPT2BPETokenizer)."""
-    merge_file: str | None = None
-    """``--merge-file``: GPT-2 ``merges.txt`` (GPT2BPETokenizer)."""
-    vocab_size: int | None = None
-    """``--vocab-size``: NullTokenizer's vocabulary (required there); TikTokenizer's total size
-    (ranks are cut to ``vocab_size - tiktoken_num_special_tokens``; default: Megatron's 131072, or
-    ranks + special tokens when the file has fewer ranks)."""
-    tiktoken_pattern: str = "v2"
-    """``--tiktoken-pattern`` (TikTokenizer): Megatron's split regex ``v1`` or ``v2`` with Megatron's shifted ids,
-    or ``file``: the vocabulary file's own encoding (regex, special tokens and ids, e.g. cl100k_base's)."""
-    tiktoken_num_special_tokens: int = 1000
-    """``--tiktoken-num-special-tokens``: ids below this are Megatron's special tokens; ranks shift by it."""
-    hf_include_special_tokens: bool = True
-    """Megatron's default; ``--tokenizer-hf-no-include-special-tokens`` sets False (no post-processor
-    tokens such as a leading BOS)."""
-    eod_id: int | None = None
-    """Override of the end-of-document id appended by ``--append-eod``."""
-    bos_id: int | None = None
-    """Override of the beginning-of-sequence id (recorded in the sidecar)."""
-    encoder: str = "auto"
-    """``auto``: gigatoken when it is installed and proven identical on a sample, else the reference
-    library; ``reference``: always the reference library; ``gigatoken``: require the fast path."""
+    type: str = knob(MISSING, "Megatron's tokenizer type.", "--tokenizer-type", choices=TOKENIZER_TYPES)
+    model: str | None = knob(
+        None, "tokenizer.json (or its directory), SentencePiece .model, tiktoken JSON (Megatron's list or Mistral's "
+        "tekken*.json) or .tiktoken file.", "--tokenizer-model")
+    vocab_file: str | None = knob(None, "GPT-2 vocab.json (GPT2BPETokenizer).", "--vocab-file")
+    merge_file: str | None = knob(None, "GPT-2 merges.txt (GPT2BPETokenizer).", "--merge-file")
+    vocab_size: int | None = knob(
+        None, "Vocabulary size: NullTokenizer's (required there); TikTokenizer's total size (ranks are cut to "
+        "vocab size - special tokens; default: Megatron's 131072, or ranks + special tokens when the file has fewer "
+        "ranks).", "--vocab-size")
+    tiktoken_pattern: str = knob(
+        "v2", "TikTokenizer: Megatron's split regex (v1, v2) and shifted ids, or 'file': the vocabulary's own "
+        "encoding (e.g. cl100k_base's regex and ids).", "--tiktoken-pattern", choices=TIKTOKEN_PATTERNS)
+    tiktoken_num_special_tokens: int = knob(
+        1000, "TikTokenizer: ids below this are Megatron's special tokens; ranks shift by it.",
+        "--tiktoken-num-special-tokens")
+    hf_include_special_tokens: bool = knob(
+        True, "HuggingFaceTokenizer: do not add the post-processor's special tokens (e.g. a leading BOS).",
+        switches={"--tokenizer-hf-no-include-special-tokens": False})
+    eod_id: int | None = knob(None, "Override the end-of-document id that --append-eod adds.", "--eod-id")
+    bos_id: int | None = knob(None, "Override the beginning-of-sequence id (recorded in the sidecar).", "--bos-id")
+    encoder: str = knob(
+        "auto", "auto: gigatoken when proven identical on a sample of the input, else the reference library; "
+        "reference: always the reference library; gigatoken: require the fast path.", "--encoder", choices=ENCODERS)
 
     def __post_init__(self) -> None:
         spec = lookup(self.type)
@@ -88,6 +87,27 @@ class TokenizerConfig:
         return dataclasses.asdict(self)
 
 
+#: The command-line spelling of each field (``model`` -> ``--tokenizer-model``), for messages.
+OPTION_NAMES = {field.name: field.metadata["flag"] for field in fields(TokenizerConfig) if field.metadata["flag"]}
+#: Each field's key where a config names a tokenizer among other settings, spelt as its flag (``model`` ->
+#: ``tokenizer_model``): the trainer's ``data.tokenizer_type``, ``data.tokenizer_model``, ``data.vocab_file``, ...
+FLAG_KEYS = {name: flag[2:].replace("-", "_") for name, flag in OPTION_NAMES.items()}
+
+
+def tokenizer_knob(name: str, help: str | None = None) -> Any:
+    """A field of another config holding this config's field ``name`` under its :data:`FLAG_KEYS` key: the same flag
+    and choices, and this field's help unless the owner says what the field means to it."""
+    field = next(field for field in fields(TokenizerConfig) if field.name == name)
+    return knob(None, help or field.metadata["help"], field.metadata["flag"], choices=field.metadata["choices"])
+
+
+def config_from_flags(values: Mapping[str, Any]) -> TokenizerConfig | None:
+    """The tokenizer that flag-keyed ``values`` name (``tokenizer_type``, ``tokenizer_model``, ... as in
+    :data:`FLAG_KEYS`; other keys ignored), or None when they name no ``tokenizer_type``."""
+    given = {name: values[key] for name, key in FLAG_KEYS.items() if values.get(key) is not None}
+    return TokenizerConfig(**given) if "type" in given else None
+
+
 def _check_type_options(spec: TokenizerType, config: TokenizerConfig) -> None:
     """Refuse a config missing what its type needs; warn about file options the type ignores."""
     missing = [OPTION_NAMES[name] for name in spec.needs if getattr(config, name) in (None, "")]
@@ -113,19 +133,16 @@ def config_from_record(record: dict) -> TokenizerConfig:
     return config_from_dict({**record["config"], "encoder": "auto"}, where="sidecar tokenizer.config")
 
 
-def config_from_kind(kind: str, path: str | None) -> TokenizerConfig:
-    """The config a blend file's ``tokenizer: {kind, path}`` names: ``kind`` a ``--tokenizer-type`` or a family
-    (its first type taking one file), ``path`` that file. Kinds needing more than one file (GPT-2's vocab and
-    merges) or none (NullTokenizer's size) cannot be named so: a ConfigError says what to give instead."""
-    family = family_of(kind)
-    exact = next((spec for spec in TOKENIZER_TYPES.values() if spec.name.lower() == kind.lower()), None)
-    spec = exact or next((spec for spec in TOKENIZER_TYPES.values() if spec.family == family), None)
-    if spec is None:
+def config_from_kind(kind: str, **files: Any) -> TokenizerConfig:
+    """The config a blend file's ``tokenizer:`` names: ``kind`` a ``--tokenizer-type``, or a family (then its first
+    type whose files are all given, else its first type); ``files`` its ``model``, ``vocab_file``, ``merge_file`` or
+    ``vocab_size``. A type missing what it needs is a ConfigError naming it."""
+    candidates = types_named(kind)
+    if not candidates:
         raise ConfigError(f"unknown tokenizer kind {kind!r}; valid types: {', '.join(TOKENIZER_TYPES)}")
-    if spec.needs != ("model",):
-        raise ConfigError(f"tokenizer kind {kind!r} needs {spec.files}, not one path; give the trainer "
-                          "--vocab-size, or --tokenizer-type with its files")
-    return TokenizerConfig(type=spec.name, model=path)
+    given = {name: value for name, value in files.items() if value is not None}
+    spec = next((spec for spec in candidates if all(name in given for name in spec.needs)), candidates[0])
+    return TokenizerConfig(type=spec.name, **given)
 
 
 def existing_file(path: str | None, option: str, type_name: str, *, allow_dir: bool = False) -> str:

@@ -45,7 +45,7 @@ def _token(form: HuggingFaceForm, token_id: int | None) -> str | None:
     return None if token_id is None else form.tokenizer.id_to_token(token_id)
 
 
-def tokenizer_config(form: HuggingFaceForm, tokenizer: TextTokenizer, max_length: int) -> dict:
+def auto_tokenizer_settings(form: HuggingFaceForm, tokenizer: TextTokenizer, max_length: int) -> dict:
     """transformers' ``tokenizer_config.json`` for ``form``: BOS and EOS the data's (EOS its end of document),
     padding with EOS (the data has no padding token), special-token strings split as the data split them."""
     eos = _token(form, tokenizer.eod)
@@ -58,7 +58,8 @@ def write_tokenizer_files(tokenizer: TextTokenizer, directory: str | os.PathLike
     """Write ``tokenizer`` into ``directory`` (made if missing) as :data:`FILES`, each atomically;
     ``max_length``: the longest input the model takes. Raises :class:`NotExportable` before writing."""
     form = huggingface_form(tokenizer)
-    contents = (form.tokenizer.to_str(), json.dumps(tokenizer_config(form, tokenizer, max_length), indent=2) + "\n")
+    settings = auto_tokenizer_settings(form, tokenizer, max_length)
+    contents = (form.tokenizer.to_str(), json.dumps(settings, indent=2) + "\n")
     Path(directory).mkdir(parents=True, exist_ok=True)
     for name, text in zip(FILES, contents):
         write_atomically(Path(directory) / name, text)

@@ -2,10 +2,11 @@
 
 gigatoken is optional and imported lazily. It reads HuggingFace tokenizer.json files (byte-level BPE and
 SentencePiece-style BPE with byte fallback) and ``.tiktoken`` rank files with one of its named split
-regexes. What it is built from is a :class:`FastSource`, derived once from the reference tokenizer
-(:data:`SOURCES`), together with a :class:`Profile` of what the pipeline needs from the reference besides
-its ids; both are cached with the verdict of the check (:mod:`corpus.tokenizers.verdicts`), so a later run
-builds gigatoken without loading the reference library. Differences from Megatron's ids are corrected here:
+regexes. What it is built from is a :class:`FastSource`, derived once from the reference tokenizer by the
+function its registry entry's ``fast_forms`` names (:func:`huggingface_sources`, ...), together with a
+:class:`Profile` of what the pipeline needs from the reference besides its ids; both are cached with the
+verdict of the check (:mod:`corpus.tokenizers.verdicts`), so a later run builds gigatoken without loading the
+reference library. Differences from Megatron's ids are corrected here:
 
 - gigatoken does not apply a tokenizer.json's post-processor, so the tokens ``tokenizer(text)`` adds around
   every text (e.g. a leading BOS) are the reference adapter's :meth:`affixes`, added here;
@@ -153,18 +154,6 @@ def tiktoken_sources(reference) -> list[FastSource]:
     count = len(vocabulary.ranks)
     specials = {token: count + i for token, i in vocabulary.specials.items()} if vocabulary.specials_in_text else {}
     return [FastSource("tiktoken", lines, scheme, specials, count, vocabulary.shift)]
-
-
-# The reference adapters gigatoken can stand in for, and the forms to give it their tokenizer in, the
-# fastest to load first (the check takes the first that gives the reference's ids).
-SOURCES = {
-    "HuggingFaceTokenizer": huggingface_sources,
-    "GPT2BPETokenizer": huggingface_sources,
-    "SentencePieceTokenizer": sentencepiece_sources,
-    "GPTSentencePieceTokenizer": sentencepiece_sources,
-    "Llama2Tokenizer": sentencepiece_sources,
-    "TikTokenizer": tiktoken_sources,
-}
 
 
 def build_backend(source: FastSource):

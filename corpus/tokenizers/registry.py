@@ -14,10 +14,6 @@ from typing import Callable
 
 from corpus.core.errors import ConfigError
 
-#: The command-line spelling of each file or size option a type may need.
-OPTION_NAMES = {"model": "--tokenizer-model", "vocab_file": "--vocab-file", "merge_file": "--merge-file",
-                "vocab_size": "--vocab-size"}
-
 
 @dataclass(frozen=True)
 class TokenizerType:
@@ -40,6 +36,9 @@ class TokenizerType:
     huggingface_form: str | None = None
     """``module:function(tokenizer) -> HuggingFaceForm``: the type's tokenizer as a ``tokenizers.Tokenizer`` giving
     its ids (what ``trainer export --hf`` writes; :mod:`corpus.tokenizers.export`). None: it has no text form."""
+    fast_forms: str | None = None
+    """``module:function(reference) -> [FastSource]``: the forms of the built reference tokenizer the gigatoken
+    fast path reads, the fastest to load first (:mod:`corpus.tokenizers.gigatoken`). None: no fast path."""
 
     def load(self, target: str) -> Callable:
         """The function a ``module:function`` field of this entry names (imported now)."""
@@ -47,38 +46,43 @@ class TokenizerType:
         return getattr(importlib.import_module(module), function)
 
 
-#: The `huggingface_form` entries (module:function) shared by several types.
+#: The `huggingface_form` and `fast_forms` entries (module:function) shared by several types.
 HF_FORM = "corpus.tokenizers.huggingface:huggingface_form"
 SPM_FORM = "corpus.tokenizers.sentencepiece:huggingface_form"
+HF_FAST = "corpus.tokenizers.gigatoken:huggingface_sources"
+SPM_FAST = "corpus.tokenizers.gigatoken:sentencepiece_sources"
 
 TOKENIZER_TYPES: dict[str, TokenizerType] = {
     spec.name: spec
     for spec in (
         TokenizerType("HuggingFaceTokenizer", "huggingface", "a tokenizer.json file or a directory holding one",
                       ("model",), "corpus.tokenizers.huggingface:build_huggingface", "tokenizers",
-                      "corpus.tokenizers.huggingface:fingerprinted_files", HF_FORM),
+                      "corpus.tokenizers.huggingface:fingerprinted_files", HF_FORM, HF_FAST),
         TokenizerType("GPT2BPETokenizer", "gpt2", "GPT-2 vocab.json and merges.txt", ("vocab_file", "merge_file"),
-                      "corpus.tokenizers.huggingface:build_gpt2_bpe", "tokenizers", huggingface_form=HF_FORM),
+                      "corpus.tokenizers.huggingface:build_gpt2_bpe", "tokenizers", huggingface_form=HF_FORM,
+                      fast_forms=HF_FAST),
         TokenizerType("SentencePieceTokenizer", "sentencepiece", "a SentencePiece .model file", ("model",),
                       "corpus.tokenizers.sentencepiece:build_sentencepiece", "sentencepiece",
-                      huggingface_form=SPM_FORM),
+                      huggingface_form=SPM_FORM, fast_forms=SPM_FAST),
         TokenizerType("GPTSentencePieceTokenizer", "sentencepiece", "a SentencePiece .model file", ("model",),
                       "corpus.tokenizers.sentencepiece:build_sentencepiece", "sentencepiece",
-                      huggingface_form=SPM_FORM),
+                      huggingface_form=SPM_FORM, fast_forms=SPM_FAST),
         TokenizerType("Llama2Tokenizer", "sentencepiece", "a SentencePiece .model file", ("model",),
                       "corpus.tokenizers.sentencepiece:build_sentencepiece", "sentencepiece",
-                      huggingface_form=SPM_FORM),
+                      huggingface_form=SPM_FORM, fast_forms=SPM_FAST),
         TokenizerType("TikTokenizer", "tiktoken", "a tiktoken JSON vocabulary (Megatron's list, Mistral's "
                       "tekken*.json) or a .tiktoken rank file", ("model",),
                       "corpus.tokenizers.tiktoken:build_tiktoken", "tiktoken",
-                      huggingface_form="corpus.tokenizers.tiktoken_hf:huggingface_form"),
+                      huggingface_form="corpus.tokenizers.tiktoken_hf:huggingface_form",
+                      fast_forms="corpus.tokenizers.gigatoken:tiktoken_sources"),
         TokenizerType("NullTokenizer", "null", "no file: text is space-separated integer ids", ("vocab_size",),
                       "corpus.tokenizers.null:build_null"),
     )
 }
 
-#: Every family, in table order.
-FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(spec.family for spec in TOKENIZER_TYPES.values()))
+def families() -> tuple[str, ...]:
+    """Every family, in table order (read from the table each time: an entry added later is listed)."""
+    return tuple(dict.fromkeys(spec.family for spec in TOKENIZER_TYPES.values()))
 
 
 def lookup(name: str) -> TokenizerType:
@@ -99,6 +103,13 @@ def family_of(name: str | None) -> str | None:
         if lowered in (spec.family, spec.name.lower()):
             return spec.family
     return None
+
+
+def types_named(name: str) -> list[TokenizerType]:
+    """The type ``name`` names (any case), else every type of the family ``name``, in table order; [] for neither.
+    A blend's ``tokenizer: {type: …}`` may name either."""
+    exact = [spec for spec in TOKENIZER_TYPES.values() if spec.name.lower() == name.lower()]
+    return exact or [spec for spec in TOKENIZER_TYPES.values() if spec.family == name.lower()]
 
 
 def fingerprinted_files(kind: str, path: str) -> list[str]:

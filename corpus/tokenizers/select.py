@@ -21,6 +21,7 @@ from corpus.core.optional import missing
 from corpus.tokenizers import verdicts
 from corpus.tokenizers.base import TextTokenizer, build_tokenizer, tokenizer_files
 from corpus.tokenizers.config import TokenizerConfig
+from corpus.tokenizers.registry import lookup
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +65,7 @@ def first_difference_of(encode: Callable[[list[str]], list[list[int]]], referenc
 
 def _not_covered(config: TokenizerConfig) -> str | None:
     """Why the fast path cannot even be tried for ``config``, or None."""
-    # NOTE: imported here, not at the top: it loads the tokenizer libraries of every family it covers
-    from corpus.tokenizers.gigatoken import SOURCES
-
-    if config.type not in SOURCES:
+    if lookup(config.type).fast_forms is None:
         return f"the gigatoken fast path does not cover {config.type}"
     if missing("gigatoken"):
         return "gigatoken is not installed (pip install gigatoken for the fast path)"
@@ -78,10 +76,12 @@ def _check(reference: TextTokenizer, threads: int | None) -> tuple[dict, bytes |
     """Build gigatoken from the reference and compare both on the hard cases and special strings: the
     verdict (as cached), gigatoken's source bytes and the gigatoken tokenizer (None when refused). Each form
     of the tokenizer gigatoken reads is tried in turn, the fastest to load first."""
-    from corpus.tokenizers.gigatoken import SOURCES, Profile
+    # NOTE: imported here, not at the top: it loads the tokenizer libraries of every family it covers
+    from corpus.tokenizers.gigatoken import Profile
 
+    spec = lookup(reference.config.type)
     try:
-        sources, profile = SOURCES[reference.config.type](reference), Profile.of(reference)
+        sources, profile = spec.load(spec.fast_forms)(reference), Profile.of(reference)
     except Exception as error:  # noqa: BLE001 - no gigatoken form (FastPathRefused, AffixError)
         return _refused(error), None, None
     checks = [*HARD_CASES, *special_token_cases(reference)]

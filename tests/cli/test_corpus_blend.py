@@ -58,6 +58,19 @@ def test_dry_run_plans_every_split(project: Path, index_map_cache: Path) -> None
     assert set(index_map_cache.glob("gpt-*")) == maps_before  # a dry run writes no maps
 
 
+def test_counts_without_evaluation_flags_are_what_the_trainer_asks_with_its_defaults(project: Path) -> None:
+    """corpus blend predicts the trainer's valid and test counts from the same evaluation defaults (one place holds
+    them): left out on both sides, the counts agree."""
+    from trainer.config.loading import load_config
+    from trainer.run.data import sample_counts
+
+    config = load_config(None, {"data": {"blend": _blend(project)}, "training": {"train_iters": 1000}})
+    expected = sample_counts(config, 2)
+    report = json.loads(run_cli("corpus", "blend", _blend(project), "--train-iters", "1000", "--global-batch-size",
+                                "2", "--json").stdout)
+    assert {plan["split"]: plan["size"] for plan in report} == {"train": expected.train, "valid": expected.valid}
+
+
 def test_build_then_show_samples_is_what_the_trainer_sees(project: Path) -> None:
     built = json.loads(run_cli("corpus", "blend", _blend(project), "--train-iters", "200", "--global-batch-size", "8",
                                "--build", "--json").stdout)

@@ -2,8 +2,8 @@
 
 Layers merge key by key (:func:`merge`: the YAML file, then the flags), then the project's one validator
 (:func:`corpus.core.typed_config.build`) builds each section's dataclass, rejecting unknown keys and values of
-the wrong type with the file, line and key path in the message. :func:`config_fields` lists every leaf field:
-the CLI builds its flags from it.
+the wrong type with the file, line and key path in the message. :func:`config_fields` lists every leaf field
+(the flags ``cli/config_options.py`` generates from the same dataclasses).
 """
 
 from __future__ import annotations

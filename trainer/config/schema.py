@@ -14,24 +14,18 @@ import math
 import os
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Literal
 
+from corpus.blending.counts import EVAL_INTERVAL, EVAL_ITERS
+from corpus.blending.schema import DEFAULT_SPLIT
 from corpus.core.errors import ConfigError
+from corpus.core.typed_config import knob
+from corpus.tokenizers.config import tokenizer_knob
 from trainer.config.presets import PRESETS, preset_table
 
 #: The learning-rate decay styles; each one's curve is in ``trainer.optim.schedule.DECAY_STYLES`` (a test holds the
 #: two together), named here so a misspelt style is refused when the config is read, before any work.
 DecayStyle = Literal["constant", "linear", "cosine"]
-
-
-def knob(default: Any, help: str, flag: str | None = None, switches: Mapping[str, Any] | None = None,
-         aliases: tuple[str, ...] = ()) -> Any:
-    """A documented config field. ``flag`` is its command-line spelling (None: YAML only); ``switches``
-    maps extra value-less flags to the value they set (``--bf16`` → ``precision: bf16``); ``aliases`` are
-    other spellings of ``flag`` itself (``--tp`` for ``--tensor-model-parallel-size``)."""
-    factory = {"default_factory": lambda: list(default)} if isinstance(default, list) else {"default": default}
-    return field(**factory, metadata={"help": help, "flag": flag, "switches": dict(switches or {}),
-                                      "aliases": tuple(aliases)})
 
 
 def _require(condition: bool, message: str) -> None:
@@ -111,8 +105,8 @@ class DataConfig:
     blend: str | None = knob(None, "Blend YAML file (see blends/web_code.yaml).", "--blend")
     data_path: list[str] = knob([], "Megatron-style data path: prefixes, optionally weighted "
                                 "('0.7 web_text_document 0.3 code_text_document'); turned into a blend.", "--data-path")
-    split: str | None = knob(None, "Train/valid/test shares of sequences, e.g. '969,30,1' "
-                             "(default: the blend's, else Megatron's 969,30,1).", "--split")
+    split: str | None = knob(None, f"Train/valid/test shares of sequences, e.g. '{DEFAULT_SPLIT}' "
+                             f"(default: the blend's, else Megatron's {DEFAULT_SPLIT}).", "--split")
     data_cache_path: str | None = knob(None, "Where index maps are cached (default: the blend's cache_dir).",
                                        "--data-cache-path")
     mock_data: bool = knob(False, "Train on synthetic documents (benchmarks, smoke tests); no blend needed.",
@@ -125,12 +119,13 @@ class DataConfig:
                                "--eod-mask-loss")
     override_blend_check: bool = knob(False, "Resume even if the checkpoint was trained on a different blend.",
                                       "--override-blend-check")
-    tokenizer_type: str | None = knob(None, "The data's tokenizer (a corpus tokenize --tokenizer-type): the vocabulary "
-                                      "of data without .meta.json sidecars; checked against them.", "--tokenizer-type")
-    tokenizer_model: str | None = knob(None, "With --tokenizer-type: its tokenizer.json, SentencePiece .model or "
-                                       "tiktoken file.", "--tokenizer-model")
-    vocab_file: str | None = knob(None, "With --tokenizer-type GPT2BPETokenizer: vocab.json.", "--vocab-file")
-    merge_file: str | None = knob(None, "With --tokenizer-type GPT2BPETokenizer: merges.txt.", "--merge-file")
+    tokenizer_type: str | None = tokenizer_knob(
+        "type", "The data's tokenizer (a corpus tokenize --tokenizer-type): the vocabulary of data without .meta.json "
+        "sidecars; checked against them.")
+    tokenizer_model: str | None = tokenizer_knob("model", "With --tokenizer-type: its tokenizer.json, SentencePiece "
+                                                 ".model or tiktoken file.")
+    vocab_file: str | None = tokenizer_knob("vocab_file", "With --tokenizer-type GPT2BPETokenizer: vocab.json.")
+    merge_file: str | None = tokenizer_knob("merge_file", "With --tokenizer-type GPT2BPETokenizer: merges.txt.")
 
     def __post_init__(self) -> None:
         given = [name for name, on in (("--blend", self.blend), ("--data-path", self.data_path),
@@ -281,8 +276,8 @@ class LoggingConfig:
     """Console, TensorBoard and JSONL metrics, and evaluation cadence."""
 
     log_interval: int = knob(100, "Log every N steps.", "--log-interval")
-    eval_interval: int = knob(1000, "Evaluate on the valid split every N steps.", "--eval-interval")
-    eval_iters: int = knob(100, "Global batches per evaluation (0: no evaluation).", "--eval-iters")
+    eval_interval: int = knob(EVAL_INTERVAL, "Evaluate on the valid split every N steps.", "--eval-interval")
+    eval_iters: int = knob(EVAL_ITERS, "Global batches per evaluation (0: no evaluation).", "--eval-iters")
     tensorboard_dir: str | None = knob(None, "Write TensorBoard event files here.", "--tensorboard-dir")
     metrics_jsonl: str | None = knob(None, "Write one JSON object per logged step (and per evaluation) here; a resumed "
                                      "run continues the file, a fresh one moves an existing file to FILE.1 (.2, …).",

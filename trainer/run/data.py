@@ -13,23 +13,18 @@ Sample counts follow Megatron: train = train_iters × global batch; valid = (tra
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Protocol
 
 import numpy as np
 import torch
 
-from corpus.blending.datasets import (
-    SampleCounts,
-    SplitDataset,
-    build_split_datasets,
-    megatron_sample_counts,
-    show_samples_command,
-)
+from corpus.blending.counts import SampleCounts, megatron_sample_counts
+from corpus.blending.datasets import SplitDataset, build_split_datasets, show_samples_command
 from corpus.blending.index_maps import normalize
 from corpus.blending.loader import BlendLoader, build_datasets
-from corpus.blending.resolve import ResolvedBlend, resolve_blend, tokenizer_config
+from corpus.blending.resolve import ResolvedBlend, blend_tokenizer, resolve_blend
 from corpus.blending.samples import make_batch
 from corpus.blending.schedule import WeightSchedule
 from corpus.blending.schema import (
@@ -42,9 +37,11 @@ from corpus.blending.schema import (
 )
 from corpus.core.errors import ConfigError
 from corpus.indexed.sidecar import options_hash
-from corpus.tokenizers import TextTokenizer, TokenizerConfig
+from corpus.tokenizers import TextTokenizer
+from corpus.tokenizers.config import config_from_flags
 from corpus.tokenizers.decode import cached_tokenizer
-from corpus.tokenizers.registry import family_of, lookup
+from corpus.tokenizers.match import data_mismatch
+from corpus.tokenizers.registry import lookup
 from trainer.config.schema import DataConfig, TrainConfig
 from trainer.parallel.state import ParallelState
 
@@ -208,11 +205,9 @@ def _flag_tokenizer(config: TrainConfig) -> TextTokenizer | None:
     ``--vocab-size`` where the type takes it) name, built (so a wrong flag is refused before any work), or None
     without ``--tokenizer-type``."""
     data = config.data
-    if data.tokenizer_type is None:
-        return None
-    return cached_tokenizer(TokenizerConfig(type=data.tokenizer_type, model=data.tokenizer_model,
-                                            vocab_file=data.vocab_file, merge_file=data.merge_file,
-                                            vocab_size=config.model.vocab_size if _sizes_tokenizer(data) else None))
+    vocab_size = config.model.vocab_size if _sizes_tokenizer(data) else None
+    named = config_from_flags({**asdict(data), "vocab_size": vocab_size})
+    return cached_tokenizer(named) if named is not None else None
 
 
 def _check_flag_tokenizer(tokenizer: TextTokenizer, resolved: ResolvedBlend) -> None:
@@ -222,19 +217,21 @@ def _check_flag_tokenizer(tokenizer: TextTokenizer, resolved: ResolvedBlend) -> 
     if record is None:
         return
     described = tokenizer.describe()
-    if family_of(record.get("type")) != family_of(described["type"]):
-        raise ConfigError(f"--tokenizer-type {described['type']}: the data was tokenized with {record.get('type')} "
+    mismatch = data_mismatch(record, described["type"], described["fingerprint"], tokenizer.eod,
+                             resolved.recorded_eod_id())
+    if mismatch is None:
+        return
+    if mismatch.aspect == "type":
+        raise ConfigError(f"--tokenizer-type {described['type']}: the data was tokenized with {mismatch.recorded} "
                           "(its .meta.json says so); drop the tokenizer flags or give the data's tokenizer")
-    if record.get("fingerprint") and described["fingerprint"] != record["fingerprint"]:
+    if mismatch.aspect == "files":
         raise ConfigError(f"--tokenizer-model/--vocab-file: not the tokenizer the data was made with (its .meta.json "
                           f"records {record.get('model') or record.get('vocab_file')}, sha256 "
-                          f"{record['fingerprint'][:12]}…, these files {described['fingerprint'][:12]}…); drop the "
+                          f"{mismatch.recorded[:12]}…, these files {mismatch.expected[:12]}…); drop the "
                           "tokenizer flags or give the data's files")
-    recorded = resolved.recorded_eod_id()
-    if recorded is not None and tokenizer.eod is not None and tokenizer.eod != recorded:
-        raise ConfigError(f"--tokenizer-type {described['type']}: its EOD id is {tokenizer.eod}, but the data's "
-                          f".meta.json records EOD id {recorded}; drop the tokenizer flags (the sidecars name the "
-                          "tokenizer) or give the one the data was made with")
+    raise ConfigError(f"--tokenizer-type {described['type']}: its EOD id is {tokenizer.eod}, but the data's "
+                      f".meta.json records EOD id {mismatch.recorded}; drop the tokenizer flags (the sidecars name the "
+                      "tokenizer) or give the one the data was made with")
 
 
 def tokenizer_facts(flagged: TextTokenizer | None, resolved: ResolvedBlend) -> tuple[int | None, dict | None]:
@@ -243,7 +240,7 @@ def tokenizer_facts(flagged: TextTokenizer | None, resolved: ResolvedBlend) -> t
     if resolved.vocab_size is not None:
         return resolved.vocab_size, resolved.tokenizer
     if flagged is None:
-        named = tokenizer_config(resolved)
+        named = blend_tokenizer(resolved)
         flagged = cached_tokenizer(named) if named is not None else None
     return (flagged.vocab_size, flagged.describe()) if flagged is not None else (None, None)
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from corpus.blending.datasets import SampleCounts, build_split_datasets
-from corpus.blending.resolve import resolve_blend
+from corpus.blending.resolve import blend_tokenizer, resolve_blend
 from corpus.blending.schema import (
     BlendConfig,
     apply_overrides,
@@ -21,6 +21,7 @@ from corpus.blending.schema import (
     load_blend,
 )
 from corpus.core.errors import ConfigError, UserError
+from tests.conftest import run_cli
 from tests.corpus.blending.blend_data import EXAMPLES, tokenizer_record, write_random
 
 GOOD = """\
@@ -342,3 +343,45 @@ def test_many_tiny_shards_with_split_99_1_0(folder: Path, caplog) -> None:
     assert len(many.valid.plan.members) == 12 and len(many.valid.plan.excluded) == 108
     assert {many.valid.source_name(i) for i in range(len(many.valid))} == {f"s{i}" for i in range(0, 120, 10)}
     assert caplog.text.count("contribute nothing to valid") == 1 and "and 103 more" in caplog.text
+
+
+def _tokenized(folder: Path, config_flags: list[str]) -> None:
+    """examples/web.jsonl through `corpus tokenize` into folder/web_text_document with the tokenizer ``config_flags``
+    name, as a user makes data."""
+    run_cli("corpus", "tokenize", "--input", str(EXAMPLES / "web.jsonl"), "--output-prefix", str(folder / "web"),
+            *config_flags, "--append-eod", "--quiet")
+
+
+def test_the_tokenizer_block_takes_tokenizer_configs_keys_and_its_older_spelling(tmp_path: Path) -> None:
+    """`tokenizer:` names the tokenizer with TokenizerConfig's keys (what corpus tokenize's flags set); the older
+    {kind, path} stays accepted, and a block spelling both is refused."""
+    shipped = str(EXAMPLES / "tokenizer.json")
+    _tokenized(tmp_path, ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", shipped])
+    head = "seq_length: 16\nsplit: '1'\nsources: [{name: web, prefix: web_text_document}]\n"
+    for block in (f"{{type: HuggingFaceTokenizer, model: {shipped}}}", f"{{type: huggingface, model: {shipped}}}",
+                  f"{{kind: huggingface, path: {shipped}}}"):
+        resolved = resolve_blend(load_blend(_blend(tmp_path, head + f"tokenizer: {block}\n")))
+        assert blend_tokenizer(resolved).model == shipped
+    other = tmp_path / "other.json"
+    other.write_text(Path(shipped).read_text().replace("<|endoftext|>", "<|end|>"))
+    message = _resolve_error(tmp_path, head + f"tokenizer: {{type: HuggingFaceTokenizer, model: {other}}}\n")
+    assert "blend.yaml:4: tokenizer.model:" in message and "not the tokenizer" in message
+    both = f"tokenizer: {{type: huggingface, kind: huggingface, model: {shipped}}}\n"
+    message = _resolve_error(tmp_path, head + both)
+    assert "tokenizer.kind: give type or kind (its older spelling), not both" in message
+
+
+def test_a_tokenizer_of_two_files_is_named_and_checked_in_a_blend(tmp_path: Path, tokenizer_files) -> None:
+    """GPT-2's vocab.json + merges.txt: the blend names both files (TokenizerConfig's keys), their fingerprint is the
+    one corpus tokenize recorded, and Megatron files without sidecars take the tokenizer from the blend."""
+    vocab, merges = tokenizer_files.gpt2_vocab, tokenizer_files.gpt2_merges
+    _tokenized(tmp_path, ["--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", vocab, "--merge-file", merges])
+    head = "seq_length: 16\nsplit: '1'\nsources: [{name: web, prefix: web_text_document}]\n"
+    named = head + f"tokenizer: {{type: GPT2BPETokenizer, vocab_file: {vocab}, merge_file: {merges}}}\n"
+    resolve_blend(load_blend(_blend(tmp_path, named)))
+    resolve_blend(load_blend(_blend(tmp_path, named.replace("GPT2BPETokenizer", "gpt2"))))
+    swapped = head + f"tokenizer: {{type: GPT2BPETokenizer, vocab_file: {merges}, merge_file: {vocab}}}\n"
+    assert "not the tokenizer" in _resolve_error(tmp_path, swapped)
+    (tmp_path / "web_text_document.meta.json").unlink()  # as Megatron writes it: the blend's tokenizer is the one
+    resolved = resolve_blend(load_blend(_blend(tmp_path, named)))
+    assert blend_tokenizer(resolved).type == "GPT2BPETokenizer" and resolved.eod_id is not None

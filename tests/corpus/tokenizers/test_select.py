@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from importlib.util import find_spec
 
@@ -11,6 +12,7 @@ from tokenizers import Regex, Tokenizer, pre_tokenizers
 from corpus.core.errors import ConfigError
 from corpus.tokenizers import TokenizerConfig, build_tokenizer, select_encoder, settled_encoder
 from corpus.tokenizers import gigatoken as fast_path
+from corpus.tokenizers.registry import TOKENIZER_TYPES
 from tests.corpus.tokenizers.helpers import assert_megatron_ids
 
 needs_gigatoken = pytest.mark.skipif(find_spec("gigatoken") is None, reason="gigatoken is not installed")
@@ -63,16 +65,19 @@ def test_refused_tokenizer_falls_back_in_one_line(tokenizer_files, megatron_toke
         select_encoder(config.replace(encoder="gigatoken"), [])
 
 
+def unfixed_forms(reference) -> list:
+    """gigatoken's own SentencePiece conversion, without the fixes of ``sentencepiece_sources``."""
+    from gigatoken._load.sentencepiece import sentencepiece_to_tokenizer_json
+
+    return [fast_path.FastSource("json", sentencepiece_to_tokenizer_json(open(reference.path, "rb").read()))]
+
+
 @needs_gigatoken
 def test_special_strings_catch_a_difference_the_sample_lacks(tokenizer_files, monkeypatch):
     """gigatoken's own SentencePiece conversion matches <s> </s> [INST] whole in text, sentencepiece does
     not; sample texts without them would not show it, the special-string probes do."""
-    from gigatoken._load.sentencepiece import sentencepiece_to_tokenizer_json
-
-    def unfixed(reference):
-        return [fast_path.FastSource("json", sentencepiece_to_tokenizer_json(open(reference.path, "rb").read()))]
-
-    monkeypatch.setitem(fast_path.SOURCES, "SentencePieceTokenizer", unfixed)
+    spec = TOKENIZER_TYPES["SentencePieceTokenizer"]
+    monkeypatch.setitem(TOKENIZER_TYPES, spec.name, dataclasses.replace(spec, fast_forms=f"{__name__}:unfixed_forms"))
     config = TokenizerConfig("SentencePieceTokenizer", model=tokenizer_files.spm_v1)
     tokenizer, reason = select_encoder(config, ["plain prose without any control piece"])
     assert tokenizer.encoder_name.startswith("sentencepiece ")

@@ -265,3 +265,26 @@ def test_tokenizer_flags_of_another_family_than_the_sidecars_are_refused_before_
     assert ("--tokenizer-type HuggingFaceTokenizer: the data was tokenized with NullTokenizer (its .meta.json says "
             "so)") in result.stderr
     assert not list((tmp_path / "maps").glob("gpt-*"))
+
+
+def test_tokenizer_flags_of_another_type_of_the_sidecars_family_are_refused(tokenizer_files, tmp_path):
+    """The one rule holding data to a tokenizer (corpus.tokenizers.match) is the stricter of those it replaced: a
+    named --tokenizer-type must be the sidecars' exactly, not merely of its family (their ids and EOD can differ)."""
+    from corpus.tokenize.config import TokenizeConfig
+    from corpus.tokenize.run import tokenize
+
+    source = tmp_path / "docs.jsonl"
+    source.write_text("".join(json.dumps({"text": f"document {i} of a few words"}) + "\n" for i in range(40)))
+    written = TokenizerConfig("GPTSentencePieceTokenizer", model=tokenizer_files.spm_v1)
+    tokenize(TokenizeConfig([str(source)], str(tmp_path / "spm"), written, append_eod=True, quiet=True))
+
+    def opened(kind: str):
+        return open_data(load_config(None, {
+            "data": {"data_path": [str(tmp_path / "spm_text_document")], "split": "90,10,0", "seq_length": 8,
+                     "tokenizer_type": kind, "tokenizer_model": tokenizer_files.spm_v1},
+            "training": {"train_iters": 2}}))
+
+    with pytest.raises(ConfigError, match=r"--tokenizer-type SentencePieceTokenizer: the data was tokenized with "
+                                          r"GPTSentencePieceTokenizer \(its .meta.json says so\)"):
+        opened("SentencePieceTokenizer")
+    assert opened("GPTSentencePieceTokenizer").eod_id is not None
