@@ -280,6 +280,16 @@ def s3fs_faults(faults):
     """``faults`` with every ``s3://`` path going through s3fs (:data:`S3FS_ONLY` in ``faults.storage_options``)."""
     from corpus import storage
 
+    from corpus.storage.s3_client import s3_client
+
     faults.storage_options = {**faults.storage_options, **S3FS_ONLY}
     storage.configure(faults.storage_options)
+    assert s3_client("s3://any/object") is None, f"{S3FS_ONLY} no longer sends s3:// paths through s3fs"
     return faults
+
+
+@pytest.fixture(params=["s3-client", "s3fs"])
+def faults_each_path(request, faults):
+    """``faults`` once with the S3 client serving ``s3://`` paths, once with s3fs (``s3fs_faults``): the commands a
+    user runs go through either, depending on the storage options."""
+    return request.getfixturevalue("s3fs_faults") if request.param == "s3fs" else faults

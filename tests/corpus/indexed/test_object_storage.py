@@ -81,7 +81,8 @@ def _without_paths(report: dict) -> dict:
 
 
 @pytest.mark.slow  # two commands of their own, through faults
-def test_merge_and_inspect_through_faults_give_the_local_results(tmp_path, faults, bucket):
+def test_merge_and_inspect_through_faults_give_the_local_results(tmp_path, faults_each_path, bucket):
+    faults = faults_each_path
     shards = tmp_path / "shards"
     shards.mkdir()
     make_shards(shards, 5)
