@@ -279,7 +279,6 @@ def faults(fault_proxy: FaultProxy, bucket: str, monkeypatch):
 def s3fs_faults(faults):
     """``faults`` with every ``s3://`` path going through s3fs (:data:`S3FS_ONLY` in ``faults.storage_options``)."""
     from corpus import storage
-
     from corpus.storage.s3_client import s3_client
 
     faults.storage_options = {**faults.storage_options, **S3FS_ONLY}

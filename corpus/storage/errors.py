@@ -37,18 +37,20 @@ _NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError", "CredentialR
 #: ... that the endpoint cannot be reached.
 _UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError", "ConnectionRefusedError",
                 "ClientConnectorDNSError", "ServerTimeoutError", "gaierror"}
-#: ... that a connection dropped, a read timed out mid-transfer or the server was busy (worth another try).
+#: ... that a connection dropped, a read timed out mid-transfer, the server was busy or its answer came garbled
+#: (a throttling answer with broken XML fails botocore's parser) (worth another try).
 _DROPPED = {"ClientPayloadError", "IncompleteRead", "ServerDisconnectedError", "ConnectionResetError",
             "ReadTimeoutError", "ResponseStreamingError", "ProtocolError", "BrokenPipeError", "ShortRead",
             "ClientOSError", "TimeoutError", "FSTimeoutError", "ServerBusy", "IncompleteReadError",
-            "ConnectionClosedError"}
+            "ConnectionClosedError", "ResponseParserError"}
 #: Standard-library types of a connection that dropped or stalled (subclasses included: ``http.client``'s
 #: ``RemoteDisconnected``, a connection closed before any answer, is a ``ConnectionResetError``).
 _DROPPED_TYPES = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError, TimeoutError,
                   http.client.IncompleteRead, http.client.BadStatusLine)
-#: Words of a throttling or temporary server error (S3's 503 SlowDown, 500 InternalError).
+#: Words of a throttling or temporary server error (S3's 503 SlowDown, 500 InternalError), or of an upload's body
+#: that arrived corrupted (its checksum does not match: sending it again mends it).
 _THROTTLED = ("SlowDown", "reduce your request rate", "Service Unavailable", "ServiceUnavailable", "InternalError",
-              "(503)", "RequestTimeout")
+              "(503)", "RequestTimeout", "XAmzContentSHA256Mismatch")
 
 
 class ShortRead(Exception):
