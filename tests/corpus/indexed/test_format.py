@@ -84,3 +84,13 @@ def test_a_prefix_is_a_pair_only_when_both_files_are_there(tmp_path):
     assert not exists(prefix)
     (tmp_path / "p.idx").write_bytes(b"")
     assert exists(prefix)
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int32])
+def test_ids_up_to_the_dtypes_largest_fit_and_one_more_is_refused_with_the_fix(dtype):
+    largest = int(np.iinfo(dtype).max)
+    assert cast_tokens(np.array([0, largest], dtype=np.int64), np.dtype(dtype)).tolist() == [0, largest]
+    with pytest.raises(ValueError) as refused:
+        cast_tokens(np.array([3, largest + 1], dtype=np.int64), np.dtype(dtype))
+    assert str(refused.value) == (f"token id range [3, {largest + 1}] does not fit {np.dtype(dtype)}; the vocabulary "
+                                  "needs int32 (token_dtype_for_vocab)")
