@@ -89,3 +89,14 @@ def test_an_array_pickled_into_another_process_reads_the_same(remote):
     copy = pickle.loads(pickle.dumps(array))
     assert (copy.found, copy.dtype, copy.chunk_bytes) == (found, np.dtype(np.uint16), CHUNK)
     assert np.array_equal(np.asarray(copy), tokens)
+
+
+def test_a_local_bin_maps_as_a_read_only_array_of_its_whole_tokens(tmp_path):
+    tokens = np.arange(1000, dtype=np.int32)
+    (tmp_path / "t.bin").write_bytes(tokens.tobytes() + b"\x01\x02")  # a torn last token is not one
+    mapped = chunked.map_array(tmp_path / "t.bin", np.int32)
+    assert type(mapped) is np.ndarray and mapped.dtype == np.int32 and not mapped.flags.writeable
+    assert np.array_equal(mapped, tokens)
+    (tmp_path / "empty.bin").write_bytes(b"\x01")
+    empty = chunked.map_array(tmp_path / "empty.bin", np.int32)
+    assert empty.dtype == np.int32 and empty.shape == (0,)
