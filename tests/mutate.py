@@ -33,6 +33,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+#: Seconds a --recheck test run may take before its mutant counts as caught (it hangs the tests).
+RECHECK_TIMEOUT_S = 120
 #: The packages whose modules are mutated; the rest of the tree is copied as it is.
 MUTATED_PACKAGES = ("corpus", "trainer")
 
@@ -94,9 +96,13 @@ def recheck(workdir: Path, names: list[str], tests: list[str], slow: bool) -> li
     marks = [] if slow else ["-m", "not slow"]
     survivors = []
     for name in names:
-        run = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *marks, *tests],
-                             cwd=mutants, capture_output=True, text=True,
-                             env={**os.environ, "MUTANT_UNDER_TEST": name, "PYTHONPATH": str(mutants)})
+        try:
+            run = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *marks, *tests],
+                                 cwd=mutants, capture_output=True, text=True, timeout=RECHECK_TIMEOUT_S,
+                                 env={**os.environ, "MUTANT_UNDER_TEST": name, "PYTHONPATH": str(mutants)})
+        except subprocess.TimeoutExpired:  # a mutant that hangs the tests is caught: a user would see it hang
+            print(f"{name}: killed (timed out)", flush=True)
+            continue
         if run.returncode == 5:
             raise SystemExit(f"no test of {' '.join(tests)} ran (slow ones only with --slow): name others with --tests")
         print(f"{name}: {'survived' if run.returncode == 0 else 'killed'}", flush=True)
