@@ -21,6 +21,8 @@ KEYS = [
     slice(0, 10), slice(PER - 3, PER + 3), slice(5, 3 * PER + 7), slice(0, COUNT), slice(100, 100),
     slice(530, 500), slice(-20, None), slice(None, -3), slice(5000, 99_999), slice(None, None, 7),
     slice(10, 3000, 13), slice(None, None, -1), slice(-1, -20, -3), slice(np.int64(3), np.int64(9)),
+    slice(None, None, 2), slice(2 * PER + 5, 2 * PER + 50), slice(PER, 2 * PER), slice(PER + 1, 2 * PER + 1),
+    slice(3 * PER, 3 * PER + 1), slice(np.int64(PER - 3), np.int64(PER + 1)),
     np.array([5, 600, 5, -1, 4000]), np.array([[1, 2], [PER, COUNT - 1]]), np.array([], dtype=np.int64),
     [3, PER, 2 * PER - 1],
 ]
@@ -81,6 +83,12 @@ def test_read_ahead_fetches_the_next_chunks_wrapping_around_in_one_read_per_run(
     assert not chunked.chunk_path(folder, 3).exists()
     monkeypatch.setattr(chunked, "READ_AHEAD", 0)
     assert np.array_equal(array[: 3 * PER], tokens[: 3 * PER]) and faults.requests["GET"] == 3  # all cached
+
+
+def test_the_whole_array_converts_to_the_dtype_asked_for(remote):
+    tokens, found = remote
+    widened = np.asarray(chunked.ChunkedArray(found, np.uint16, chunk_bytes=CHUNK), dtype=np.int64)
+    assert widened.dtype == np.int64 and np.array_equal(widened, tokens)
 
 
 def test_an_array_pickled_into_another_process_reads_the_same(remote):
