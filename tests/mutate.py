@@ -4,11 +4,17 @@
     python -m tests.mutate --base HEAD~3            # ... since another commit
     python -m tests.mutate corpus/blending/packing.py --tests tests/corpus/blending/test_packing.py
     python -m tests.mutate corpus/blending/packing.py --mutants 'corpus.blending.packing.x_epoch_plan*'
+    python -m tests.mutate --tests tests/cli/test_corpus_inspect.py --recheck NAME...  # after a run, see below
 
 mutmut plants one small defect at a time (an operator flipped, a constant changed, an argument dropped) in the
 chosen modules and runs the tests that cover it; a mutant no test fails "survives": a behaviour nothing checks, or
 an equivalent change. The tests run are the test files that import each module (or ``--tests``), in ``-m 'not
 slow'`` as the README's test command runs them (``--slow`` adds the slow ones).
+
+``--recheck NAME…`` runs the tests again on mutants of an earlier run (in its ``--workdir``, with this tree's test
+files copied in), one at a time as mutmut runs them: for mutants mutmut cannot judge (``no tests`` when only
+command-line tests in a fresh process reach the code, since its coverage does not follow subprocesses; ``timeout``
+when a rerun's timing estimate is off) and to see that a new test kills the survivors it targets.
 
 It works in a scratch copy of this tree (``--workdir``, default a folder under the system's temp dir, kept so
 that ``mutmut show NAME`` and a second run can use it), never in the tree itself: mutmut writes a ``mutants/``
@@ -18,6 +24,7 @@ copy and a ``[tool.mutmut]`` section of its own. It prints every surviving mutan
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -26,6 +33,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+#: Seconds a --recheck test run may take before its mutant counts as caught (it hangs the tests).
+RECHECK_TIMEOUT_S = 120
 #: The packages whose modules are mutated; the rest of the tree is copied as it is.
 MUTATED_PACKAGES = ("corpus", "trainer")
 
@@ -75,6 +84,34 @@ def prepare(workdir: Path, modules: list[str], tests: list[str], slow: bool) -> 
     pyproject.write_text(pyproject.read_text(encoding="utf-8") + mutmut_section(modules, tests, slow))
 
 
+def recheck(workdir: Path, names: list[str], tests: list[str], slow: bool) -> list[str]:
+    """Run ``tests`` (this tree's files, copied into the workdir's mutated copy) once per mutant of ``names``, with
+    mutmut's ``MUTANT_UNDER_TEST`` set; print each outcome and return the survivors."""
+    mutants = workdir / "mutants"
+    if not mutants.is_dir():
+        raise SystemExit(f"{workdir} holds no mutmut run: run python -m tests.mutate MODULE --workdir {workdir} first")
+    for test in tests:
+        (mutants / test).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / test, mutants / test)
+    marks = [] if slow else ["-m", "not slow"]
+    survivors = []
+    for name in names:
+        try:
+            run = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *marks, *tests],
+                                 cwd=mutants, capture_output=True, text=True, timeout=RECHECK_TIMEOUT_S,
+                                 env={**os.environ, "MUTANT_UNDER_TEST": name, "PYTHONPATH": str(mutants)})
+        except subprocess.TimeoutExpired:  # a mutant that hangs the tests is caught: a user would see it hang
+            print(f"{name}: killed (timed out)", flush=True)
+            continue
+        if run.returncode == 5:
+            raise SystemExit(f"no test of {' '.join(tests)} ran (slow ones only with --slow): name others with --tests")
+        print(f"{name}: {'survived' if run.returncode == 0 else 'killed'}", flush=True)
+        if run.returncode == 0:
+            survivors.append(name)
+    print(f"{len(survivors)} of {len(names)} mutant(s) survived {' '.join(tests)}")
+    return survivors
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.mutate", description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", help="source files to mutate (default: those changed since --base)")
@@ -83,10 +120,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutants", nargs="+", default=[],
                         help="names or patterns of the mutants to test, as mutmut names them (e.g. "
                              "'corpus.blending.packing.x_epoch_plan*'; default: every mutant of the modules)")
+    parser.add_argument("--recheck", nargs="+", metavar="NAME",
+                        help="run --tests again on these mutants of the run in --workdir, one at a time")
     parser.add_argument("--slow", action="store_true", help="run the tests marked slow too")
     parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default: 2)")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "blendforge-mutants")
     options = parser.parse_args(argv)
+    if options.recheck:
+        if not options.tests:
+            parser.error("--recheck needs --tests")
+        recheck(options.workdir, options.recheck, options.tests, options.slow)
+        return 0
     modules = options.modules or changed_modules(options.base)
     if not modules:
         print(f"no module of {', '.join(MUTATED_PACKAGES)} changed since {options.base}")

@@ -97,19 +97,21 @@ def bucket(s3: S3Server) -> str:
 class FaultProxy:
     """Forwards HTTP requests to the S3 server and fails the ones its plan picks.
 
-    ``fail(fault, every=n, methods=…)`` makes the first of every n requests of those methods fail. The faults
+    ``fail(fault, every=n, methods=…)`` makes the first of every n requests of those methods fail (the first
+    ``burst``, when given). The faults
     (:data:`FAULTS`): ``"slowdown"`` (503 SlowDown), ``"internal"`` (500 InternalError), ``"denied"`` (403
     AccessDenied), all answered without the server seeing the request; ``"drop"``: the connection closes halfway
     through the transfer, of the request body for an upload (a request with a body: the server never gets it), of
     the response body otherwise (the server answered); ``"reset"``: the request is read whole and the connection
     closes with no answer (the server never sees it). A tuple of faults takes them in turn. ``injected`` counts
     the faults served by method, ``by_fault`` by fault, ``requests`` the requests of each method since ``fail``
-    (and ``retries``, set by the ``faults`` fixture, the project's retries)."""
+    (and ``retries``, set by the ``faults`` fixture, the project's retries). ``s3fs_faults`` is the same proxy
+    with the storage options that send ``s3://`` paths through s3fs instead of the S3 client."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
         self.faults: tuple[str, ...] = ()
-        self.every, self.methods = 0, ()
+        self.every, self.methods, self.burst = 0, (), 1
         self._seen = 0
         self.injected: collections.Counter = collections.Counter()
         self.by_fault: collections.Counter = collections.Counter()
@@ -139,15 +141,18 @@ class FaultProxy:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def fail(self, fault: str | tuple[str, ...] | None, every: int = 2,
-             methods: tuple[str, ...] = ("GET", "PUT", "POST")) -> None:
-        """Fail the first of every ``every`` requests of ``methods`` from now on with ``fault`` (in turn, when
-        several), or forward everything (None); the counts start again."""
+             methods: tuple[str, ...] = ("GET", "PUT", "POST"), burst: int = 1) -> None:
+        """Fail the first ``burst`` of every ``every`` requests of ``methods`` from now on with ``fault`` (in turn,
+        when several), or forward everything (None); the counts start again. A burst of two gets past a client that
+        sends a request again once by itself (aiohttp, under s3fs, when a connection closes before any answer)."""
         faults = () if fault is None else (fault,) if isinstance(fault, str) else tuple(fault)
         unknown = set(faults) - set(FAULTS)
         if unknown:
             raise ValueError(f"unknown faults {sorted(unknown)}; choose from {FAULTS}")
+        if not 1 <= burst <= every:
+            raise ValueError(f"burst={burst}: from one request to every={every} of them fail")
         with self._lock:
-            self.faults, self.every, self.methods, self._seen = faults, every, methods, 0
+            self.faults, self.every, self.methods, self.burst, self._seen = faults, every, methods, burst, 0
             for counter in (self.injected, self.by_fault, self.requests):
                 counter.clear()
             self.retries.clear()
@@ -163,7 +168,7 @@ class FaultProxy:
             if not self.faults or method not in self.methods:
                 return None
             self._seen += 1
-            if (self._seen - 1) % self.every:
+            if (self._seen - 1) % self.every >= self.burst:
                 return None
             fault = self.faults[self.total % len(self.faults)]
             self.injected[method] += 1
@@ -227,6 +232,9 @@ def fault_proxy(s3: S3Server) -> FaultProxy:
 
 #: Storage options with botocore's own retries off (one attempt): every fault reaches the project's retry.
 NO_CLIENT_RETRIES = {"config_kwargs": {"retries": {"total_max_attempts": 1, "mode": "standard"}}}
+#: An option the S3 client leaves to s3fs (and which changes nothing on the test server): with it, ``s3://`` paths
+#: go through s3fs, the path of options only s3fs knows (requester pays, version-aware listings, …).
+S3FS_ONLY = {"version_aware": False}
 
 
 class _Retries(logging.Handler):
@@ -265,3 +273,22 @@ def faults(fault_proxy: FaultProxy, bucket: str, monkeypatch):
     storage.configure({})
     logger.removeHandler(retries)
     logger.setLevel(level)
+
+
+@pytest.fixture
+def s3fs_faults(faults):
+    """``faults`` with every ``s3://`` path going through s3fs (:data:`S3FS_ONLY` in ``faults.storage_options``)."""
+    from corpus import storage
+    from corpus.storage.s3_client import s3_client
+
+    faults.storage_options = {**faults.storage_options, **S3FS_ONLY}
+    storage.configure(faults.storage_options)
+    assert s3_client("s3://any/object") is None, f"{S3FS_ONLY} no longer sends s3:// paths through s3fs"
+    return faults
+
+
+@pytest.fixture(params=["s3-client", "s3fs"])
+def faults_each_path(request, faults):
+    """``faults`` once with the S3 client serving ``s3://`` paths, once with s3fs (``s3fs_faults``): the commands a
+    user runs go through either, depending on the storage options."""
+    return request.getfixturevalue("s3fs_faults") if request.param == "s3fs" else faults

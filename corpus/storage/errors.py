@@ -52,10 +52,12 @@ _UNREACHABLE: ClientTypes = {
     "builtins": ("ConnectionRefusedError",),
     "socket": ("gaierror",),
 }
-#: A connection dropped, a read timed out mid-transfer or the server was busy (worth another try).
+#: A connection dropped, a read timed out mid-transfer, the server was busy or its answer came garbled (a throttling
+#: answer with broken XML fails botocore's parser): worth another try.
 _DROPPED: ClientTypes = {
     "botocore.exceptions": ("ReadTimeoutError", "ResponseStreamingError", "IncompleteReadError",
                             "ConnectionClosedError"),
+    "botocore.parsers": ("ResponseParserError",),
     "urllib3.exceptions": ("IncompleteRead", "ProtocolError", "ReadTimeoutError"),
     "aiohttp": ("ClientPayloadError", "ServerDisconnectedError", "ClientOSError"),
     "fsspec.exceptions": ("FSTimeoutError",),
@@ -65,8 +67,13 @@ _DROPPED: ClientTypes = {
 #: ``RemoteDisconnected``, a connection closed before any answer, is a ``ConnectionResetError``).
 _DROPPED_TYPES = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError, TimeoutError,
                   http.client.IncompleteRead, http.client.BadStatusLine)
-#: S3 error codes of throttling or a temporary failure (a 503 SlowDown, a 500 InternalError, a 400 RequestTimeout).
-_THROTTLED = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "ThrottlingException"}
+#: The ``errno`` s3fs gives the ``OSError`` it raises for a throttling or temporary answer (``EBUSY``: 503, SlowDown,
+#: ServiceUnavailable; ``EREMOTEIO``: 500), where its HEAD requests leave the answer out of the exception's chain.
+_BUSY_ERRNOS = {errno.EBUSY, errno.EREMOTEIO}
+#: S3 error codes of throttling or a temporary failure (a 503 SlowDown, a 500 InternalError, a 400 RequestTimeout), or
+#: of an upload's body that arrived corrupted (its checksum does not match: sending it again mends it).
+_THROTTLED = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "ThrottlingException",
+              "XAmzContentSHA256Mismatch"}
 
 
 class Transient(Exception):
@@ -142,6 +149,8 @@ def is_transient(error: BaseException) -> bool:
         return False
     chain = _chain(error)
     if any(isinstance(e, (Transient, *_DROPPED_TYPES)) for e in chain) or _any_of(error, _DROPPED):
+        return True
+    if any(type(e) is OSError and e.errno in _BUSY_ERRNOS for e in chain):
         return True
     # Any 5xx answer, or 429: botocore reports an answer it could not read (a body cut short) as a bare 500.
     return (any(_server_status(e) >= 500 or _server_status(e) == 429 for e in chain)

@@ -38,6 +38,11 @@ PACKAGES: dict[str, tuple[str, str]] = {
 DEFAULTS: dict[str, dict] = {
     "s3": {"use_listings_cache": False, "config_kwargs": {"retries": {"max_attempts": 5, "mode": "standard"}}},
 }
+#: The attribute holding a filesystem's own retry loop (s3fs retries throttling and dropped connections itself,
+#: between botocore's retries and :func:`call`'s), set to one attempt: :func:`call` is the one retry around the
+#: client's, as on the S3 client's path. A third loop would multiply the attempts (5 x 5 x 5 against a store that
+#: keeps failing before its one-line error) and keep its faults out of the log of retries.
+OWN_RETRY_LOOPS: dict[str, str] = {"s3": "retries", "s3a": "retries"}
 #: Attempts of one operation in :func:`call` (on top of the client's own retries) and the first backoff.
 ATTEMPTS = 5
 BACKOFF_S = 0.25
@@ -115,12 +120,15 @@ def filesystem(url: str):
     import fsspec
 
     try:
-        return fsspec.filesystem(protocol, **options_for(protocol))
+        fs = fsspec.filesystem(protocol, **options_for(protocol))
     except (ValueError, ImportError) as error:
         raise MissingExtra(f"{url}: no filesystem for {protocol}:// ({error})") from None
     except TypeError as error:
         raise StorageError(f"{url}: storage options {sorted(_options)} are not options of the {protocol}:// "
                            f"filesystem ({error})") from None
+    if protocol in OWN_RETRY_LOOPS:
+        setattr(fs, OWN_RETRY_LOOPS[protocol], 1)
+    return fs
 
 
 def call(action: str, url: str, function: Callable[..., T], *args, **kwargs) -> T:

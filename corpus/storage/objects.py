@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from corpus.core.atomic_write import write_atomically
 from corpus.storage.errors import ObjectNotFound
 from corpus.storage.filesystems import call, filesystem
-from corpus.storage.paths import basename, has_magic, is_remote, local_form, parent, protocol_of
+from corpus.storage.paths import basename, glob_listing, has_magic, is_remote, local_form, parent, protocol_of
 from corpus.storage.s3_client import s3_client
 
 #: Part size of multipart uploads (S3 needs >= 5 MiB; 10,000 parts of 64 MiB cover 640 GB).
@@ -118,10 +118,26 @@ def _matches(pattern: str) -> list[ObjectInfo]:
     if client is not None:
         found = call("list", pattern, client.glob, pattern)
     else:
-        fs = filesystem(pattern)
-        found = call("list", pattern, fs.glob, fs._strip_protocol(pattern), detail=True)
+        found = call("list", pattern, _fsspec_glob, filesystem(pattern), pattern)
     return [_record_info(_url(protocol, name), record) for name, record in found.items()
             if record.get("type") != "directory"]
+
+
+def _fsspec_glob(fs, pattern: str) -> dict[str, dict]:
+    """The records of the objects ``pattern`` matches, from one listing of its folder (or one recursive listing
+    below it) matched here, as the S3 client's glob does.
+
+    NOTE: not ``fs.glob``: fsspec's walk leaves out a folder whose listing failed (throttled, a dropped
+    connection) instead of raising, so a glob through faults would silently match fewer objects."""
+    listing = glob_listing(pattern)
+    try:
+        if listing.one_level:
+            records = {record["name"]: record for record in fs.ls(listing.folder, detail=True)}
+        else:
+            records = fs.find(listing.folder, detail=True)
+    except FileNotFoundError:  # no such folder: nothing matches, as for a local glob
+        return {}
+    return {name: record for name, record in records.items() if listing.matches(name)}
 
 
 def list_objects(spec: str) -> list[ObjectInfo]:

@@ -10,6 +10,7 @@ import glob as _glob
 import os
 import posixpath
 import re
+from typing import Callable, NamedTuple
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -56,6 +57,31 @@ def basename(path: str) -> str:
 def has_magic(path: str) -> bool:
     """Whether ``path`` is a glob pattern."""
     return _glob.has_magic(path)
+
+
+class GlobListing(NamedTuple):
+    """What a remote glob lists, and how it tells a listed name (``bucket/key``) that matches."""
+
+    folder: str
+    """The pattern's literal folder (``bucket/key``, no scheme): nothing outside it can match."""
+    one_level: bool
+    """Only the folder's own objects can match (every wildcard in the last part, no ``**``)."""
+    matches: Callable[[str], object]
+    """The test of a listed name, in fsspec's glob syntax (``*`` within a folder, ``**`` across folders)."""
+
+
+def glob_listing(pattern: str) -> GlobListing:
+    """How to list the objects a remote glob ``pattern`` matches: below its literal folder only, and only that
+    folder when every wildcard is in the last part."""
+    from fsspec.utils import glob_translate
+
+    path = pattern.split("://", 1)[1]
+    literal = re.split(r"[*?\[]", path, maxsplit=1)[0]
+    folder = literal.rsplit("/", 1)[0] if "/" in literal else ""
+    if not folder:
+        raise ValueError(f"{pattern}: a wildcard in the bucket name")
+    one_level = "**" not in path and "/" not in path[len(folder) + 1:]
+    return GlobListing(folder, one_level, re.compile(glob_translate(path)).match)
 
 
 def escape(path: str) -> str:

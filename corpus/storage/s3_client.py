@@ -17,13 +17,12 @@ from __future__ import annotations
 import copy
 import json
 import os
-import re
 import threading
 
 from corpus.core.optional import installed, missing
 from corpus.storage.errors import MissingExtra, ObjectChanged, error_codes
 from corpus.storage.filesystems import PACKAGES, call, options_for
-from corpus.storage.paths import protocol_of
+from corpus.storage.paths import glob_listing, protocol_of
 
 #: s3fs options this client honours, and those that change nothing here (caching of listings, of s3fs's files).
 _HONOURED = {"anon", "key", "secret", "token", "endpoint_url", "client_kwargs", "config_kwargs", "profile", "use_ssl"}
@@ -119,21 +118,11 @@ class S3Client:
         return list(self._objects(bucket, key.rstrip("/") + "/" if key else "", delimiter="/"))
 
     def glob(self, pattern: str) -> dict[str, dict]:
-        """The objects whose names match ``pattern`` as fsspec's ``glob`` matches them (``*`` within a folder,
-        ``**`` across folders), listing only below the pattern's literal folder (only that folder when every
-        wildcard is in the last part)."""
-        from fsspec.utils import glob_translate
-
-        path = pattern.split("://", 1)[1]
-        literal = re.split(r"[*?\[]", path, maxsplit=1)[0]
-        folder = literal.rsplit("/", 1)[0] if "/" in literal else ""
-        if not folder:
-            raise ValueError(f"{pattern}: a wildcard in the bucket name")
-        bucket, key = folder.partition("/")[::2]
-        one_level = "**" not in path and "/" not in path[len(folder) + 1:]
-        matches = re.compile(glob_translate(path)).match
-        records = self._objects(bucket, key + "/" if key else "", delimiter="/" if one_level else "")
-        return {record["name"]: record for record in records if matches(record["name"])}
+        """The objects whose names match ``pattern`` (see :func:`corpus.storage.paths.glob_listing`)."""
+        listing = glob_listing(pattern)
+        bucket, key = listing.folder.partition("/")[::2]
+        records = self._objects(bucket, key + "/" if key else "", delimiter="/" if listing.one_level else "")
+        return {record["name"]: record for record in records if listing.matches(record["name"])}
 
     def read(self, url: str, start: int | None = None, end: int | None = None, size: int | None = None) -> bytes:
         """An object's bytes, or its bytes ``[start, end)``; :class:`ObjectChanged` when the object is no longer

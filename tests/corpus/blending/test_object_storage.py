@@ -68,7 +68,8 @@ def _show_samples(blend) -> list[dict]:
 
 
 @pytest.mark.slow  # a command of its own, through faults
-def test_corpus_blend_on_a_remote_blend_through_faults_shows_the_local_samples(tmp_path, bucket, faults):
+def test_corpus_blend_on_a_remote_blend_through_faults_shows_the_local_samples(tmp_path, bucket, faults_each_path):
+    faults = faults_each_path
     local_file, remote_file = _blends(tmp_path, bucket, faults.storage_options)
     faults.fail(TRANSIENT, every=2)
     remote = _show_samples(remote_file)
@@ -77,7 +78,8 @@ def test_corpus_blend_on_a_remote_blend_through_faults_shows_the_local_samples(t
 
 
 @pytest.mark.slow  # two trainer processes; the loader test above already compares every sample
-def test_trainer_run_on_a_remote_blend_through_faults_reproduces_the_local_run(tmp_path, bucket, faults):
+def test_trainer_run_on_a_remote_blend_through_faults_reproduces_the_local_run(tmp_path, bucket, faults_each_path):
+    faults = faults_each_path
     local_file, remote_file = _blends(tmp_path, bucket, faults.storage_options)
     losses = {}
     for name, blend in (("local", local_file), ("remote", remote_file)):

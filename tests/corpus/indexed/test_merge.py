@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -117,3 +118,94 @@ def test_a_merge_the_disk_cannot_hold_is_refused_before_writing(tmp_path: Path, 
     assert "No space left on device (100 bytes free, about" in str(raised.value)
     assert "free space and run the merge again" in str(raised.value)
     assert not list(tmp_path.glob("merged*"))
+
+
+RECORD = {"tokenizer": TOKENIZER, "encoder": "tokenizers", "vocab_size": 500, "eod_id": 0, "bos_id": 1,
+          "json_key": "text", "append_eod": True}
+
+
+def _shard_folders(tmp_path: Path, *metas: dict) -> list[str]:
+    """One folder of one shard for each sidecar record in ``metas``; the shards' prefixes."""
+    prefixes = []
+    for number, meta in enumerate(metas):
+        folder = tmp_path / f"in-{number}"
+        folder.mkdir()
+        make_shards(folder, 1, meta=meta)
+        prefixes.append(str(folder / "part-000_text_document"))
+    return prefixes
+
+
+def test_the_merged_sidecar_carries_the_tokenizer_record_and_names_the_inputs(tmp_path: Path) -> None:
+    prefixes = _shard_folders(tmp_path, {**RECORD, "input_files": ["a.jsonl"]}, RECORD)
+    result = merge(prefixes, str(tmp_path / "merged"))
+    reader = IndexedReader(tmp_path / "merged")
+    assert (result.output_prefix, result.inputs) == (str(tmp_path / "merged"), prefixes)
+    assert (result.num_documents, result.num_sequences, result.num_tokens) == (
+        reader.num_documents, reader.num_sequences, (tmp_path / "merged.bin").stat().st_size // 2)
+    merged = sidecar.read(tmp_path / "merged")
+    assert merged["merged_from"] == prefixes and "input_files" not in merged
+    assert {key: merged[key] for key in RECORD} == RECORD
+
+
+def test_mixed_tokenizers_and_dtypes_are_named_in_the_refusal(tmp_path: Path) -> None:
+    other = {**TOKENIZER, "fingerprint": "other"}
+    first, second, third = _shard_folders(tmp_path, RECORD, RECORD, {**RECORD, "tokenizer": other})
+    with pytest.raises(InputError) as mixed:
+        merge([first, second, third], str(tmp_path / "out"))
+    assert str(mixed.value) == (f"inputs were tokenized differently: {first} used ('HuggingFaceTokenizer', 'abc'), "
+                                f"{third} used ('HuggingFaceTokenizer', 'other'); merge only files made with the same "
+                                "tokenizer and options")
+    (tmp_path / "wide").mkdir()
+    make_shards(tmp_path / "wide", 1, np.int32)
+    wide = str(tmp_path / "wide" / "part-000_text_document")
+    with pytest.raises(InputError) as dtypes:
+        merge([first, wide], str(tmp_path / "out"))
+    assert str(dtypes.value) == (f"inputs have different token dtypes: {first} (uint16), {wide} (int32); "
+                                 "re-tokenize them with one tokenizer")
+
+
+def test_inputs_without_a_tokenizer_record_are_counted_in_a_warning(tmp_path: Path, caplog) -> None:
+    unrecorded = {"json_key": "text"}
+    prefixes = _shard_folders(tmp_path, RECORD, unrecorded, unrecorded)
+    with caplog.at_level("WARNING", logger=corpus.indexed.merge.__name__):
+        merge(prefixes, str(tmp_path / "merged"))
+    assert caplog.messages == [f"2 input(s) have no tokenizer record (e.g. {prefixes[1]}); assuming they match the "
+                               "others"]
+    assert sidecar.read(tmp_path / "merged")["tokenizer"] == TOKENIZER
+
+
+def test_a_merge_that_just_fits_the_free_space_runs_and_one_byte_less_is_refused(tmp_path: Path,
+                                                                                 monkeypatch) -> None:
+    make_shards(tmp_path, 3)
+    needed = sum(path.stat().st_size for path in tmp_path.glob("part-*_text_document.*") if path.suffix != ".json")
+    monkeypatch.setattr(corpus.indexed.merge, "free_bytes", lambda path: needed - 1)
+    with pytest.raises(OutputError) as refused:
+        merge([str(tmp_path / "part-*_text_document")], str(tmp_path / "merged"))
+    assert str(refused.value).startswith(f"cannot write {tmp_path / 'merged'}.bin: No space left on device (")
+    assert str(refused.value).endswith("free space and run the merge again, or choose another --output-prefix")
+    monkeypatch.setattr(corpus.indexed.merge, "free_bytes", lambda path: needed)
+    assert merge([str(tmp_path / "part-*_text_document")], str(tmp_path / "merged")).num_documents > 0
+
+
+def test_pairs_without_sidecars_merge_into_a_pair_that_names_them(tmp_path: Path) -> None:
+    """Megatron writes no sidecar: nothing to compare, nothing to copy but the inputs' names."""
+    make_shards(tmp_path, 2)
+    for meta in tmp_path.glob("*.meta.json"):
+        meta.unlink()
+    result = merge([str(tmp_path / "part-*_text_document")], str(tmp_path / "merged"))
+    assert sidecar.read(tmp_path / "merged")["merged_from"] == result.inputs and len(result.inputs) == 2
+
+
+def test_a_disk_that_fills_during_the_merge_is_one_line_with_the_size_needed(tmp_path: Path, small_disk: Path,
+                                                                              monkeypatch) -> None:
+    """The free space could not be known beforehand (or another writer took it meanwhile): the write fails, the
+    partial files go, and the line says how much the whole merge needs."""
+    make_shards(tmp_path, 3)
+    monkeypatch.setattr(corpus.indexed.merge, "free_bytes", lambda path: None)
+    (small_disk / "filler").write_bytes(b"\0" * (shutil.disk_usage(small_disk).free - 512))
+    with pytest.raises(OutputError) as full:
+        merge([str(tmp_path / "part-*_text_document")], str(small_disk / "merged"))
+    message = str(full.value)
+    assert message.startswith(f"cannot write {small_disk / 'merged'}") and "No space left on device" in message
+    assert message.endswith(" needed); free space and run the merge again, or choose another --output-prefix")
+    assert sorted(path.name for path in small_disk.iterdir()) == ["filler"]

@@ -81,7 +81,8 @@ def _without_paths(report: dict) -> dict:
 
 
 @pytest.mark.slow  # two commands of their own, through faults
-def test_merge_and_inspect_through_faults_give_the_local_results(tmp_path, faults, bucket):
+def test_merge_and_inspect_through_faults_give_the_local_results(tmp_path, faults_each_path, bucket):
+    faults = faults_each_path
     shards = tmp_path / "shards"
     shards.mkdir()
     make_shards(shards, 5)
@@ -100,3 +101,15 @@ def test_merge_and_inspect_through_faults_give_the_local_results(tmp_path, fault
         assert storage.read_bytes(f"{bucket}/merged/all{suffix}") == (tmp_path / f"local{suffix}").read_bytes()
     plain = json.loads(run_cli("corpus", "inspect", str(tmp_path / "local"), "--check", "--json").stdout)
     assert remote["problems"] == [] and _without_paths(remote) == _without_paths(plain)
+
+
+def test_a_merge_called_from_python_uses_the_storage_options_it_is_given(tmp_path, bucket, s3):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    make_shards(shards, 2)
+    upload_pairs(shards, f"{bucket}/shards")
+    storage.configure({"endpoint_url": "http://127.0.0.1:9"})  # what an earlier call left in force: nothing there
+    merge([f"{bucket}/shards/part-*_text_document"], str(tmp_path / "merged"),
+          storage_options={"endpoint_url": s3.endpoint})
+    merge([str(shards / "part-*_text_document")], str(tmp_path / "local"))
+    assert_same_pair(tmp_path / "merged", tmp_path / "local")

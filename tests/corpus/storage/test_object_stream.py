@@ -1,13 +1,22 @@
 """The streaming GET behind sequential remote client, against the real S3 server: exact bytes in few requests,
-one-line errors for a store that says no or an object that changes, and a close that stops receiving."""
+one-line errors for a store that says no or an object that changes, and a close that stops receiving. Against a
+small local HTTP server standing for a store: each error answer's line, answers that are not the range asked for,
+and certificates checked as the client is told."""
 
 from __future__ import annotations
+
+import ssl
+import threading
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from corpus import storage
-from corpus.storage.object_stream import ObjectStream
+from corpus.storage import filesystems, remote_file
+from corpus.storage.object_stream import ObjectStream, _opener
 from corpus.storage.remote_file import RemoteReader
 from corpus.storage.s3_client import s3_client
 
@@ -90,3 +99,128 @@ def test_closing_a_stream_stops_its_thread(bucket):
     stream.close()
     stream._thread.join(timeout=30)
     assert not stream._thread.is_alive()
+
+
+def test_a_stream_over_part_of_an_object_gives_exactly_that_part(bucket):
+    data, found = _blob(bucket, 300_001, "part")
+    stream = ObjectStream(s3_client(found.path), found.path, 1000, 200_000, chunk_bytes=64 << 10)
+    try:
+        assert stream.read(10**6) == data[1000:200_000] and stream.read(1) == b""
+    finally:
+        stream.close()
+
+
+def test_a_reader_closed_past_the_kept_start_leaves_no_stream_for_the_next(faults, bucket, monkeypatch):
+    """Only a stream read no further than its first block goes back to the start for the next reader; one read
+    past it is closed (the next reader must not go on from where it stopped)."""
+    monkeypatch.setattr(remote_file, "FIRST_BLOCK_BYTES", 64 << 10)
+    data, found = _blob(bucket, 1 << 20, "twice")
+    faults.fail(None)
+    with RemoteReader(found) as look:  # the first records, in three reads: kept, and rewound
+        assert look.read(1000) + look.read(1000) + look.read(1000) == data[:3000]
+    with RemoteReader(found) as reader:
+        assert reader.read(200 << 10) == data[: 200 << 10]  # past the first block: not kept
+    assert faults.requests["GET"] == 1
+    with RemoteReader(found) as again:
+        assert again.read() == data
+    assert faults.requests["GET"] == 2
+
+
+class _Store(BaseHTTPRequestHandler):
+    """A store that answers every GET with the server's ``answer``: (status, headers, body)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        status, headers, body = self.server.answer(self.headers.get("Range"))
+        self.send_response(status)
+        for key, value in {"Content-Length": str(len(body)), **headers}.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def store(monkeypatch):
+    """A local HTTP server standing for a store, and a client that presigns every URL to it."""
+    monkeypatch.setattr(filesystems, "BACKOFF_S", 0.001)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Store)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = SimpleNamespace(verify=True, presigned=lambda url, expires: f"http://127.0.0.1:{server.server_port}/k")
+    yield server, client
+    server.shutdown()
+
+
+def _error(code: str, message: str) -> bytes:
+    return f"<?xml version=\"1.0\"?><Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
+
+
+URL = "s3://bucket/k"
+
+
+@pytest.mark.parametrize("status, body, expected", [
+    (403, _error("AccessDenied", "Access Denied"),
+     f"{URL}: access denied while trying to read it (AccessDenied: Access Denied (403)); check that the credentials "
+     "in use (AWS_PROFILE, AWS_ACCESS_KEY_ID) may read this bucket"),
+    (404, _error("NoSuchKey", "The specified key does not exist."),
+     f"{URL}: no such object (check the path; `aws s3 ls` or the store's console lists what is there)"),
+    (416, _error("InvalidRange", "The requested range is not satisfiable"),
+     f"{URL}: the object changed while it was read: run again once nothing writes it (it is shorter than when it "
+     "was listed (416))"),
+    (503, _error("SlowDown", "Please reduce your request rate."),
+     f"{URL}: the store kept failing to read it after retries (SlowDown: Please reduce your request rate. (503)); "
+     "try again later, or lower the request rate (fewer --workers or shards at once)"),
+    (500, b"", f"{URL}: the store kept failing to read it after retries (Internal Server Error:  (500)); try again "
+     "later, or lower the request rate (fewer --workers or shards at once)"),
+    (400, b"", f"{URL}: cannot read it (OSError: Bad Request:  (400))"),
+], ids=lambda value: str(value) if isinstance(value, int) else "")
+def test_each_error_answer_is_the_line_its_code_and_message_call_for(store, status, body, expected):
+    server, client = store
+    server.answer = lambda asked: (status, {"Content-Type": "application/xml"}, body)
+    stream = ObjectStream(client, URL, 0, 100)
+    try:
+        with pytest.raises(storage.StorageError) as failure:
+            stream.read(10)
+    finally:
+        stream.close()
+    assert str(failure.value) == expected
+
+
+def test_a_store_that_ignores_the_range_is_read_from_the_start_and_refused_elsewhere(store):
+    """An answer of the whole object (200) serves a stream from byte 0; anywhere else it is not the bytes asked
+    for, and neither is a 206 of another length."""
+    server, client = store
+    data = bytes(range(100))
+    server.answer = lambda asked: (200, {}, data)
+    stream = ObjectStream(client, URL, 0, 100)
+    assert stream.read(1000) == data
+    stream.close()
+    for answer, said in (((200, {}, data), "the store answered 200 with 100 bytes"),
+                         ((206, {"Content-Range": "bytes 5-98/100"}, data[5:99]),
+                          "the store answered 206 with 94 bytes")):
+        server.answer = lambda asked, answer=answer: answer
+        stream = ObjectStream(client, URL, 5, 100)
+        with pytest.raises(storage.StorageError, match="changed while it was read") as failure:
+            stream.read(10)
+        stream.close()
+        assert f"(asked for bytes 5-99, {said})" in str(failure.value)
+
+
+@pytest.mark.parametrize("verify, mode", [(True, ssl.CERT_REQUIRED), (False, ssl.CERT_NONE)])
+def test_the_stream_checks_certificates_as_the_client_is_told_to(store, verify, mode):
+    server, client = store
+    server.answer = lambda asked: (206, {}, b"x" * 100)
+    client.verify = verify
+    stream = ObjectStream(client, URL, 0, 100)
+    stream.close()
+    https = next(handler for handler in stream._opener.handlers if isinstance(handler, urllib.request.HTTPSHandler))
+    assert https._context.verify_mode == mode and https._context.check_hostname == verify
+
+
+def test_a_ca_bundle_the_client_names_is_the_one_the_stream_trusts(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        _opener(str(tmp_path / "no-such-bundle.pem"))

@@ -8,12 +8,12 @@ import pytest
 
 from corpus import storage
 from corpus.storage.s3_client import s3_client
+from tests.s3_server import S3FS_ONLY
 
 KEYS = ["data/a.jsonl", "data/b.jsonl", "data/x.parquet", "data/deeper/c.jsonl", "data/deeper/more/d.jsonl.zst",
         "other/e.jsonl", "top.jsonl"]
 SPECS = ["data", "data/", "data/a.jsonl", "data/*.jsonl", "data/**/*.jsonl", "data/**", "data/deeper/*",
          "*/a.jsonl", "**/*.zst", "data/[ab].jsonl", "data/?.jsonl", "*.jsonl"]
-S3FS_ONLY = {"version_aware": False}  # an option the S3 client leaves to s3fs
 
 
 def _outcome(function, *args):

@@ -145,7 +145,8 @@ def test_kill_9_then_resume_with_an_s3_output_is_byte_identical_to_a_local_run(t
 
 
 @pytest.mark.slow  # a command of its own, through a few dozen faults
-def test_tokenize_from_and_to_s3_through_faults_is_byte_identical_to_a_local_run(tmp_path, faults, bucket):
+def test_tokenize_from_and_to_s3_through_faults_is_byte_identical_to_a_local_run(tmp_path, faults_each_path, bucket):
+    faults = faults_each_path
     tokenize(config(tmp_path, [WEB, CODE], name="local", json_keys=["text", "title"], on_error="skip"))
     for path in (WEB, CODE):
         storage.upload(path, f"{bucket}/in/{path.name}")
