@@ -115,17 +115,16 @@ def test_what_another_try_cannot_mend_is_not_retried(error):
     assert not is_transient(error)
 
 
+_NO_BUCKET = (f"{URL}: bucket 'corpora' does not exist (check the bucket name, and that AWS_ENDPOINT_URL or "
+              "--storage-options '{\"endpoint_url\": …}' (storage_options in a blend) points at the store that "
+              "holds it)")
 _NOT_FOUND = (f"{URL}: no such object (check the path; `aws s3 ls` or the store's console lists what is there)")
 
 
 @pytest.mark.parametrize("error, message", [
-    (_answer("NoSuchBucket", 404, "no bucket"),
-     f"{URL}: bucket 'corpora' does not exist (check the bucket name, and that AWS_ENDPOINT_URL or --storage-options "
-     "'{\"endpoint_url\": …}' (storage_options in a blend) points at the store that holds it)"),
+    (_answer("NoSuchBucket", 404, "no bucket"), _NO_BUCKET),
     (_caused(FileNotFoundError(errno.ENOENT, "The specified bucket does not exist"),  # as s3fs raises it
-             _answer("NoSuchBucket", 404, "The specified bucket does not exist")),
-     f"{URL}: bucket 'corpora' does not exist (check the bucket name, and that AWS_ENDPOINT_URL or --storage-options "
-     "'{\"endpoint_url\": …}' (storage_options in a blend) points at the store that holds it)"),
+             _answer("NoSuchBucket", 404, "The specified bucket does not exist")), _NO_BUCKET),
     (ObjectChanged("it is 10 bytes, not 12 as listed"),
      f"{URL}: the object changed while it was read: run again once nothing writes it (it is 10 bytes, not 12 as "
      "listed)"),
