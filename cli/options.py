@@ -53,6 +53,7 @@ class StorageOptionsType(click.ParamType):
 
 STORAGE_OPTIONS = StorageOptionsType()
 
+
 def refused_option(flag: str, why: str, takes_value: bool = False, hidden: bool = True):
     """The decorator adding a Megatron option that does not apply here: accepted by the parser so that giving it
     stops the command (exit status 1) with ``why`` (what to do instead), not with click's "No such option"."""

@@ -209,7 +209,7 @@ def _pad_id(resolved: ResolvedBlend, infos: list) -> int:
 
 def blend_tokenizer(resolved: ResolvedBlend) -> TokenizerConfig | None:
     """The tokenizer the blend's data was made with: the one the sources' sidecars record, else the blend's
-    ``tokenizer: {kind, path}`` (data written by Megatron has no sidecar); None when neither names one. A named
+    ``tokenizer:`` (data written by Megatron has no sidecar); None when neither names one. A named
     tokenizer that cannot be rebuilt is a :class:`UserError` saying why."""
     spec = resolved.config.tokenizer
     if resolved.tokenizer is not None:

@@ -1,9 +1,9 @@
 """Run the encoder over a stream of batches, in worker processes, and hand results back in order.
 
 Bounded: at most ``2 * workers + 2`` batches are in flight, so reading never runs far ahead of
-writing and memory stays flat however large the corpus. Workers start as a run of parts' do
-(:mod:`corpus.tokenize.processes`), never forked from this process, whose tokenizer's rayon thread pool
-a child would inherit without its threads, and hang.
+writing and memory stays flat however large the corpus. Workers start as the part workers of a run do
+(:mod:`corpus.tokenize.processes`): never forked from this process, whose tokenizer's rayon thread pool a
+child would inherit without its threads, and hang.
 """
 
 from __future__ import annotations

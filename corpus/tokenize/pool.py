@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 #: A tokenizer configuration with its encoder fixed, and the threads of each batch call.
 Settled = tuple[TokenizerConfig, int]
 
+
 class _Stopped(BaseException):
     """Raised in the local worker's thread to stop its part when the run stops. Private, and a ``BaseException`` so
     that no ``except Exception`` in the part swallows it: the worker's loop ends on it."""

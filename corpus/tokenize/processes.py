@@ -4,8 +4,8 @@ worker runs, where the platform has one (Linux, macOS); spawned elsewhere.
 Why a server: a spawned worker is a fresh interpreter that imports numpy, the readers, the index writer and the
 tokenizer libraries before it can build its tokenizer, about 0.3 s of CPU each. Sixteen workers starting at once on
 a node whose CPUs share cores took 0.65–0.97 s to be ready, a tenth of a 2 GB run. Forked from the server they skip
-the imports and are ready when their tokenizer is built: with four workers on two busy cores, the last one was
-ready 0.43–1.46 s after the pool was made, against 0.66–2.18 s spawned (six alternating runs).
+the imports and are ready when their tokenizer is built (``bench/worker_start.py`` times both ways side by side;
+its figures are in ``bench/RESULTS.md``).
 
 NOTE: never forked from the run's own process: a forked child would inherit the rayon thread pools of the
 tokenizer libraries without their threads, and hang. The server only imports (it encodes nothing, so it has no

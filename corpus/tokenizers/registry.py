@@ -80,6 +80,7 @@ TOKENIZER_TYPES: dict[str, TokenizerType] = {
     )
 }
 
+
 def families() -> tuple[str, ...]:
     """Every family, in table order (read from the table each time: an entry added later is listed)."""
     return tuple(dict.fromkeys(spec.family for spec in TOKENIZER_TYPES.values()))
