@@ -327,6 +327,18 @@ def test_data_path_spelling_and_dump_round_trip(folder: Path, monkeypatch) -> No
     assert [s.weight for s in blend_from_data_path(["data/web"], "1", 16).sources] == [None]
 
 
+@pytest.mark.parametrize("block", ["{type: huggingface, model: tok.json}", "{kind: huggingface, path: tok.json}"])
+def test_a_saved_blend_names_its_tokenizer_file_wherever_it_is_saved(folder: Path, block: str) -> None:
+    """The tokenizer's file is relative to the blend's folder: saved elsewhere, the blend names it absolutely."""
+    (folder / "tok.json").write_text("{}")
+    (folder / "blend.yaml").write_text(GOOD + f"tokenizer: {block}\n")
+    elsewhere = folder / "saved" / "blend.yaml"
+    elsewhere.parent.mkdir()
+    dump_blend(load_blend(folder / "blend.yaml"), elsewhere)
+    saved = load_blend(elsewhere).tokenizer
+    assert saved.files == {"model": str(folder / "tok.json")}
+
+
 def test_many_tiny_shards_with_split_99_1_0(folder: Path, caplog) -> None:
     """The case that hangs megatron-core: many small shards, split "99,1,0". As one glob source the
     shards are one file and valid gets its 1%; listed one by one, the shards whose valid share is
