@@ -216,6 +216,13 @@ def _tokenizer(config: TokenizeConfig, slices: list[Slice], prefix: str, threads
     return tokenizer, reason, check
 
 
+def _start_pool(config: TokenizeConfig, processes: int, threads: int) -> PartPool:
+    """The run's worker processes (all but this process), each building the tokenizer the run will most likely
+    choose as soon as it has started."""
+    settled = settled_encoder(config.tokenizer)
+    return PartPool(processes - 1, (settled, threads) if settled else None)
+
+
 def prepare(config: TokenizeConfig) -> Job:
     """Resolve inputs, shard, parts and tokenizer; refuse a bad first record; start the check of the input when the
     fast encoder was chosen and the reference library is loaded (or ``check_input`` asks to load it)."""
@@ -232,18 +239,18 @@ def prepare(config: TokenizeConfig) -> Job:
         parts = _parts(config, slices)
     processes = _processes(config, parts, size)
     threads = config.threads_for(processes)
-    # NOTE: the workers start now, so that their start (an interpreter, imports) overlaps this process's own.
-    pool = None
-    if len(parts) > 1:
-        settled = settled_encoder(config.tokenizer)
-        pool = PartPool(processes - 1, (settled, threads) if settled else None)
-    try:
-        tokenizer, reason, check = _tokenizer(config, slices, prefix, threads)
-        eod = tokenizer.require_eod() if config.append_eod else None
-    except BaseException:
-        if pool is not None:
-            pool.close()
-        raise
+    # NOTE: the workers start in a thread while this one builds the run's tokenizer: starting the first worker waits
+    # for the server that forks them to import what they run (about as long as the tokenizer takes to build).
+    with ThreadPoolExecutor(1, thread_name_prefix="blendforge-start") as starter:
+        starting = starter.submit(_start_pool, config, processes, threads) if len(parts) > 1 else None
+        try:
+            tokenizer, reason, check = _tokenizer(config, slices, prefix, threads)
+            eod = tokenizer.require_eod() if config.append_eod else None
+        except BaseException:
+            if starting is not None and starting.exception() is None:
+                starting.result().close()
+            raise
+        pool = starting.result() if starting is not None else None
     if shard.count > 1:
         log.info("shard %d of %d (from %s): %d slice(s) of %d input file(s)", shard.index, shard.count,
                  shard.source, len(slices), len(files))

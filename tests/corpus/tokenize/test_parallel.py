@@ -134,6 +134,17 @@ def test_a_bad_record_in_a_later_part_stops_the_run_at_its_true_line(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["all.jsonl"]  # no output, no checkpoint, no parts
 
 
+def test_a_bad_first_record_stops_the_workers_started_beside_the_tokenizer(tmp_path):
+    """The workers start in a thread while the run builds its tokenizer and reads its first records: a refusal
+    there stops every worker already started."""
+    rows = records()
+    rows[0] = {"title": "no text"}
+    source = write_jsonl(tmp_path / "all.jsonl", rows)
+    with pytest.raises(BadRecordError, match=r"all\.jsonl:1: "):
+        tokenize(config(tmp_path, [source], json_keys=KEYS, workers=3, min_part_bytes=SMALL_PARTS))
+    assert not [p for p in multiprocessing.active_children() if p.name == "blendforge-part-worker"]
+
+
 def test_while_the_input_is_checked_the_first_part_waits_for_this_process():
     """Only this process holds the reference library, so the check of a run's first records needs its thread to
     write the first part, however fast a worker process asks; without a check, parts go in order to whoever asks."""
