@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from corpus.core.errors import UserError
 from corpus.tokenize.part import Offer, PartTask, run_part
-from corpus.tokenize.processes import adopt_environment, worker_context
+from corpus.tokenize.processes import adopt_environment, die_with_the_run, worker_context
 from corpus.tokenize.stats import Counters
 from corpus.tokenize.worker import BatchEncoder, WorkerSpec
 from corpus.tokenizers import TextTokenizer, TokenizerConfig, select_encoder
@@ -52,21 +52,6 @@ class Event:
     worker: int
     part: int = -1
     value: Any = None
-
-
-def _die_with_the_run() -> None:
-    """Kill this worker as soon as the run that started it is gone (``kill -9`` included), from a thread watching
-    the pipe the run holds open for that (:func:`multiprocessing.parent_process`'s sentinel). The run is not this
-    worker's parent when the server forked it, so the kernel's parent-death signal would watch the wrong process."""
-    run = multiprocessing.parent_process()
-    if run is None:
-        return
-
-    def watch() -> None:
-        wait([run.sentinel])
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    threading.Thread(target=watch, daemon=True, name="blendforge-run-watch").start()
 
 
 def _lowest_level() -> int:
@@ -153,7 +138,7 @@ def _worker_main(connection: Connection, settled: Settled | None, environment: d
     once (the one the run will choose, as far as it knows), else the one its first part names when that part
     comes."""
     started = time.perf_counter()
-    _die_with_the_run()
+    die_with_the_run()
     adopt_environment(environment)
     end = _SharedEnd(connection)
     logging.basicConfig(level=logging.WARNING, handlers=[_LogToRun(end)], force=True)

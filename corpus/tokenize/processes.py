@@ -17,7 +17,10 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.context
 import os
+import signal
+import threading
 from collections.abc import Mapping
+from multiprocessing.connection import wait
 
 #: What the server imports once for every worker it forks: the part loop and the encoder (with numpy, the readers
 #: and the index writer), and the modules that build each tokenizer family. A name that does not import (a
@@ -53,3 +56,18 @@ def adopt_environment(environment: Mapping[str, str]) -> None:
     if dict(os.environ) != environment:
         os.environ.clear()
         os.environ.update(environment)
+
+
+def die_with_the_run() -> None:
+    """Kill this worker as soon as the run that started it is gone (``kill -9`` included), from a thread watching
+    the pipe the run holds open for that (:func:`multiprocessing.parent_process`'s sentinel). The run is not this
+    worker's parent when the server forked it, so the kernel's parent-death signal would watch the wrong process."""
+    run = multiprocessing.parent_process()
+    if run is None:
+        return
+
+    def watch() -> None:
+        wait([run.sentinel])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True, name="blendforge-run-watch").start()

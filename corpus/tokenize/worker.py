@@ -13,7 +13,7 @@ import numpy as np
 
 from corpus.indexed import cast_tokens
 from corpus.readers import ColumnPayload, Extracted, LinePayload, extract
-from corpus.tokenize.processes import adopt_environment
+from corpus.tokenize.processes import adopt_environment, die_with_the_run
 from corpus.tokenize.stats import own_peak_rss_kb
 from corpus.tokenizers import TextTokenizer, TokenizeError, TokenizerConfig, select_encoder
 from corpus.tokenizers.flat import around_texts
@@ -93,8 +93,10 @@ _encoder: BatchEncoder | None = None
 
 
 def start_worker(spec: WorkerSpec, environment: dict[str, str]) -> None:
-    """Process-pool initializer: take the run's ``environment``, build this worker's tokenizer once."""
+    """Process-pool initializer: go when the run goes, take the run's ``environment``, build this worker's tokenizer
+    once."""
     global _encoder
+    die_with_the_run()
     adopt_environment(environment)
     _encoder = BatchEncoder(spec)
 

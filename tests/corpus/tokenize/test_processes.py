@@ -3,6 +3,7 @@ records logged by the run, and gone as soon as the run is gone, though the run i
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -11,9 +12,12 @@ import sys
 import time
 from multiprocessing.connection import Connection
 
-from corpus.tokenize.pool import PartPool, _die_with_the_run
-from corpus.tokenize.processes import PRELOADED, adopt_environment, worker_context
+import zstandard
+
+from corpus.tokenize.pool import PartPool
+from corpus.tokenize.processes import PRELOADED, adopt_environment, die_with_the_run, worker_context
 from tests.conftest import REPO
+from tests.corpus.tokenize.support import TOKENIZER, sample_records
 
 PROBE = "BLENDFORGE_TEST_PROBE"
 
@@ -53,11 +57,10 @@ def test_a_worker_has_the_environment_of_its_run_not_the_one_the_server_started_
 #: A run that starts one worker which only waits, prints the worker's pid, then waits too.
 RUN = """
 import sys, time
-from corpus.tokenize.pool import PartPool, _die_with_the_run
-from corpus.tokenize.processes import worker_context
+from corpus.tokenize.processes import die_with_the_run, worker_context
 
 def wait_forever():
-    _die_with_the_run()
+    die_with_the_run()
     time.sleep(3600)
 
 if __name__ == "__main__":
@@ -99,8 +102,54 @@ def test_a_worker_dies_with_its_run_though_the_server_is_its_parent(tmp_path):
         run.wait()
 
 
+def session(leader: int) -> dict[int, int]:
+    """The live processes of the session ``leader`` started (a run in a session of its own: its workers, the server
+    that forked them), each with its parent."""
+    found = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                state, parent, _, session_id = stat.read().rsplit(")", 1)[1].split()[:4]
+        except (FileNotFoundError, ProcessLookupError):  # it ended since the listing
+            continue
+        if int(session_id) == leader and state != "Z":
+            found[int(entry)] = int(parent)
+    return found
+
+
+def test_the_encoder_workers_of_a_compressed_stream_die_with_their_run(tmp_path):
+    """One ``.zst`` stream cannot be cut into parts, so a pool of encoder processes encodes its batches: the run
+    killed alone (as the kernel's OOM killer does) leaves none of them, nor the server that forked them, behind."""
+    text = "".join(json.dumps(record) + "\n" for record in sample_records()) * 150
+    source = tmp_path / "in.jsonl.zst"
+    source.write_bytes(zstandard.ZstdCompressor().compress(text.encode()))
+    command = [sys.executable, "-m", "cli.corpus", "tokenize", "--input", str(source), "--output-prefix",
+               str(tmp_path / "out"), "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(TOKENIZER),
+               "--workers", "2", "--quiet"]
+    run = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        deadline = time.monotonic() + 120
+        while (len([pid for pid, parent in session(run.pid).items() if parent not in (1, run.pid)]) < 2
+               and run.poll() is None and time.monotonic() < deadline):
+            time.sleep(0.005)
+        assert run.poll() is None, "the run ended before its two encoder workers were up"
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait()
+        deadline = time.monotonic() + 30
+        while session(run.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not session(run.pid)
+    finally:
+        try:
+            os.killpg(run.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        run.wait()
+
+
 def test_watching_the_run_is_nothing_in_the_runs_own_process():
-    _die_with_the_run()  # no parent run here: must neither raise nor kill this process
+    die_with_the_run()  # no parent run here: must neither raise nor kill this process
     assert alive(os.getpid())
 
 
