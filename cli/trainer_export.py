@@ -1,20 +1,23 @@
-"""``trainer export --hf DIR --load CKPT``: a checkpoint as a transformers Llama model."""
+"""``trainer export --hf DIR --load CKPT``: a checkpoint as a transformers Llama model; its flags come from
+:class:`~trainer.config.commands.ExportConfig`."""
 
 from __future__ import annotations
 
 import click
 
+from cli.config_options import build_config, config_options, given_values
+from trainer.config.commands import ExportConfig
 
-@click.command("export")
-@click.option("--hf", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Folder to write model safetensors + config.json into (LlamaForCausalLM.from_pretrained loads it).")
-@click.option("--load", required=True, type=click.Path(exists=True),
-              help="A --save folder (its latest checkpoint) or one iter_* folder in it.")
-@click.option("--dtype", default="bfloat16", show_default=True, type=click.Choice(["bfloat16", "float32", "float16"]),
-              help="Dtype of the exported weights.")
-def export(out_dir: str, load: str, dtype: str) -> None:
+#: What the command does differently from the generated options: paths checked by click before anything runs.
+SETTINGS = {"out_dir": {"type": click.Path(file_okay=False)}, "load": {"type": click.Path(exists=True)}}
+
+
+@click.command("export", params=config_options(ExportConfig, settings=SETTINGS))
+@click.pass_context
+def export(ctx: click.Context, **options) -> None:
     """Export a checkpoint for transformers (Llama architecture)."""
     from trainer.checkpoint.export import export_hf
 
-    files = export_hf(load, out_dir, dtype)
-    click.echo(f"wrote {', '.join(files)} to {out_dir}")
+    config: ExportConfig = build_config(ExportConfig, given_values(ctx, options))
+    files = export_hf(config.load, config.out_dir, config.dtype)
+    click.echo(f"wrote {', '.join(files)} to {config.out_dir}")

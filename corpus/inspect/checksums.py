@@ -8,10 +8,11 @@ rewritten atomically (:func:`corpus.indexed.sidecar.write`): a reader sees the o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 
 from corpus import storage
 from corpus.core.errors import InputError
+from corpus.core.typed_config import knob
 from corpus.indexed import bin_path, idx_path, read_header, sidecar
 from corpus.indexed.append import file_tree_digest
 from corpus.indexed.prefixes import expand_all
@@ -19,6 +20,13 @@ from corpus.inspect.checks import CheckOptions, check_prefix, unverified_files
 
 #: The checksum of each file this command records: the tree checksum every pair is written with now.
 RECORDED = {"bin": "bin_sha256_tree", "idx": "idx_sha256_tree"}
+
+
+@dataclass(frozen=True)
+class AddChecksumsConfig:
+    """The pairs ``corpus add-checksums`` records checksums for (the command's arguments are generated from it)."""
+
+    datasets: tuple[str, ...] = knob(MISSING, "Prefixes, .idx/.bin paths, globs or directories.", "DATASETS")
 
 
 @dataclass(frozen=True)
