@@ -2,14 +2,11 @@
 
 Layers merge key by key (:func:`merge`: the YAML file, then the flags), then the project's one validator
 (:func:`corpus.core.typed_config.build`) builds each section's dataclass, rejecting unknown keys and values of
-the wrong type with the file, line and key path in the message. :func:`config_fields` lists every leaf field
-(the flags ``cli/config_options.py`` generates from the same dataclasses).
+the wrong type with the file, line and key path in the message.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import typing
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -63,13 +60,3 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
     if source is not None:
         source = YamlSource(where, sections, source.lines)
     return build(TrainConfig, sections, source=source, where=where)
-
-
-def config_fields(cls: type = TrainConfig) -> list[tuple[str, str, dataclasses.Field, Any]]:
-    """Every leaf field as ``(section, name, field, type)``, in declaration order (what the CLI exposes)."""
-    rows = []
-    for section in fields(cls):
-        section_type = typing.get_type_hints(cls)[section.name]
-        hints = typing.get_type_hints(section_type)
-        rows += [(section.name, leaf.name, leaf, hints[leaf.name]) for leaf in fields(section_type)]
-    return rows
