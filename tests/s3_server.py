@@ -32,9 +32,10 @@ _DENIED = (b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDeni
            b"</Message></Error>")
 #: The error answers the proxy can give instead of the server's: status and S3 error document.
 _ANSWERS = {"slowdown": (503, _SLOWDOWN), "internal": (500, _INTERNAL), "denied": (403, _DENIED)}
-#: Every fault ``FaultProxy.fail`` takes: the answers above, and two ways a connection goes.
-FAULTS = (*_ANSWERS, "drop", "reset")
-#: Faults a client should get over by trying again (all but the refusal).
+#: Every fault ``FaultProxy.fail`` takes: the answers above, and three ways a connection goes.
+FAULTS = (*_ANSWERS, "drop", "reset", "lost")
+#: Faults a client should get over by trying again: all but the refusal, and but ``"lost"``, which a client meets
+#: as a ``"reset"`` (what differs is that the server acted: tested on the requests for which that matters).
 TRANSIENT = ("slowdown", "internal", "drop", "reset")
 _HOP_HEADERS = {"transfer-encoding", "connection", "content-length", "keep-alive", "expect"}
 
@@ -98,14 +99,15 @@ class FaultProxy:
     """Forwards HTTP requests to the S3 server and fails the ones its plan picks.
 
     ``fail(fault, every=n, methods=…)`` makes the first of every n requests of those methods fail (the first
-    ``burst``, when given). The faults
-    (:data:`FAULTS`): ``"slowdown"`` (503 SlowDown), ``"internal"`` (500 InternalError), ``"denied"`` (403
-    AccessDenied), all answered without the server seeing the request; ``"drop"``: the connection closes halfway
-    through the transfer, of the request body for an upload (a request with a body: the server never gets it), of
-    the response body otherwise (the server answered); ``"reset"``: the request is read whole and the connection
-    closes with no answer (the server never sees it). A tuple of faults takes them in turn. ``injected`` counts
-    the faults served by method, ``by_fault`` by fault, ``requests`` the requests of each method since ``fail``
-    (and ``retries``, set by the ``faults`` fixture, the project's retries). ``s3fs_faults`` is the same proxy
+    ``burst``, when given). The faults (:data:`FAULTS`): ``"slowdown"`` (503 SlowDown), ``"internal"`` (500
+    InternalError), ``"denied"`` (403 AccessDenied), all answered without the server seeing the request; ``"drop"``:
+    the connection closes halfway through the transfer, of the request body for an upload (a request with a body:
+    the server never gets it), of the response body otherwise (the server answered); ``"reset"``: the request is
+    read whole and the connection closes with no answer (the server never sees it); ``"lost"``: the server gets the
+    request and answers, and the connection closes before the answer comes back (what a retry of a request that is
+    not idempotent meets). A tuple of faults takes them in turn. ``injected`` counts the faults served by method,
+    ``by_fault`` by fault, ``requests`` the requests of each method since ``fail`` (and ``retries``, set by the
+    ``faults`` fixture, the project's retries). ``s3fs_faults`` is the same proxy
     with the storage options that send ``s3://`` paths through s3fs instead of the S3 client."""
 
     def __init__(self, target_port: int) -> None:
@@ -205,6 +207,8 @@ class FaultProxy:
         response = upstream.getresponse()
         data = response.read()
         upstream.close()
+        if fault == "lost":
+            return self._hang_up(handler)
         if fault == "drop" and (handler.command == "HEAD" or len(data) < 2):  # no body to cut: no answer at all
             return self._hang_up(handler)
         handler.send_response(response.status, response.reason)

@@ -170,6 +170,9 @@ def translate(error: BaseException, url: str, action: str) -> StorageError:
     if "NoSuchBucket" in codes:
         return StorageError(f"{url}: bucket '{_bucket(url)}' does not exist (check the bucket name, and that "
                             f"{ENDPOINT_HINT} points at the store that holds it)")
+    if "NoSuchUpload" in codes:  # a 404, but of the upload, not of the object
+        return StorageError(f"{url}: the store no longer knows the multipart upload under way (aborted meanwhile, "
+                            "by a bucket lifecycle rule or another client?); run the command again")
     if any(isinstance(e, ObjectChanged) for e in _chain(error)) or "InvalidRange" in codes:
         return StorageError(f"{url}: {CHANGED} ({detail})")
     if isinstance(error, FileNotFoundError) or "NoSuchKey" in codes or any(_server_status(e) == 404

@@ -15,6 +15,7 @@ object's identity (:class:`corpus.storage.objects.ObjectInfo`) is the same which
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import threading
@@ -33,6 +34,13 @@ PAGE = 1000
 
 _clients: dict[tuple, "S3Client"] = {}
 _clients_lock = threading.Lock()
+
+
+def multipart_etag(parts: list[dict]) -> str:
+    """The ETag S3 gives an object joined from ``parts`` (their ``ETag`` answers, in order): the md5 of the parts'
+    md5s, then ``-`` and their count."""
+    digests = b"".join(bytes.fromhex(part["ETag"].strip('"')) for part in parts)
+    return f"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(parts)}"
 
 
 def _split(url: str) -> tuple[str, str]:
@@ -160,14 +168,32 @@ class S3Client:
                     sent = call("upload", url, self._client.upload_part, Bucket=bucket, Key=key, UploadId=upload,
                                 PartNumber=number, Body=data)
                     parts.append({"PartNumber": number, "ETag": sent["ETag"]})
-                call("upload", url, self._client.complete_multipart_upload, Bucket=bucket, Key=key, UploadId=upload,
-                     MultipartUpload={"Parts": parts})
+                call("upload", url, self._complete, bucket, key, upload, parts)
             except BaseException:
                 try:
                     self._client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
                 except Exception:  # noqa: BLE001 - the failure that stopped the upload is the one to report
                     pass
                 raise
+
+    def _complete(self, bucket: str, key: str, upload: str, parts: list[dict]) -> None:
+        """Join the uploaded ``parts`` into the object. Completing is not idempotent: when the store joined them but
+        its answer was lost (the connection dropped), the retry is told the upload no longer exists. The object then
+        stands with the ETag these parts make (the md5 of their md5s, ``-N``), which tells that retry the work is
+        done; any other object under the key (or none) leaves the error standing."""
+        try:
+            self._client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload,
+                                                   MultipartUpload={"Parts": parts})
+        except Exception as error:
+            if "NoSuchUpload" not in error_codes(error) or self._etag(bucket, key) != multipart_etag(parts):
+                raise
+
+    def _etag(self, bucket: str, key: str) -> str | None:
+        """The object's ETag (unquoted), or None when there is no such object."""
+        try:
+            return self._client.head_object(Bucket=bucket, Key=key)["ETag"].strip('"')
+        except Exception:  # noqa: BLE001 - any failure to read it leaves the caller's error standing
+            return None
 
     def download(self, url: str, local: str) -> None:
         """Copy the object ``url`` to the local file ``local``."""

@@ -96,6 +96,67 @@ def test_a_failed_multipart_upload_is_aborted(faults, bucket, tmp_path, monkeypa
     assert not s3.client().list_multipart_uploads(Bucket=bucket.split("://")[1]).get("Uploads")
 
 
+def test_a_multipart_upload_whose_answers_are_lost_still_completes(faults, bucket, tmp_path, monkeypatch):
+    """The store starts the upload, and later joins its parts, but both answers are lost on the way back: the start
+    is made again, and the join's retry, told the upload is gone, finds the object whole (its ETag is the parts')."""
+    monkeypatch.setattr(storage.objects, "UPLOAD_PART_BYTES", 5 << 20)
+    data = bytes(range(256)) * 45_000  # three parts
+    (tmp_path / "big").write_bytes(data)
+    faults.fail("lost", every=2, methods=("POST",))  # the 1st and 3rd POSTs: a start, then the first join
+    storage.upload(tmp_path / "big", f"{bucket}/big")
+    lost, retried = faults.injected["POST"], len(faults.retries)
+    faults.fail(None)
+    storage.download(f"{bucket}/big", tmp_path / "back")
+    assert (tmp_path / "back").read_bytes() == data
+    assert lost == 2 and retried == 2  # the whole upload once (its start), the join once
+
+
+def test_a_join_retried_after_its_answer_was_lost_finds_the_object_whole(bucket, tmp_path, monkeypatch):
+    """Stores such as MinIO answer a join repeated after it succeeded with NoSuchUpload (this test server, like
+    AWS, answers it again): the object standing with the ETag its parts make is the success the lost answer was."""
+    from botocore.exceptions import ClientError, ConnectionClosedError
+
+    monkeypatch.setattr(storage.objects, "UPLOAD_PART_BYTES", 5 << 20)
+    monkeypatch.setattr(storage.filesystems, "BACKOFF_S", 0.005)
+    data = bytes(range(256)) * 45_000
+    (tmp_path / "big").write_bytes(data)
+    url = f"{bucket}/big"
+    client = s3_client(url)._client
+    join, joins = client.complete_multipart_upload, []
+
+    def join_then_forget(**request):
+        joins.append(request["UploadId"])
+        if len(joins) == 1:
+            join(**request)
+            raise ConnectionClosedError(endpoint_url=client.meta.endpoint_url)  # joined; the answer lost
+        raise ClientError({"Error": {"Code": "NoSuchUpload", "Message": "The specified upload does not exist."},
+                           "ResponseMetadata": {"HTTPStatusCode": 404}}, "CompleteMultipartUpload")
+
+    monkeypatch.setattr(client, "complete_multipart_upload", join_then_forget)
+    storage.upload(tmp_path / "big", url)
+    storage.download(url, tmp_path / "back")
+    assert len(joins) == 2 and (tmp_path / "back").read_bytes() == data
+
+
+def test_an_upload_the_store_forgot_before_its_join_is_an_error_in_words(bucket, tmp_path, monkeypatch):
+    """Aborted meanwhile (by a lifecycle rule, another client), the upload cannot be joined and no object stands in
+    for it: that is the error, said as such, not "no such object"."""
+    monkeypatch.setattr(storage.objects, "UPLOAD_PART_BYTES", 5 << 20)
+    (tmp_path / "big").write_bytes(b"x" * (11 << 20))
+    url = f"{bucket}/big"
+    client = s3_client(url)._client
+    join = client.complete_multipart_upload
+
+    def abort_first(**request):
+        client.abort_multipart_upload(Bucket=request["Bucket"], Key=request["Key"], UploadId=request["UploadId"])
+        return join(**request)
+
+    monkeypatch.setattr(client, "complete_multipart_upload", abort_first)
+    with pytest.raises(storage.StorageError, match="no longer knows the multipart upload under way"):
+        storage.upload(tmp_path / "big", url)
+    assert not storage.exists(url)
+
+
 def test_a_client_pickles_as_its_options_and_an_array_reads_through_it_after(bucket, tmp_path):
     import pickle
 
