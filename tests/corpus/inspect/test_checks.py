@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus.indexed import HEADER_SIZE, sidecar
+from corpus.indexed import HEADER_SIZE, read_header, sidecar
+from corpus.indexed.errors import IndexFormatError
 from corpus.inspect.checks import Problem, contents_unverified
 from tests.chunks import shrink_chunks
 from tests.corpus.inspect.pairs import EOD, VOCAB, checks, idx_arrays, nonempty, token_position, write_pair
@@ -137,9 +138,14 @@ def test_a_sequence_past_the_document_index_s_end_is_in_no_document(pair: Path) 
 
 
 @IN_CHUNKS
-def test_pointer_problems_say_where_each_sequence_should_start(pair: Path, monkeypatch, chunk) -> None:
-    """The first pointer off 0 (so the second is off too), and one more on a chunk's edge."""
+def test_pointer_problems_say_where_each_sequence_should_start(tmp_path: Path, documents, monkeypatch,
+                                                               chunk) -> None:
+    """The first pointer off 0 (so the second is off too), and one more on a chunk's edge; document 0 holds one
+    sequence, so each problem's document is its own sequence's."""
     in_chunks(monkeypatch, chunk)
+    documents[0] = [np.concatenate(documents[nonempty(documents)[0]])]
+    pair = tmp_path / "p"
+    write_pair(pair, documents)
     lengths, pointers, docs = idx_arrays(pair)
     pointers[0], pointers[7] = 4, pointers[7] + 6
     pointers.flush()
@@ -150,10 +156,24 @@ def test_pointer_problems_say_where_each_sequence_should_start(pair: Path, monke
                        f"(sequence {s - 1} starts at byte {pointers[s - 1]} with {lengths[s - 1]} tokens of 2 bytes)",
                        int(np.searchsorted(docs, s, side="right")) - 1, HEADER_SIZE + 4 * len(lengths) + 8 * s)
 
-    assert docs[1] > docs[0] == 0  # sequence 0 is document 0's
+    assert (docs[0], docs[1]) == (0, 1)  # sequence 0 is document 0's, and sequence 1 is not
     assert of_check(checks(pair), "pointers") == [
         problem(pair, "pointers", ".idx", "sequence 0 starts at byte 4, not 0", 0, HEADER_SIZE + 4 * len(lengths)),
         *[wrong_start(s) for s in (1, 7, 8)]]
+
+
+@IN_CHUNKS
+@pytest.mark.parametrize("sequences", [15, 16])
+def test_a_wrong_last_pointer_is_found_whatever_the_count(tmp_path: Path, monkeypatch, chunk, sequences: int) -> None:
+    """The last pointer's step is its own chunk's when the pointers are two past a multiple of 7 (16), and shares
+    one otherwise."""
+    in_chunks(monkeypatch, chunk)
+    write_pair(tmp_path / "p", [[np.arange(1, 4, dtype=np.uint16)] for _ in range(sequences)])
+    _, pointers, _ = idx_arrays(tmp_path / "p")
+    pointers[-1] += 2
+    pointers.flush()
+    assert [found.offset for found in of_check(checks(tmp_path / "p"), "pointers")] == [
+        HEADER_SIZE + 4 * sequences + 8 * (sequences - 1)]
 
 
 def locate(documents: list[list[np.ndarray]], position: int) -> tuple[int, int]:
@@ -291,15 +311,21 @@ def test_a_tokenizer_file_changed_since_the_pair_was_written_is_a_problem(pair: 
         assert checks(pair) == [], elsewhere
 
 
+def logged(caplog) -> list[str]:
+    """The lines the checks logged."""
+    return [record.getMessage() for record in caplog.records if record.name == "corpus.inspect.checks"]
+
+
 def test_a_pair_without_a_vocabulary_size_says_its_ids_went_unchecked(tmp_path: Path, documents, caplog) -> None:
     write_pair(tmp_path / "p", documents)
     with caplog.at_level(logging.INFO, logger="corpus.inspect.checks"):
         assert checks(tmp_path / "p") == []
-        assert f"{tmp_path / 'p'}: token ids not checked: no vocabulary size known" in caplog.text
+        assert logged(caplog) == [f"{tmp_path / 'p'}: token ids not checked: no vocabulary size known (no sidecar "
+                                  "record; give --tokenizer-type/--tokenizer-model)"]
         caplog.clear()
         Path(f"{tmp_path / 'p'}.bin").unlink()
         checks(tmp_path / "p")
-    assert "token ids not checked" not in caplog.text  # no tokens to check: the missing .bin is the problem
+    assert logged(caplog) == []  # no tokens to check: the missing .bin is the problem
 
 
 def test_eod_is_not_checked_in_a_broken_structure_and_the_log_says_so(pair: Path, caplog) -> None:
@@ -308,7 +334,7 @@ def test_eod_is_not_checked_in_a_broken_structure_and_the_log_says_so(pair: Path
     pointers.flush()
     with caplog.at_level(logging.INFO, logger="corpus.inspect.checks"):
         assert {found.check for found in checks(pair)} == {"pointers"}
-    assert f"{pair}: EOD not checked: the index structure is broken (see the problems above)" in caplog.text
+    assert logged(caplog) == [f"{pair}: EOD not checked: the index structure is broken (see the problems above)"]
 
 
 @pytest.mark.parametrize("ending_in_eod", [1, 2, 5])
@@ -346,3 +372,53 @@ def test_contents_unverified_names_the_files_no_recorded_checksum_covers(pair: P
     assert contents_unverified(str(pair)) == ["bin"]
     rewrite_sidecar(pair, checksums=None)
     assert contents_unverified(str(pair)) == ["bin", "idx"]
+
+
+def test_a_sidecar_that_contradicts_itself_is_a_sidecar_problem(pair: Path) -> None:
+    rewrite_sidecar(pair, tokenizer={"eod": EOD - 1})
+    [contradiction] = sidecar.contradictions(sidecar.read(pair))
+    assert checks(pair) == [sidecar_problem(pair, contradiction)]
+
+
+def test_a_header_problem_is_the_pair_s_only_one(pair: Path) -> None:
+    """Without a sound header no array can be located: the error of reading it, and nothing else."""
+    with open(f"{pair}.idx", "r+b") as handle:
+        handle.write(b"NOTANIDX!")
+    with pytest.raises(IndexFormatError) as raised:
+        read_header(f"{pair}.idx")
+    assert checks(pair) == [Problem(str(pair), "header", raised.value.path, raised.value.problem)]
+
+
+def test_the_vocabulary_size_inside_the_tokenizer_record_bounds_the_ids(pair: Path, documents) -> None:
+    """Sidecars that record it only there are still checked."""
+    rewrite_sidecar(pair, vocab_size=None, tokenizer={"vocab_size": VOCAB})
+    tokens = np.memmap(f"{pair}.bin", dtype=np.uint16, mode="r+")
+    tokens[0] = VOCAB + 3
+    tokens.flush()
+    assert checks(pair) == [outside_vocabulary(pair, documents, 0, VOCAB + 3)]
+
+
+def test_special_ids_past_the_vocabulary_size_widen_the_ids_allowed(pair: Path) -> None:
+    """A tokenizer whose EOD or BOS lies past its token count (cl100k with Llama-3's BOS) gives those ids: an id is
+    outside only past the highest of them."""
+    rewrite_sidecar(pair, vocab_size=EOD - 9)  # the EOD every document ends with lies 9 past the vocabulary
+    assert checks(pair) == []
+    tokens = np.memmap(f"{pair}.bin", dtype=np.uint16, mode="r+")
+    tokens[0] = EOD + 5
+    tokens.flush()
+    rewrite_sidecar(pair, bos_id=EOD + 5)
+    assert checks(pair) == []
+    tokens[0] = EOD + 6
+    tokens.flush()
+    assert [found.message.split(" at token")[0] for found in checks(pair)] == [
+        f"id {EOD + 6} outside the vocabulary [0, {EOD + 6})"]
+
+
+def test_without_reading_tokens_only_the_index_and_the_sidecar_are_checked(pair: Path) -> None:
+    tokens = np.memmap(f"{pair}.bin", dtype=np.uint16, mode="r+")
+    tokens[:3] = VOCAB
+    tokens.flush()
+    meta = rewrite_sidecar(pair, num_tokens=sidecar.read(pair)["num_tokens"] + 1)
+    assert {found.check for found in checks(pair)} == {"token-ids", "sidecar"}
+    assert checks(pair, read_tokens=False) == [sidecar_problem(
+        pair, f"records num_tokens={meta['num_tokens']} but the files hold {meta['num_tokens'] - 1}")]
