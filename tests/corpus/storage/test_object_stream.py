@@ -5,6 +5,7 @@ and certificates checked as the client is told."""
 
 from __future__ import annotations
 
+import queue
 import ssl
 import threading
 import urllib.request
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 from corpus import storage
-from corpus.storage import filesystems, remote_file
+from corpus.storage import filesystems, object_stream, remote_file
 from corpus.storage.object_stream import ObjectStream, _opener
 from corpus.storage.remote_file import RemoteReader
 from corpus.storage.s3_client import s3_client
@@ -99,6 +100,29 @@ def test_closing_a_stream_stops_its_thread(bucket):
     stream.close()
     stream._thread.join(timeout=30)
     assert not stream._thread.is_alive()
+
+
+def test_a_reader_slower_than_the_stream_still_gets_every_byte(bucket, monkeypatch):
+    """The receiving thread finds the queue full (the reader is busy elsewhere): it waits and offers the chunk again,
+    never drops it."""
+    refused = threading.Event()
+
+    class NotingQueue(queue.Queue):
+        def put(self, item, block=True, timeout=None) -> None:
+            try:
+                super().put(item, block, timeout)
+            except queue.Full:
+                refused.set()
+                raise
+
+    monkeypatch.setattr(object_stream, "queue", SimpleNamespace(Queue=NotingQueue, Full=queue.Full))
+    data, found = _blob(bucket, 1 << 20, "slow")
+    stream = ObjectStream(s3_client(found.path), found.path, 0, found.size, chunk_bytes=64 << 10, depth=1)
+    try:
+        assert refused.wait(timeout=60)  # the reader has not read yet: the thread waited on a full queue
+        assert stream.read(found.size) == data
+    finally:
+        stream.close()
 
 
 def test_a_stream_over_part_of_an_object_gives_exactly_that_part(bucket):
