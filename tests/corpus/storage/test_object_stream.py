@@ -32,8 +32,9 @@ def test_a_stream_gives_the_exact_bytes_from_any_offset_across_chunks(bucket):
     data, found = _blob(bucket, 1_000_003)
     for start, sizes in ((0, [1, 65_535, 10**6]), (77_777, [65_536, 3, 200_000, 10**7])):
         stream = ObjectStream(s3_client(found.path), found.path, start, found.size, chunk_bytes=64 << 10, depth=2)
-        got = b"".join(stream.read(size) for size in sizes)
-        assert got == data[start:] and stream.position == found.size and stream.read(10) == b""
+        pieces = [stream.read(size) for size in sizes]
+        assert b"".join(pieces) == data[start:] and stream.position == found.size and stream.read(10) == b""
+        assert [len(piece) for piece in pieces[:-1]] == sizes[:-1]  # each read as long as asked, but at the end
         stream.close()
 
 
