@@ -5,6 +5,8 @@ and certificates checked as the client is told."""
 
 from __future__ import annotations
 
+import http.client
+import itertools
 import queue
 import ssl
 import threading
@@ -162,10 +164,13 @@ class _Store(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         status, headers, body = self.server.answer(self.headers.get("Range"))
         self.send_response(status)
-        for key, value in {"Content-Length": str(len(body)), **headers}.items():
+        headers = {"Content-Length": str(len(body)), **headers}
+        for key, value in headers.items():
             self.send_header(key, value)
         self.end_headers()
         self.wfile.write(body)
+        if len(body) < int(headers["Content-Length"]):  # a connection dropped part-way: the client sees it end
+            self.close_connection = True
 
 
 @pytest.fixture
@@ -233,6 +238,58 @@ def test_a_store_that_ignores_the_range_is_read_from_the_start_and_refused_elsew
             stream.read(10)
         stream.close()
         assert f"(asked for bytes 5-99, {said})" in str(failure.value)
+
+
+@pytest.mark.parametrize("delivered", [[40], [40, 1], [0, 40]], ids=["once", "twice", "nothing-then-some"])
+def test_a_connection_dropped_part_way_is_taken_up_where_it_ended(store, delivered):
+    """Each answer promises the rest of the object; the first ones deliver only ``delivered`` bytes of it: what
+    came is kept, the next request asks from where it ended, and a connection that delivered nothing is retried."""
+    server, client = store
+    data = bytes(range(100))
+    asked = []
+
+    def answer(range_header: str) -> tuple[int, dict, bytes]:
+        first = int(range_header.removeprefix("bytes=").split("-")[0])
+        asked.append(first)
+        promised = {"Content-Length": str(len(data) - first), "Content-Range": f"bytes {first}-99/100"}
+        cut = delivered[len(asked) - 1] if len(asked) <= len(delivered) else None
+        return 206, promised, data[first:][:cut]
+
+    server.answer = answer
+    stream = ObjectStream(client, URL, 0, 100)
+    try:
+        assert stream.read(1000) == data
+    finally:
+        stream.close()
+    assert asked == [0, *itertools.accumulate(delivered)]
+
+
+def test_bytes_that_arrive_a_few_at_a_time_fill_each_chunk_in_order(store, monkeypatch):
+    """A socket gives what has arrived: a chunk is filled by many reads, each going on from where the last ended."""
+    server, client = store
+    data = bytes(range(100))
+    server.answer = lambda asked: (206, {"Content-Range": "bytes 0-99/100"}, data)
+    readinto = http.client.HTTPResponse.readinto
+    monkeypatch.setattr(http.client.HTTPResponse, "readinto", lambda self, buffer: readinto(self, buffer[:7]))
+    stream = ObjectStream(client, URL, 0, 100)
+    try:
+        assert stream.read(1000) == data
+    finally:
+        stream.close()
+
+
+def test_a_store_that_keeps_dropping_the_connection_is_one_line_naming_where(store):
+    server, client = store
+    server.answer = lambda asked: (206, {"Content-Length": "100", "Content-Range": "bytes 0-99/100"}, b"")
+    stream = ObjectStream(client, URL, 0, 100)
+    try:
+        with pytest.raises(storage.StorageError) as failure:
+            stream.read(10)
+    finally:
+        stream.close()
+    assert str(failure.value) == (f"{URL}: the store kept failing to read it after retries (the connection closed at "
+                                  "byte 0 of 100); try again later, or lower the request rate (fewer --workers or "
+                                  "shards at once)")
 
 
 @pytest.mark.parametrize("verify, mode", [(True, ssl.CERT_REQUIRED), (False, ssl.CERT_NONE)])
