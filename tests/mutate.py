@@ -71,28 +71,35 @@ def mutmut_section(modules: list[str], tests: list[str], slow: bool) -> str:
             'process_isolation = "forkserver"\n')
 
 
+def tree_files(*under: str) -> list[str]:
+    """The tree's files (tracked and new, not ignored), all or those ``under`` the folders given."""
+    return [name for name in subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", *under],
+                                            cwd=REPO, check=True, capture_output=True, text=True).stdout.splitlines()
+            if (REPO / name).is_file()]
+
+
+def copy_files(names: list[str], target: Path) -> None:
+    for name in names:
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, target / name)
+
+
 def prepare(workdir: Path, modules: list[str], tests: list[str], slow: bool) -> None:
     """A copy of the tree's files (tracked and new, not ignored) in ``workdir``, its pyproject with the section."""
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO, check=True,
-                           capture_output=True, text=True).stdout.splitlines()
     shutil.rmtree(workdir, ignore_errors=True)
-    for name in files:
-        if (REPO / name).is_file():
-            (workdir / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, workdir / name)
+    copy_files(tree_files(), workdir)
     pyproject = workdir / "pyproject.toml"
     pyproject.write_text(pyproject.read_text(encoding="utf-8") + mutmut_section(modules, tests, slow))
 
 
 def recheck(workdir: Path, names: list[str], tests: list[str], slow: bool) -> list[str]:
-    """Run ``tests`` (this tree's files, copied into the workdir's mutated copy) once per mutant of ``names``, with
+    """Run ``tests`` (this tree's ``tests/``, copied into the workdir's mutated copy) once per mutant of ``names``, with
     mutmut's ``MUTANT_UNDER_TEST`` set; print each outcome and return the survivors."""
     mutants = workdir / "mutants"
     if not mutants.is_dir():
         raise SystemExit(f"{workdir} holds no mutmut run: run python -m tests.mutate MODULE --workdir {workdir} first")
-    for test in tests:
-        (mutants / test).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / test, mutants / test)
+    # all of tests/, not the named files alone: a new test may import a new helper module or need a new conftest
+    copy_files(tree_files("tests"), mutants)
     marks = [] if slow else ["-m", "not slow"]
     survivors = []
     for name in names:

@@ -5,7 +5,9 @@ documented one: the sha256 of each block's sha256, in order."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import logging
 import os
 import time
 from pathlib import Path
@@ -85,9 +87,10 @@ def test_written_and_merged_pairs_record_the_root_of_their_bin(tmp_path: Path) -
     assert check_prefix(str(tmp_path / "merged"), CheckOptions(deep=True)) == []
 
 
-def test_a_block_is_hashed_only_once_every_copy_under_it_has_ended(tmp_path: Path, monkeypatch) -> None:
+def test_a_block_is_hashed_only_once_every_copy_under_it_has_ended(tmp_path: Path, monkeypatch, caplog) -> None:
     """Copies that end out of order, beside hashes on many threads (as on a large node): a block hashed before its
-    bytes are in would read a hole."""
+    bytes are in would read a hole. A copy's end starts the hashing of what is complete with no error (an error in
+    that callback is only logged, by concurrent.futures, and the hashing left to the end)."""
     copy, started = append._copy, []
 
     def slow_copy(*args) -> None:  # later copies end later
@@ -107,6 +110,7 @@ def test_a_block_is_hashed_only_once_every_copy_under_it_has_ended(tmp_path: Pat
         appender.finish()
     data = b"".join(parts)
     assert (tmp_path / "target").read_bytes() == data and digest.hexdigest() == documented_root(data)
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
 
 
 def test_a_copy_that_fails_is_raised_when_the_appends_are_waited_for(tmp_path: Path) -> None:
@@ -114,5 +118,89 @@ def test_a_copy_that_fails_is_raised_when_the_appends_are_waited_for(tmp_path: P
     with open(tmp_path / "target", "wb+") as target:
         appender = append.Appender(target.fileno(), 0, append.BlockDigest())
         appender.append(tmp_path / "short", 2 * BLOCK)  # the file ends early
-        with pytest.raises(OSError, match="ended"):
+        with pytest.raises(OSError) as raised:
             appender.finish()
+    assert (raised.value.errno, raised.value.strerror) == (errno.EIO, f"the source ended {2 * BLOCK - 3} bytes early")
+
+
+#: At most this many bytes moved by one call of ``copy_file_range`` or ``sendfile`` (the kernel may move fewer than
+#: asked): a range then takes several calls, each going on from where the last one stopped.
+SHORT_MOVE = 7
+#: The real calls, kept here: the tests patch ``os``'s.
+COPY_FILE_RANGE, SENDFILE = os.copy_file_range, os.sendfile
+
+
+def short_copy_file_range(source: int, target: int, count: int, *offsets: int) -> int:
+    return COPY_FILE_RANGE(source, target, min(count, SHORT_MOVE), *offsets)
+
+
+def short_sendfile(target: int, source: int, offset: int, count: int) -> int:
+    return SENDFILE(target, source, offset, min(count, SHORT_MOVE))
+
+
+def appended_in_the_middle_of_files(tmp_path: Path) -> None:
+    """Ranges of files that hold other bytes before and after them, appended after 5 bytes written: the target is
+    those bytes and the ranges, and its root the documented one."""
+    parts = [os.urandom(size) for size in (BLOCK + 9, 3, 2 * BLOCK)]
+    head = os.urandom(5)
+    with open(tmp_path / "target", "wb+") as target:
+        target.write(head)
+        target.flush()
+        digest = append.BlockDigest()
+        digest.update(head)
+        appender = append.Appender(target.fileno(), len(head), digest)
+        for number, part in enumerate(parts):
+            (tmp_path / f"part{number}").write_bytes(b"before" + part + b"after")
+            appender.append(tmp_path / f"part{number}", len(part), offset=len(b"before"))
+        appender.finish()
+    data = head + b"".join(parts)
+    assert (tmp_path / "target").read_bytes() == data and digest.hexdigest() == documented_root(data)
+
+
+def test_copies_the_kernel_makes_in_short_moves_land_in_place(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(os, "copy_file_range", short_copy_file_range)
+    appended_in_the_middle_of_files(tmp_path)
+
+
+@pytest.mark.parametrize("refusal", [errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF])
+def test_a_copy_the_kernel_refuses_is_sent_instead(tmp_path: Path, monkeypatch, refusal: int) -> None:
+    """``copy_file_range`` refused (across file systems, an old kernel, a file system without it): every byte still
+    lands at its place through ``sendfile`` (in short moves too), and the root is the same."""
+    def refused(*args) -> int:
+        raise OSError(refusal, os.strerror(refusal))
+
+    monkeypatch.setattr(os, "copy_file_range", refused)
+    monkeypatch.setattr(os, "sendfile", short_sendfile)
+    appended_in_the_middle_of_files(tmp_path)
+
+
+def test_any_other_copy_error_is_raised(tmp_path: Path, monkeypatch) -> None:
+    def failing(*args) -> int:
+        raise OSError(errno.EIO, "the disk failed")
+
+    monkeypatch.setattr(os, "copy_file_range", failing)
+    (tmp_path / "part").write_bytes(b"abc")
+    with open(tmp_path / "target", "wb+") as target:
+        appender = append.Appender(target.fileno(), 0, append.BlockDigest())
+        appender.append(tmp_path / "part", 3)
+        with pytest.raises(OSError, match="the disk failed"):
+            appender.finish()
+
+
+def test_a_range_hashed_past_the_end_of_its_file_is_an_error(tmp_path: Path) -> None:
+    """A file shorter than its index says (truncated under the reader) is an error, not the hash of fewer bytes."""
+    (tmp_path / "file").write_bytes(bytes(2 * BLOCK))
+    with open(tmp_path / "file", "rb") as handle:
+        assert append.hash_range(handle.fileno(), 5, 2 * BLOCK) == hashlib.sha256(bytes(2 * BLOCK - 5)).digest()
+        with pytest.raises(OSError) as raised:
+            append.hash_range(handle.fileno(), BLOCK, 3 * BLOCK)
+    assert (raised.value.errno, raised.value.strerror) == (errno.EIO, "the file is shorter than expected")
+
+
+def test_the_digest_of_a_file_s_first_bytes_leaves_the_rest_out(tmp_path: Path) -> None:
+    """What a resumed write hashes again: the bytes it kept, whatever follows them in the file."""
+    data = os.urandom(3 * BLOCK + 10)
+    (tmp_path / "file").write_bytes(data)
+    with open(tmp_path / "file", "rb") as handle:
+        for size in (0, BLOCK, 2 * BLOCK + 5):
+            assert append.digest_of(handle.fileno(), size).hexdigest() == documented_root(data[:size])

@@ -11,69 +11,15 @@ import pytest
 import torch
 
 from corpus.core.errors import ConfigError
-from corpus.indexed import HEADER_SIZE, IndexedWriter, index_arrays, read_header, sidecar
-from corpus.inspect.checks import CheckOptions, check_prefix, id_space
+from corpus.indexed import HEADER_SIZE, IndexedWriter, sidecar
+from corpus.inspect.checks import id_space
 from corpus.inspect.errors import InspectError
 from corpus.inspect.run import InspectConfig, inspect
 from corpus.inspect.show import DocumentRange, show_documents
 from corpus.inspect.stats import length_histogram
 from corpus.inspect.summary import inspect_prefix
 from tests.chunks import shrink_chunks
-
-VOCAB, EOD = 1000, 999
-
-
-def random_documents(rng: np.random.Generator, count: int = 300) -> list[list[np.ndarray]]:
-    """Documents of 0-3 sequences (sentence-split style); each non-empty document ends with EOD."""
-    documents = []
-    for _ in range(count):
-        sequences = [rng.integers(0, EOD, size=rng.integers(1, 80)).astype(np.uint16) for _ in range(rng.integers(0,
-                                                                                                                  4))]
-        if sequences:
-            sequences[-1][-1] = EOD
-        documents.append(sequences)
-    return documents
-
-
-def write_pair(prefix: Path, documents: list[list[np.ndarray]], meta: dict | None = None) -> None:
-    with IndexedWriter(prefix, np.uint16) as writer:
-        for sequences in documents:
-            writer.add_document(np.concatenate(sequences) if sequences else [], [len(s) for s in sequences])
-        writer.finalize(meta)
-
-
-@pytest.fixture
-def documents() -> list[list[np.ndarray]]:
-    return random_documents(np.random.default_rng(7))
-
-
-@pytest.fixture
-def pair(tmp_path: Path, documents) -> Path:
-    """A clean pair whose sidecar says EOD was appended."""
-    prefix = tmp_path / "web_text_document"
-    write_pair(prefix, documents, {"vocab_size": VOCAB, "eod_id": EOD, "append_eod": True})
-    return prefix
-
-
-def idx_arrays(prefix: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Writable views of lengths, pointers and document indices, to plant defects."""
-    header = read_header(f"{prefix}.idx")
-    return index_arrays(np.memmap(f"{prefix}.idx", dtype=np.uint8, mode="r+"), header)
-
-
-def token_position(documents: list[list[np.ndarray]], document: int, inside: int) -> int:
-    """Position in the .bin of token ``inside`` of ``document``."""
-    before = sum(len(s) for d in documents[:document] for s in d)
-    return before + inside
-
-
-def nonempty(documents: list[list[np.ndarray]]) -> list[int]:
-    return [i for i, d in enumerate(documents) if d]
-
-
-def checks(prefix: Path, **options) -> list:
-    return check_prefix(str(prefix), CheckOptions(**options))
-
+from tests.corpus.inspect.pairs import EOD, VOCAB, checks, idx_arrays, nonempty, token_position, write_pair
 
 # -- the report -------------------------------------------------------------------------------------
 

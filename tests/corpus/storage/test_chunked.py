@@ -18,7 +18,7 @@ PER = CHUNK // 2
 COUNT = 10 * PER + 3  # ten whole chunks and a short one
 KEYS = [
     0, 1, PER - 1, PER, PER + 1, COUNT - 1, -1, -COUNT, np.int64(700), np.int32(-5),
-    slice(0, 10), slice(PER - 3, PER + 3), slice(5, 3 * PER + 7), slice(0, COUNT), slice(100, 100),
+    slice(0, 10), slice(PER - 3, PER + 3), slice(5, 3 * PER + 7), slice(0, COUNT), slice(100, 100), slice(PER, PER),
     slice(530, 500), slice(-20, None), slice(None, -3), slice(5000, 99_999), slice(None, None, 7),
     slice(10, 3000, 13), slice(None, None, -1), slice(-1, -20, -3), slice(np.int64(3), np.int64(9)),
     slice(None, None, 2), slice(2 * PER + 5, 2 * PER + 50), slice(PER, 2 * PER), slice(PER + 1, 2 * PER + 1),

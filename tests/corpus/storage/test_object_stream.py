@@ -5,6 +5,9 @@ and certificates checked as the client is told."""
 
 from __future__ import annotations
 
+import http.client
+import itertools
+import queue
 import ssl
 import threading
 import urllib.request
@@ -15,7 +18,7 @@ import numpy as np
 import pytest
 
 from corpus import storage
-from corpus.storage import filesystems, remote_file
+from corpus.storage import filesystems, object_stream, remote_file
 from corpus.storage.object_stream import ObjectStream, _opener
 from corpus.storage.remote_file import RemoteReader
 from corpus.storage.s3_client import s3_client
@@ -31,8 +34,9 @@ def test_a_stream_gives_the_exact_bytes_from_any_offset_across_chunks(bucket):
     data, found = _blob(bucket, 1_000_003)
     for start, sizes in ((0, [1, 65_535, 10**6]), (77_777, [65_536, 3, 200_000, 10**7])):
         stream = ObjectStream(s3_client(found.path), found.path, start, found.size, chunk_bytes=64 << 10, depth=2)
-        got = b"".join(stream.read(size) for size in sizes)
-        assert got == data[start:] and stream.position == found.size and stream.read(10) == b""
+        pieces = [stream.read(size) for size in sizes]
+        assert b"".join(pieces) == data[start:] and stream.position == found.size and stream.read(10) == b""
+        assert [len(piece) for piece in pieces[:-1]] == sizes[:-1]  # each read as long as asked, but at the end
         stream.close()
 
 
@@ -101,6 +105,29 @@ def test_closing_a_stream_stops_its_thread(bucket):
     assert not stream._thread.is_alive()
 
 
+def test_a_reader_slower_than_the_stream_still_gets_every_byte(bucket, monkeypatch):
+    """The receiving thread finds the queue full (the reader is busy elsewhere): it waits and offers the chunk again,
+    never drops it."""
+    refused = threading.Event()
+
+    class NotingQueue(queue.Queue):
+        def put(self, item, block=True, timeout=None) -> None:
+            try:
+                super().put(item, block, timeout)
+            except queue.Full:
+                refused.set()
+                raise
+
+    monkeypatch.setattr(object_stream, "queue", SimpleNamespace(Queue=NotingQueue, Full=queue.Full))
+    data, found = _blob(bucket, 1 << 20, "slow")
+    stream = ObjectStream(s3_client(found.path), found.path, 0, found.size, chunk_bytes=64 << 10, depth=1)
+    try:
+        assert refused.wait(timeout=60)  # the reader has not read yet: the thread waited on a full queue
+        assert stream.read(found.size) == data
+    finally:
+        stream.close()
+
+
 def test_a_stream_over_part_of_an_object_gives_exactly_that_part(bucket):
     data, found = _blob(bucket, 300_001, "part")
     stream = ObjectStream(s3_client(found.path), found.path, 1000, 200_000, chunk_bytes=64 << 10)
@@ -137,10 +164,13 @@ class _Store(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         status, headers, body = self.server.answer(self.headers.get("Range"))
         self.send_response(status)
-        for key, value in {"Content-Length": str(len(body)), **headers}.items():
+        headers = {"Content-Length": str(len(body)), **headers}
+        for key, value in headers.items():
             self.send_header(key, value)
         self.end_headers()
         self.wfile.write(body)
+        if len(body) < int(headers["Content-Length"]):  # a connection dropped part-way: the client sees it end
+            self.close_connection = True
 
 
 @pytest.fixture
@@ -208,6 +238,58 @@ def test_a_store_that_ignores_the_range_is_read_from_the_start_and_refused_elsew
             stream.read(10)
         stream.close()
         assert f"(asked for bytes 5-99, {said})" in str(failure.value)
+
+
+@pytest.mark.parametrize("delivered", [[40], [40, 1], [0, 40]], ids=["once", "twice", "nothing-then-some"])
+def test_a_connection_dropped_part_way_is_taken_up_where_it_ended(store, delivered):
+    """Each answer promises the rest of the object; the first ones deliver only ``delivered`` bytes of it: what
+    came is kept, the next request asks from where it ended, and a connection that delivered nothing is retried."""
+    server, client = store
+    data = bytes(range(100))
+    asked = []
+
+    def answer(range_header: str) -> tuple[int, dict, bytes]:
+        first = int(range_header.removeprefix("bytes=").split("-")[0])
+        asked.append(first)
+        promised = {"Content-Length": str(len(data) - first), "Content-Range": f"bytes {first}-99/100"}
+        cut = delivered[len(asked) - 1] if len(asked) <= len(delivered) else None
+        return 206, promised, data[first:][:cut]
+
+    server.answer = answer
+    stream = ObjectStream(client, URL, 0, 100)
+    try:
+        assert stream.read(1000) == data
+    finally:
+        stream.close()
+    assert asked == [0, *itertools.accumulate(delivered)]
+
+
+def test_bytes_that_arrive_a_few_at_a_time_fill_each_chunk_in_order(store, monkeypatch):
+    """A socket gives what has arrived: a chunk is filled by many reads, each going on from where the last ended."""
+    server, client = store
+    data = bytes(range(100))
+    server.answer = lambda asked: (206, {"Content-Range": "bytes 0-99/100"}, data)
+    readinto = http.client.HTTPResponse.readinto
+    monkeypatch.setattr(http.client.HTTPResponse, "readinto", lambda self, buffer: readinto(self, buffer[:7]))
+    stream = ObjectStream(client, URL, 0, 100)
+    try:
+        assert stream.read(1000) == data
+    finally:
+        stream.close()
+
+
+def test_a_store_that_keeps_dropping_the_connection_is_one_line_naming_where(store):
+    server, client = store
+    server.answer = lambda asked: (206, {"Content-Length": "100", "Content-Range": "bytes 0-99/100"}, b"")
+    stream = ObjectStream(client, URL, 0, 100)
+    try:
+        with pytest.raises(storage.StorageError) as failure:
+            stream.read(10)
+    finally:
+        stream.close()
+    assert str(failure.value) == (f"{URL}: the store kept failing to read it after retries (the connection closed at "
+                                  "byte 0 of 100); try again later, or lower the request rate (fewer --workers or "
+                                  "shards at once)")
 
 
 @pytest.mark.parametrize("verify, mode", [(True, ssl.CERT_REQUIRED), (False, ssl.CERT_NONE)])

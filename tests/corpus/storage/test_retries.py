@@ -142,3 +142,21 @@ def test_a_missing_object_is_not_found_whatever_code_the_answer_carries(code):
     error = ClientError({"Error": {"Code": code, "Message": "Not Found"}, "ResponseMetadata": {"HTTPStatusCode": 404}},
                         "GetObject")
     assert isinstance(translate(error, "s3://bucket/key", "read"), ObjectNotFound)
+
+
+def test_retries_back_off_exponentially_with_jitter_up_to_a_cap(monkeypatch):
+    """The wait before attempt n + 1 is the base doubled n times, capped, times a random factor in [0.5, 1.5)."""
+    slept, calls = [], []
+    monkeypatch.setattr(filesystems.time, "sleep", slept.append)
+    monkeypatch.setattr(filesystems.random, "random", lambda: 0.25)  # the factor 0.75
+    monkeypatch.setattr(filesystems, "BACKOFF_S", 1.0)
+    monkeypatch.setattr(filesystems, "MAX_BACKOFF_S", 3.0)
+
+    def dropped() -> None:
+        calls.append(1)
+        raise ConnectionResetError("connection reset by peer")
+
+    with pytest.raises(storage.StorageError):
+        filesystems.call("read", "s3://bucket/key", dropped)
+    assert len(calls) == filesystems.ATTEMPTS
+    assert slept == [min(3.0, 2.0 ** attempt) * 0.75 for attempt in range(filesystems.ATTEMPTS - 1)]
