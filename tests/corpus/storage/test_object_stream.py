@@ -192,6 +192,17 @@ def _error(code: str, message: str) -> bytes:
 URL = "s3://bucket/k"
 
 
+def first_read_failure(client) -> str:
+    """The one line a stream of bytes 0-99 of ``URL`` fails its first read with."""
+    stream = ObjectStream(client, URL, 0, 100)
+    try:
+        with pytest.raises(storage.StorageError) as failure:
+            stream.read(10)
+    finally:
+        stream.close()
+    return str(failure.value)
+
+
 @pytest.mark.parametrize("status, body, expected", [
     (403, _error("AccessDenied", "Access Denied"),
      f"{URL}: access denied while trying to read it (AccessDenied: Access Denied (403)); check that the credentials "
@@ -211,13 +222,7 @@ URL = "s3://bucket/k"
 def test_each_error_answer_is_the_line_its_code_and_message_call_for(store, status, body, expected):
     server, client = store
     server.answer = lambda asked: (status, {"Content-Type": "application/xml"}, body)
-    stream = ObjectStream(client, URL, 0, 100)
-    try:
-        with pytest.raises(storage.StorageError) as failure:
-            stream.read(10)
-    finally:
-        stream.close()
-    assert str(failure.value) == expected
+    assert first_read_failure(client) == expected
 
 
 def test_a_store_that_ignores_the_range_is_read_from_the_start_and_refused_elsewhere(store):
@@ -281,15 +286,9 @@ def test_bytes_that_arrive_a_few_at_a_time_fill_each_chunk_in_order(store, monke
 def test_a_store_that_keeps_dropping_the_connection_is_one_line_naming_where(store):
     server, client = store
     server.answer = lambda asked: (206, {"Content-Length": "100", "Content-Range": "bytes 0-99/100"}, b"")
-    stream = ObjectStream(client, URL, 0, 100)
-    try:
-        with pytest.raises(storage.StorageError) as failure:
-            stream.read(10)
-    finally:
-        stream.close()
-    assert str(failure.value) == (f"{URL}: the store kept failing to read it after retries (the connection closed at "
-                                  "byte 0 of 100); try again later, or lower the request rate (fewer --workers or "
-                                  "shards at once)")
+    assert first_read_failure(client) == (f"{URL}: the store kept failing to read it after retries (the connection "
+                                          "closed at byte 0 of 100); try again later, or lower the request rate "
+                                          "(fewer --workers or shards at once)")
 
 
 @pytest.mark.parametrize("verify, mode", [(True, ssl.CERT_REQUIRED), (False, ssl.CERT_NONE)])
