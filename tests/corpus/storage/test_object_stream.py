@@ -291,6 +291,26 @@ def test_a_store_that_keeps_dropping_the_connection_is_one_line_naming_where(sto
                                           "(fewer --workers or shards at once)")
 
 
+def test_a_store_that_takes_the_request_and_stalls_is_given_up_after_the_timeout(store, monkeypatch):
+    """No answer ever comes: each attempt ends at the connection's timeout, and the retries end in one line, rather
+    than a read waiting for ever."""
+    server, client = store
+    monkeypatch.setattr(object_stream, "TIMEOUT_S", 0.2)
+    released = threading.Event()
+
+    def stall(asked: str) -> tuple[int, dict, bytes]:
+        released.wait(10)
+        return 206, {"Content-Range": "bytes 0-99/100"}, b"x" * 100
+
+    server.answer = stall
+    try:
+        message = first_read_failure(client)
+    finally:
+        released.set()
+    assert message == (f"{URL}: the store kept failing to read it after retries (timed out); try again later, or "
+                       "lower the request rate (fewer --workers or shards at once)")
+
+
 @pytest.mark.parametrize("verify, mode", [(True, ssl.CERT_REQUIRED), (False, ssl.CERT_NONE)])
 def test_the_stream_checks_certificates_as_the_client_is_told_to(store, verify, mode):
     server, client = store
