@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import http.client
 import itertools
+import os
 import queue
 import ssl
+import subprocess
+import sys
 import threading
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -22,6 +26,7 @@ from corpus.storage import filesystems, object_stream, remote_file
 from corpus.storage.object_stream import ObjectStream, _opener
 from corpus.storage.remote_file import RemoteReader
 from corpus.storage.s3_client import s3_client
+from tests.conftest import REPO
 
 
 def _blob(bucket: str, size: int, name: str = "blob") -> tuple[bytes, storage.ObjectInfo]:
@@ -291,24 +296,53 @@ def test_a_store_that_keeps_dropping_the_connection_is_one_line_naming_where(sto
                                           "(fewer --workers or shards at once)")
 
 
+def answer_once(released: threading.Event, most_s: float) -> Callable[[str], tuple[int, dict, bytes]]:
+    """A store's answer of the whole object that comes only once ``released`` is set (or after ``most_s``)."""
+
+    def answer(asked: str) -> tuple[int, dict, bytes]:
+        released.wait(most_s)
+        return 206, {"Content-Range": "bytes 0-99/100"}, b"x" * 100
+
+    return answer
+
+
 def test_a_store_that_takes_the_request_and_stalls_is_given_up_after_the_timeout(store, monkeypatch):
     """No answer ever comes: each attempt ends at the connection's timeout, and the retries end in one line, rather
     than a read waiting for ever."""
     server, client = store
     monkeypatch.setattr(object_stream, "TIMEOUT_S", 0.2)
     released = threading.Event()
-
-    def stall(asked: str) -> tuple[int, dict, bytes]:
-        released.wait(10)
-        return 206, {"Content-Range": "bytes 0-99/100"}, b"x" * 100
-
-    server.answer = stall
+    server.answer = answer_once(released, 10)
     try:
         message = first_read_failure(client)
     finally:
         released.set()
     assert message == (f"{URL}: the store kept failing to read it after retries (timed out); try again later, or "
                        "lower the request rate (fewer --workers or shards at once)")
+
+
+#: A process that opens a stream of a store that never answers, then ends without closing it.
+_LEFT_OPEN = """
+import sys
+from types import SimpleNamespace
+from typing import Callable
+from corpus.storage.object_stream import ObjectStream
+client = SimpleNamespace(verify=True, presigned=lambda url, expires: sys.argv[1])
+ObjectStream(client, "s3://bucket/k", 0, 100)
+"""
+
+
+def test_a_stream_left_open_never_holds_its_process_at_exit(store):
+    """The receiving thread is a daemon: a process that ends with a stream still waiting on the store ends at once,
+    not when the store answers (here: never, until the test lets it)."""
+    server, _ = store
+    released = threading.Event()
+    server.answer = answer_once(released, 60)
+    try:
+        subprocess.run([sys.executable, "-c", _LEFT_OPEN, f"http://127.0.0.1:{server.server_port}/k"], check=True,
+                       timeout=30, env={**os.environ, "PYTHONPATH": str(REPO)})
+    finally:
+        released.set()
 
 
 @pytest.mark.parametrize("verify, mode", [(True, ssl.CERT_REQUIRED), (False, ssl.CERT_NONE)])
