@@ -109,13 +109,16 @@ def config_from_flags(values: Mapping[str, Any]) -> TokenizerConfig | None:
 
 
 def _check_type_options(spec: TokenizerType, config: TokenizerConfig) -> None:
-    """Refuse a config missing what its type needs; warn about file options the type ignores."""
+    """Refuse a config missing what its type needs; warn about a file option the type ignores, and drop it from the
+    config: the configs made from this one (the encoder chosen, a worker's copy) then neither say it again nor carry
+    a file that is not the tokenizer's into its identity."""
     missing = [OPTION_NAMES[name] for name in spec.needs if getattr(config, name) in (None, "")]
     if missing:
         raise ConfigError(f"--tokenizer-type {spec.name} needs {' and '.join(missing)} ({spec.files})")
     for name in ("model", "vocab_file", "merge_file"):
         if getattr(config, name) and name not in spec.needs:
             log.warning("%s is not used by --tokenizer-type %s; ignoring it", OPTION_NAMES[name], spec.name)
+            object.__setattr__(config, name, None)  # frozen: set once, while the config is being made
 
 
 def config_from_dict(values: dict, where: str = "tokenizer config") -> TokenizerConfig:

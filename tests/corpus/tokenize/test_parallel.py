@@ -27,7 +27,15 @@ from corpus.tokenize.join import Joiner, parts_folder
 from corpus.tokenize.parallel import _Run
 from corpus.tokenize.run import tokenize
 from tests.conftest import REPO
-from tests.corpus.tokenize.support import FullDisk, config, kill_when, output_bytes, sample_records, write_jsonl
+from tests.corpus.tokenize.support import (
+    FullDisk,
+    config,
+    hf_tokenizer,
+    kill_when,
+    output_bytes,
+    sample_records,
+    write_jsonl,
+)
 
 KEYS = ["text", "title"]
 #: Parts of a few tens of kB: the example text makes a dozen or more.
@@ -143,6 +151,16 @@ def test_a_bad_first_record_stops_the_workers_started_beside_the_tokenizer(tmp_p
     with pytest.raises(BadRecordError, match=r"all\.jsonl:1: "):
         tokenize(config(tmp_path, [source], json_keys=KEYS, workers=3, min_part_bytes=SMALL_PARTS))
     assert not [p for p in multiprocessing.active_children() if p.name == "blendforge-part-worker"]
+
+
+def test_an_ignored_tokenizer_option_is_warned_about_once_however_many_processes(tmp_path, caplog):
+    """Every worker builds the tokenizer from the run's config, and their records are logged by the run: the option
+    the tokenizer type ignores is said once, by the run, not once more per process."""
+    source = write_jsonl(tmp_path / "all.jsonl", records())
+    tokenizer = hf_tokenizer(vocab_file=str(source))
+    tokenize(config(tmp_path, [source], json_keys=KEYS, workers=3, min_part_bytes=SMALL_PARTS, tokenizer=tokenizer))
+    warned = [r for r in caplog.records if "--vocab-file is not used by --tokenizer-type" in r.getMessage()]
+    assert len(warned) == 1
 
 
 def test_while_the_input_is_checked_the_first_part_waits_for_this_process():
