@@ -101,12 +101,23 @@ def recheck(workdir: Path, names: list[str], tests: list[str], slow: bool) -> li
     # all of tests/, not the named files alone: a new test may import a new helper module or need a new conftest
     copy_files(tree_files("tests"), mutants)
     marks = [] if slow else ["-m", "not slow"]
+
+    def run_tests(mutant: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *marks, *tests],
+                              cwd=mutants, capture_output=True, text=True, timeout=RECHECK_TIMEOUT_S,
+                              env={**os.environ, "MUTANT_UNDER_TEST": mutant, "PYTHONPATH": str(mutants)})
+
+    # the tests must pass on the copy with no mutant first: a test file that does not import there (the copy's
+    # source is older than this tree's tests) fails on every mutant, and each would read as killed
+    baseline = run_tests("")
+    if baseline.returncode not in (0, 5):
+        raise SystemExit(f"{' '.join(tests)} fail(s) in {mutants} with no mutant, so no mutant can be judged there "
+                         f"(its source may be older than these tests: run the modules again in a new --workdir):\n"
+                         f"{baseline.stdout[-3000:]}")
     survivors = []
     for name in names:
         try:
-            run = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *marks, *tests],
-                                 cwd=mutants, capture_output=True, text=True, timeout=RECHECK_TIMEOUT_S,
-                                 env={**os.environ, "MUTANT_UNDER_TEST": name, "PYTHONPATH": str(mutants)})
+            run = run_tests(name)
         except subprocess.TimeoutExpired:  # a mutant that hangs the tests is caught: a user would see it hang
             print(f"{name}: killed (timed out)", flush=True)
             continue
