@@ -13,8 +13,9 @@ slow'`` as the README's test command runs them (``--slow`` adds the slow ones).
 
 ``--recheck NAME…`` runs the tests again on mutants of an earlier run (in its ``--workdir``, with this tree's test
 files copied in), one at a time as mutmut runs them: for mutants mutmut cannot judge (``no tests`` when only
-command-line tests in a fresh process reach the code, since its coverage does not follow subprocesses; ``timeout``
-when a rerun's timing estimate is off) and to see that a new test kills the survivors it targets.
+command-line tests in a fresh process reach the code, since its coverage does not follow subprocesses; code run at
+import, such as a config's knobs, which mutmut's run imports before it picks a mutant and so calls survivors;
+``timeout`` when a rerun's timing estimate is off) and to see that a new test kills the survivors it targets.
 
 It works in a scratch copy of this tree (``--workdir``, default a folder under the system's temp dir, kept so
 that ``mutmut show NAME`` and a second run can use it), never in the tree itself: mutmut writes a ``mutants/``
