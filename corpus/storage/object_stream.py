@@ -102,12 +102,13 @@ class ObjectStream:
             response = self._opener.open(request, timeout=TIMEOUT_S)
         except urllib.error.HTTPError as error:
             raise _failure(error) from None
-        length = int(response.headers.get("Content-Length", -1))
+        declared = response.headers.get("Content-Length")
         whole = response.status == 200 and position == 0
-        if (response.status != 206 and not whole) or length != self._end - position:
+        if (response.status != 206 and not whole) or declared is None or int(declared) != self._end - position:
             response.close()
+            said = f"{declared} bytes" if declared is not None else "no Content-Length"
             raise ObjectChanged(f"asked for bytes {position}-{self._end - 1}, the store answered "
-                                f"{response.status} with {length} bytes")
+                                f"{response.status} with {said}")
         return response
 
     def _next_chunk(self, position: int) -> bytearray:

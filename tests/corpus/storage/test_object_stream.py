@@ -159,7 +159,8 @@ def test_a_reader_closed_past_the_kept_start_leaves_no_stream_for_the_next(fault
 
 
 class _Store(BaseHTTPRequestHandler):
-    """A store that answers every GET with the server's ``answer``: (status, headers, body)."""
+    """A store that answers every GET with the server's ``answer``: (status, headers, body); a header given as None
+    is left out (a Content-Length left out: the body ends with the connection)."""
 
     protocol_version = "HTTP/1.1"
 
@@ -171,10 +172,12 @@ class _Store(BaseHTTPRequestHandler):
         self.send_response(status)
         headers = {"Content-Length": str(len(body)), **headers}
         for key, value in headers.items():
-            self.send_header(key, value)
+            if value is not None:
+                self.send_header(key, value)
         self.end_headers()
         self.wfile.write(body)
-        if len(body) < int(headers["Content-Length"]):  # a connection dropped part-way: the client sees it end
+        length = headers["Content-Length"]
+        if length is None or len(body) < int(length):  # the client sees the body end with the connection
             self.close_connection = True
 
 
@@ -241,7 +244,9 @@ def test_a_store_that_ignores_the_range_is_read_from_the_start_and_refused_elsew
     stream.close()
     for answer, said in (((200, {}, data), "the store answered 200 with 100 bytes"),
                          ((206, {"Content-Range": "bytes 5-98/100"}, data[5:99]),
-                          "the store answered 206 with 94 bytes")):
+                          "the store answered 206 with 94 bytes"),
+                         ((206, {"Content-Range": "bytes 5-99/100", "Content-Length": None}, data[5:]),
+                          "the store answered 206 with no Content-Length")):
         server.answer = lambda asked, answer=answer: answer
         stream = ObjectStream(client, URL, 5, 100)
         with pytest.raises(storage.StorageError, match="changed while it was read") as failure:
