@@ -4,7 +4,9 @@ come from that declaration, so a command restates none of them.
 
 An option's destination is the field's path joined by ``__`` (``tokenizer__model``); :func:`given_values` turns
 what the user typed back into the nested mapping :func:`build_config` makes the config from. Options left out stay
-unset, so the dataclass's default is the only one.
+unset, so the dataclass's default is the only one. A field holding a mapping is ``--storage-options``
+(:func:`corpus.storage.storage_options_knob`, the one such field): its JSON is checked and parsed here, for every
+command alike.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, Collection, Iterator, Mapping
 import click
 from click.core import ParameterSource
 
-from cli.options import GreedyOption
+from cli.options import STORAGE_OPTIONS, GreedyOption
 from corpus.core.typed_config import field_default
 
 #: Joins a nested field's path into one option destination.
@@ -84,6 +86,9 @@ def _option(dest: str, meta: Mapping, kind: Any, default: Any, settings: Mapping
                                         **common))
         elif typing.get_origin(kind) in (list, tuple):
             options.append(GreedyOption([*names, dest], **common))
+        elif typing.get_origin(kind) is dict:  # --storage-options (see the module docstring)
+            common.setdefault("type", STORAGE_OPTIONS)
+            options.append(click.Option([*names, dest], **common))
         else:
             choices = (typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else meta["choices"])
             common.setdefault("type", LiveChoice(choices) if choices is not None else kind)

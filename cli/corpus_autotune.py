@@ -15,7 +15,6 @@ import shlex
 import click
 
 from cli.config_options import build_config, config_options, given_values, typed_arguments
-from cli.options import STORAGE_OPTIONS
 from corpus.autotune.search import AutotuneConfig
 
 #: Stands for the output prefix in the printed command when --output-prefix is not given.
@@ -27,7 +26,7 @@ RUN_FIELDS = ("tokenize.inputs", "tokenize.json_keys", "tokenize.append_eod", "t
 FIELDS = (*RUN_FIELDS, *(f.name for f in dataclasses.fields(AutotuneConfig) if f.name != "tokenize"))
 #: What the command does differently: parsed values, and the output prefix, which only fills in the printed command,
 #: may be left out.
-SETTINGS = {"tokenize.storage_options": {"type": STORAGE_OPTIONS}, "temp_dir": {"type": click.Path(file_okay=False)},
+SETTINGS = {"temp_dir": {"type": click.Path(file_okay=False)},
             "tokenize.output_prefix": {"required": False, "help": "Put this prefix in the printed command (nothing "
                                        "is written there)."}}
 

@@ -10,13 +10,11 @@ import json
 import click
 
 from cli.config_options import build_config, config_options, given_values
-from cli.options import STORAGE_OPTIONS
 from corpus.blending.request import BlendRequest
 from corpus.core.errors import ConfigError
 
 #: What ``corpus blend`` does differently from the generated options: values parsed from their spelling.
-SETTINGS = {"sample_range": {"type": str}, "storage_options": {"type": STORAGE_OPTIONS},
-            "file": {"type": click.Path(dir_okay=False)}}
+SETTINGS = {"sample_range": {"type": str}, "file": {"type": click.Path(dir_okay=False)}}
 
 
 @click.command("blend", params=config_options(BlendRequest, settings=SETTINGS))

@@ -13,7 +13,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from cli.config_options import build_config, config_options, given_values
-from cli.options import STORAGE_OPTIONS
 from corpus.core.errors import UserError
 from corpus.indexed import strip_suffix
 from corpus.inspect.run import InspectConfig, Inspection, inspect
@@ -122,7 +121,6 @@ def _print(console: Console, inspection: Inspection) -> None:
 #: What ``corpus inspect`` does differently from the generated options: values parsed from their spelling, and the
 #: tokenizer optional (each sidecar names one).
 SETTINGS = {"show": {"type": str}, "plot": {"type": click.Path(dir_okay=False, path_type=Path)},
-            "storage_options": {"type": STORAGE_OPTIONS},
             "tokenizer.type": {"required": False, "help": next(
                 field for field in dataclasses.fields(InspectConfig) if field.name == "tokenizer").metadata["help"]}}
 #: The tokenizer flags that matter for decoding (the tokenize-only ones, such as --encoder, are left out).

@@ -6,11 +6,10 @@ from __future__ import annotations
 import click
 
 from cli.config_options import build_config, config_options, given_values
-from cli.options import STORAGE_OPTIONS
 from corpus.indexed.merge import MergeConfig, merge
 
 
-@click.command("merge", params=config_options(MergeConfig, settings={"storage_options": {"type": STORAGE_OPTIONS}}))
+@click.command("merge", params=config_options(MergeConfig))
 @click.pass_context
 def merge_command(ctx: click.Context, **options) -> None:
     """Concatenate many .bin/.idx pairs into one, streaming, in the order given."""

@@ -11,7 +11,7 @@ import logging
 import click
 
 from cli.config_options import build_config, config_options, given_values
-from cli.options import STORAGE_OPTIONS, refused_option
+from cli.options import refused_option
 from corpus.tokenize.config import TokenizeConfig
 
 #: Megatron's ``preprocess_data.py`` options that do not apply to ``corpus tokenize``, and why.
@@ -24,9 +24,9 @@ KEEP_SEQUENTIAL_SAMPLES = ("records are always written in input order, whatever 
                            "to reorder them); drop the option")
 LANG = "--lang only chooses the sentence splitter of --split-sentences, which corpus tokenize does not do; drop it"
 
-#: What ``corpus tokenize`` does differently from the generated options: parsing ``--storage-options``' JSON, and
-#: refusing a folder for ``--stats-json`` before any work.
-SETTINGS = {"storage_options": {"type": STORAGE_OPTIONS}, "stats_json": {"type": click.Path(dir_okay=False)}}
+#: What ``corpus tokenize`` does differently from the generated options: refusing a folder for ``--stats-json``
+#: before any work.
+SETTINGS = {"stats_json": {"type": click.Path(dir_okay=False)}}
 
 
 @click.command("tokenize", params=config_options(TokenizeConfig, settings=SETTINGS))
