@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from corpus.core.errors import UserError
 from corpus.tokenize.part import Offer, PartTask, run_part
-from corpus.tokenize.processes import adopt_environment, die_with_the_run, worker_context
+from corpus.tokenize.processes import join_run, worker_context
 from corpus.tokenize.stats import Counters
 from corpus.tokenize.worker import BatchEncoder, WorkerSpec
 from corpus.tokenizers import TextTokenizer, TokenizerConfig, select_encoder
@@ -138,8 +138,7 @@ def _worker_main(connection: Connection, settled: Settled | None, environment: d
     once (the one the run will choose, as far as it knows), else the one its first part names when that part
     comes."""
     started = time.perf_counter()
-    die_with_the_run()
-    adopt_environment(environment)
+    join_run(environment)
     end = _SharedEnd(connection)
     logging.basicConfig(level=logging.WARNING, handlers=[_LogToRun(end)], force=True)
     logging.getLogger("corpus").setLevel(log_level)

@@ -71,3 +71,10 @@ def die_with_the_run() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, daemon=True, name="blendforge-run-watch").start()
+
+
+def join_run(environment: Mapping[str, str]) -> None:
+    """What every worker process of a run does first, whichever pool started it: go when the run goes
+    (:func:`die_with_the_run`), and take the run's ``environment`` (:func:`adopt_environment`)."""
+    die_with_the_run()
+    adopt_environment(environment)

@@ -13,7 +13,7 @@ import numpy as np
 
 from corpus.indexed import cast_tokens
 from corpus.readers import ColumnPayload, Extracted, LinePayload, extract
-from corpus.tokenize.processes import adopt_environment, die_with_the_run
+from corpus.tokenize.processes import join_run
 from corpus.tokenize.stats import own_peak_rss_kb
 from corpus.tokenizers import TextTokenizer, TokenizeError, TokenizerConfig, select_encoder
 from corpus.tokenizers.flat import around_texts
@@ -96,8 +96,7 @@ def start_worker(spec: WorkerSpec, environment: dict[str, str]) -> None:
     """Process-pool initializer: go when the run goes, take the run's ``environment``, build this worker's tokenizer
     once."""
     global _encoder
-    die_with_the_run()
-    adopt_environment(environment)
+    join_run(environment)
     _encoder = BatchEncoder(spec)
 
 
