@@ -57,6 +57,7 @@ class Job:
     """The checkpoint of the interrupted run to continue (``--resume``), whose parts this run keeps."""
     pool: PartPool | None = None
     """The worker processes of a run of several parts, started with the job."""
+    _fingerprint: dict | None = field(default=None, init=False, repr=False)
 
     @property
     def keys(self) -> list[str]:
@@ -95,11 +96,16 @@ class Job:
         return output_stage(self.prefix)
 
     def fingerprint(self) -> dict:
-        """Everything that changes the output bytes (a resume must match it exactly)."""
-        record = {k: v for k, v in self.tokenizer.describe().items() if k != "encoder"}
-        return {"inputs": [{**s.file.identity(), "start": s.start, "end": s.end} for s in self.slices],
+        """Everything that changes the output bytes (a resume must match it exactly). Made once per run: every
+        checkpoint records it, and it hashes the tokenizer's files, which would hold up the thread that hands the
+        workers their parts."""
+        if self._fingerprint is None:
+            record = {k: v for k, v in self.tokenizer.describe().items() if k != "encoder"}
+            self._fingerprint = {
+                "inputs": [{**s.file.identity(), "start": s.start, "end": s.end} for s in self.slices],
                 "tokenizer": record, "json_keys": self.keys, "append_eod": self.config.append_eod,
                 "shard": [self.shard.index, self.shard.count], "dtype": str(self.dtype)}
+        return self._fingerprint
 
     def meta(self, key: str, counters: Counters) -> dict:
         """The sidecar of one key's output."""
