@@ -130,7 +130,8 @@ def _texts(inputs: list[str]) -> list[str]:
     return texts
 
 
-def _gigatoken(args: argparse.Namespace):
+def engine_tokenizer(args: argparse.Namespace):
+    """gigatoken's own tokenizer of ``--tokenizer-model`` (a ``tokenizer.json`` or a SentencePiece ``.model``)."""
     import gigatoken
 
     if args.tokenizer_model.endswith(".model"):
@@ -143,7 +144,7 @@ def _gigatoken(args: argparse.Namespace):
 ENGINE_BATCH_BYTES = 256 << 20
 
 
-def _batches(texts: list[str], batch_bytes: int) -> list[list[str]]:
+def engine_batches(texts: list[str], batch_bytes: int) -> list[list[str]]:
     """``texts`` cut, in order, into calls of about ``batch_bytes`` characters each."""
     batches, start, size = [], 0, 0
     for end, text in enumerate(texts, 1):
@@ -157,7 +158,7 @@ def _batches(texts: list[str], batch_bytes: int) -> list[list[str]]:
 def child_engine(args: argparse.Namespace) -> dict:
     from corpus.tokenizers.gigatoken_rows import without_awkward
 
-    batches, tokenizer = _batches(_texts(args.inputs), ENGINE_BATCH_BYTES), _gigatoken(args)
+    batches, tokenizer = engine_batches(_texts(args.inputs), ENGINE_BATCH_BYTES), engine_tokenizer(args)
     began, tokens = time.perf_counter(), 0
     with without_awkward():
         for batch in batches:
@@ -169,7 +170,7 @@ def child_raw(args: argparse.Namespace) -> dict:
     import awkward
     import gigatoken
 
-    ids = _gigatoken(args).encode_files(gigatoken.JsonlFileSource(args.inputs, field="text"))
+    ids = engine_tokenizer(args).encode_files(gigatoken.JsonlFileSource(args.inputs, field="text"))
     return {"tokens": int(awkward.sum(awkward.num(ids)))}
 
 
