@@ -57,7 +57,7 @@ class Job:
     """The checkpoint of the interrupted run to continue (``--resume``), whose parts this run keeps."""
     pool: PartPool | None = None
     """The worker processes of a run of several parts, started with the job."""
-    _fingerprint: dict | None = field(default=None, init=False, repr=False)
+    _tokenizer_record: dict | None = field(default=None, init=False, repr=False)
 
     @property
     def keys(self) -> list[str]:
@@ -95,22 +95,24 @@ class Job:
         """The local prefix every file of the run is written under: :attr:`prefix` itself, or its staging prefix."""
         return output_stage(self.prefix)
 
+    def tokenizer_record(self) -> dict:
+        """The tokenizer's sidecar record, made once per run: it hashes the tokenizer's files, and every checkpoint
+        records it (in :meth:`fingerprint`), on the thread that hands the workers their parts."""
+        if self._tokenizer_record is None:
+            self._tokenizer_record = self.tokenizer.describe()
+        return self._tokenizer_record
+
     def fingerprint(self) -> dict:
-        """Everything that changes the output bytes (a resume must match it exactly). Made once per run: every
-        checkpoint records it, and it hashes the tokenizer's files, which would hold up the thread that hands the
-        workers their parts."""
-        if self._fingerprint is None:
-            record = {k: v for k, v in self.tokenizer.describe().items() if k != "encoder"}
-            self._fingerprint = {
-                "inputs": [{**s.file.identity(), "start": s.start, "end": s.end} for s in self.slices],
+        """Everything that changes the output bytes (a resume must match it exactly)."""
+        record = {k: v for k, v in self.tokenizer_record().items() if k != "encoder"}
+        return {"inputs": [{**s.file.identity(), "start": s.start, "end": s.end} for s in self.slices],
                 "tokenizer": record, "json_keys": self.keys, "append_eod": self.config.append_eod,
                 "shard": [self.shard.index, self.shard.count], "dtype": str(self.dtype)}
-        return self._fingerprint
 
     def meta(self, key: str, counters: Counters) -> dict:
         """The sidecar of one key's output."""
         return {
-            "tokenizer": self.tokenizer.describe(), "encoder": self.tokenizer.encoder_name,
+            "tokenizer": self.tokenizer_record(), "encoder": self.tokenizer.encoder_name,
             "encoder_reason": self.encoder_reason, "vocab_size": self.tokenizer.vocab_size,
             "eod_id": self.tokenizer.eod, "bos_id": self.tokenizer.bos, "json_key": key,
             "append_eod": self.config.append_eod, "options_hash": options_hash(self.fingerprint()),

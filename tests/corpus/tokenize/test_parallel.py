@@ -163,6 +163,20 @@ def test_an_ignored_tokenizer_option_is_warned_about_once_however_many_processes
     assert len(warned) == 1
 
 
+def test_a_run_hashes_its_tokenizer_files_once_however_many_checkpoints(tmp_path, monkeypatch):
+    """Every checkpoint records the run's fingerprint, which holds the sha256 of the tokenizer's files: made once,
+    it never holds up the thread that hands the workers their parts (the files would be hashed at every part)."""
+    from corpus.tokenizers import base
+
+    hashed = []
+    monkeypatch.setattr(base, "fingerprint_files", lambda paths: hashed.append(list(paths)) or "fingerprint")
+    source = write_jsonl(tmp_path / "all.jsonl", records())
+    stats = tokenize(config(tmp_path, [source], json_keys=KEYS, workers=3, min_part_bytes=SMALL_PARTS,
+                            checkpoint_interval=0))
+    assert stats.parts > 3
+    assert len(hashed) == 1
+
+
 def test_while_the_input_is_checked_the_first_part_waits_for_this_process():
     """Only this process holds the reference library, so the check of a run's first records needs its thread to
     write the first part, however fast a worker process asks; without a check, parts go in order to whoever asks."""
