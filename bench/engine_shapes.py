@@ -25,32 +25,26 @@ from bench.installed_text import FOLDER
 from bench.tokenize_scaling import ENGINE_BATCH_BYTES, engine_batches, engine_tokenizer
 
 
-def _share(path: str, index: int, count: int) -> bytes:
-    """Share ``index`` of ``count`` of the file's whole lines, cut at about equal byte offsets."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as handle:
+def _share_texts(path: str, index: int, count: int) -> tuple[list[str], int]:
+    """The texts of share ``index`` of ``count`` of the file, cut as ``--shard-index``/``--num-shards`` cut it (equal
+    byte ranges, a line belonging to the range holding its start), and the share's bytes of JSONL."""
+    from corpus.readers import ReadOptions, expand_inputs, extract, read_slices
+    from corpus.tokenize.shards import Shard, plan_slices
 
-        def line_start(offset: int) -> int:
-            if offset in (0, size):
-                return offset
-            handle.seek(offset - 1)
-            handle.readline()
-            return handle.tell()
-
-        start, end = line_start(index * size // count), line_start((index + 1) * size // count)
-        handle.seek(start)
-        return handle.read(end - start)
+    texts, size = [], 0
+    for batch in read_slices(plan_slices(expand_inputs([path]), Shard(index, count, "bench")),
+                             ReadOptions(["text"], 1000, 64 << 20)):
+        texts += extract(batch.payload, ["text"]).texts[0]
+        size += batch.record_bytes
+    return texts, size
 
 
 def _encode_share(args: argparse.Namespace, index: int, count: int, threads: int, barrier, results) -> None:
     """One process of a shape: decode its share, wait for the others, encode it, report (start, end, bytes)."""
     os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when gigatoken first encodes in parallel
-    import orjson
-
     from corpus.tokenizers.gigatoken_rows import without_awkward
 
-    data = _share(args.input, index, count)
-    texts = [orjson.loads(line)["text"] for line in data.splitlines() if line.strip()]
+    texts, size = _share_texts(args.input, index, count)
     calls = ([texts[start:start + args.batch_texts] for start in range(0, len(texts), args.batch_texts)]
              if args.batch_texts else engine_batches(texts, ENGINE_BATCH_BYTES))
     tokenizer = engine_tokenizer(args)
@@ -59,7 +53,7 @@ def _encode_share(args: argparse.Namespace, index: int, count: int, threads: int
     with without_awkward():
         for call in calls:
             tokenizer.encode_batch(call, parallel=threads > 1)
-    results.put((began, time.perf_counter(), len(data)))
+    results.put((began, time.perf_counter(), size))
 
 
 def measure(args: argparse.Namespace, processes: int, threads: int) -> dict:
