@@ -20,11 +20,10 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from corpus.core.cores import available_cores
+from corpus.indexed.partial_files import read_range
 
 #: The checksum's block: large next to the cost of a thread hand-off, small next to a file of a many-core run.
 BLOCK_BYTES = 64 << 20
-#: Bytes read per step when hashing.
-_STEP = 16 << 20
 _FALLBACK_ERRORS = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF)
 
 
@@ -71,14 +70,8 @@ class BlockDigest:
 def hash_range(source: int, start: int, end: int) -> bytes:
     """The sha256 of bytes ``[start, end)`` of the open file ``source``."""
     digest = hashlib.sha256()
-    buffer = bytearray(min(_STEP, max(end - start, 1)))
-    view = memoryview(buffer)
-    for step in range(start, end, _STEP):
-        length = min(_STEP, end - step)
-        # NOTE: read into one reused buffer, not through a memory map: a fault per page costs more than the copy
-        if os.preadv(source, [view[:length]], step) != length:
-            raise OSError(errno.EIO, "the file is shorter than expected")
-        digest.update(view[:length])
+    for step in read_range(source, start, end):
+        digest.update(step)
     return digest.digest()
 
 

@@ -1,8 +1,9 @@
 """The partial files of a writer: growable spill buffers of lengths and document indices, the background sync of a
-growing ``.bin``, and reopening files at a checkpoint."""
+growing ``.bin``, reopening files at a checkpoint and reading them back in steps."""
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from pathlib import Path
@@ -152,3 +153,19 @@ def read_values(path: Path, dtype: type, count: int, skip: int = 0) -> Iterator[
                 raise IndexFormatError(path, f"ends {count} values early")
             count -= len(chunk)
             yield chunk
+
+
+#: Bytes read per step by :func:`read_range`.
+_READ_STEP = 16 << 20
+
+
+def read_range(source: int, start: int, end: int) -> Iterator[memoryview]:
+    """Bytes ``[start, end)`` of the open file ``source`` in steps, each read into one reused buffer (a view of it,
+    valid until the next step): hashing a file makes no bytes object of it. NOTE: not through a memory map: a fault
+    per page costs more than the copy."""
+    view = memoryview(bytearray(min(_READ_STEP, max(end - start, 1))))
+    for step in range(start, end, _READ_STEP):
+        length = min(_READ_STEP, end - step)
+        if os.preadv(source, [view[:length]], step) != length:
+            raise OSError(errno.EIO, "the file is shorter than expected")
+        yield view[:length]

@@ -17,9 +17,10 @@ import numpy as np
 from corpus import storage
 from corpus.core.disk import guard
 from corpus.indexed import sidecar
-from corpus.indexed.append import Appender, BlockDigest, digest_of, file_tree_digest
+from corpus.indexed.append import Appender, BlockDigest, digest_of
 from corpus.indexed.errors import IndexFormatError
 from corpus.indexed.format import _CHUNK, CODE_BY_DTYPE, HEADER_SIZE, MAGIC, VERSION, bin_path, cast_tokens, idx_path
+from corpus.indexed.handover import Crc32, crc32_of, file_crc32
 from corpus.indexed.partial_files import (
     NoSyncBehind,
     SpillBuffer,
@@ -42,10 +43,12 @@ class IndexedWriter:
     """
 
     def __init__(self, prefix: str | os.PathLike, dtype: np.dtype | type, resume: dict | None = None,
-                 background_sync: bool = True) -> None:
+                 handed_over: bool = False) -> None:
         """Start a new pair, or, with ``resume`` (a :meth:`checkpoint` result), continue the partial
-        files of an interrupted writer exactly where that checkpoint was taken. ``background_sync=False`` for files
-        that are joined into another and deleted (:meth:`written`): nothing is written to disk ahead of need."""
+        files of an interrupted writer exactly where that checkpoint was taken. ``handed_over`` for files that are
+        joined into another writer's and deleted (:meth:`written`): nothing is written to disk ahead of need, and the
+        ``.bin`` is checksummed by crc32 (:mod:`corpus.indexed.handover`), not by the tree sha256 that a finalized
+        pair records."""
         self.prefix = str(prefix)
         self.dtype = np.dtype(dtype)
         if self.dtype not in CODE_BY_DTYPE:
@@ -55,14 +58,16 @@ class IndexedWriter:
         with guard(self._partial_bin):
             Path(self.prefix).parent.mkdir(parents=True, exist_ok=True)
             if resume is None:
-                self._bin, self._digest = open(self._partial_bin, "w+b"), BlockDigest()  # read back when appending
+                self._bin = open(self._partial_bin, "w+b")  # read back when appending
+                self._digest = Crc32() if handed_over else BlockDigest()
             else:
                 size = resume["num_tokens"] * self.dtype.itemsize
                 self._bin = reopen_at(self._partial_bin, size)
-                self._digest = digest_of(self._bin.fileno(), size)
+                self._digest = (crc32_of if handed_over else digest_of)(self._bin.fileno(), size)
+        self.handed_over = handed_over
         self._appender: Appender | None = None
         """Copies files into the ``.bin`` (:meth:`append_written`, :meth:`add_index`), in threads."""
-        self._sync_behind = SyncBehind(self._bin) if background_sync else NoSyncBehind()
+        self._sync_behind = NoSyncBehind() if handed_over else SyncBehind(self._bin)
         if resume is None:
             self._lengths = SpillBuffer(lengths, np.int32)
             self._doc_ends = SpillBuffer(doc_ends, np.int64)
@@ -90,16 +95,17 @@ class IndexedWriter:
                 "num_documents": self.num_documents}
 
     def written(self) -> dict:
-        """Hand the partial files over as they are, for another writer's :meth:`append_written`: everything
-        flushed to the files (not synced), closed, with the counts and the tree checksum of each file."""
+        """Hand the partial files over as they are, for another writer's :meth:`append_written` (a writer made with
+        ``handed_over``): everything flushed to the files (not synced), closed, with the counts and the crc32 of each
+        file."""
         with guard(self._partial_bin):
             self._bin.flush()
         self._lengths.flush()
         self._doc_ends.flush()
         self.close()
-        digests = {"bin": self._digest.hexdigest(), "lengths": file_tree_digest(self._lengths.path),
-                   "docs": file_tree_digest(self._doc_ends.path)}
-        return {**self.counts(), "sha256": digests}
+        digests = {"bin": self._digest.hexdigest(), "lengths": file_crc32(self._lengths.path),
+                   "docs": file_crc32(self._doc_ends.path)}
+        return {**self.counts(), "crc32": digests}
 
     @property
     def num_sequences(self) -> int:
@@ -219,6 +225,9 @@ class IndexedWriter:
         facts and the checksums are filled in here. The old ``.idx`` is removed first and the new one renamed
         last, so a crash at any point leaves either no pair or a complete one.
         """
+        if self.handed_over:
+            raise RuntimeError(f"{self.prefix}: a writer made to hand its files over has no tree checksum to record; "
+                               "its files are joined into another writer's, which is finalized")
         self._finish_appends()
         self._sync_behind.stop()
         with guard(self._partial_bin):

@@ -15,7 +15,7 @@ import orjson
 
 from corpus.core.disk import guard
 from corpus.indexed import IndexedWriter, finish_interrupted_finalize
-from corpus.indexed.append import file_tree_digest
+from corpus.indexed.handover import file_crc32
 from corpus.indexed.publish import publish_file, publish_pair
 
 
@@ -54,13 +54,13 @@ class SkippedLog:
         return self._file.tell()
 
     def written(self) -> dict:
-        """Hand the list over (flushed, not synced, closed) for another run's :meth:`append`: its size and checksum
-        (:func:`corpus.indexed.append.file_tree_digest`)."""
+        """Hand the list over (flushed, not synced, closed) for another run's :meth:`append`: its size and crc32
+        (:mod:`corpus.indexed.handover`)."""
         with guard(self.partial):
             self._file.flush()
             size = self._file.tell()
             self._file.close()
-        return {"bytes": size, "sha256": file_tree_digest(self.partial)}
+        return {"bytes": size, "crc32": file_crc32(self.partial)}
 
     def append(self, path: Path, size: int, shift: tuple[str, int] | None = None) -> None:
         """Append the first ``size`` bytes of another list (a part's). ``shift = (file, lines)`` adds ``lines`` to
@@ -109,7 +109,7 @@ class Outputs:
         self.prefixes = {key: output_prefix_for(prefix, key) for key in keys}
         writers = (state or {}).get("writers", {})
         self.writers = {key: IndexedWriter(p, dtype, resume=writers.get(key) if state else None,
-                                           background_sync=not part) for key, p in self.prefixes.items()}
+                                           handed_over=part) for key, p in self.prefixes.items()}
         self.skipped = SkippedLog(prefix, state["skipped_bytes"] if state else None)
 
     def add(self, tokens: list[np.ndarray], lengths: list[np.ndarray]) -> None:

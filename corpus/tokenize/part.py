@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from corpus.indexed.append import file_tree_digest
+from corpus.indexed.handover import file_crc32
 from corpus.readers import RawBatch, ReadOptions, read_slices
 from corpus.tokenize import resume_state as checkpoints
 from corpus.tokenize.errors import BadRecordError, ResumeError
@@ -153,14 +153,15 @@ def write_part(writing: PartWriting, encoder: BatchEncoder, state: dict | None, 
 
 
 def intact(prefix: str, written: dict) -> bool:
-    """Whether a done part's files still hold what it handed over (their checksums)."""
-    files = [(f"{prefix}.skipped.jsonl.partial", written["skipped"]["sha256"])]
-    for key, record in written["writers"].items():
-        key_prefix = output_prefix_for(prefix, key)
-        files += [(f"{key_prefix}.{name}.partial", digest) for name, digest in record["sha256"].items()]
+    """Whether a done part's files still hold what it handed over (their crc32s; a record without them, of an
+    earlier version, is taken as not intact: the part is written again)."""
     try:
-        return all(file_tree_digest(path) == digest for path, digest in files)
-    except FileNotFoundError:
+        files = [(f"{prefix}.skipped.jsonl.partial", written["skipped"]["crc32"])]
+        for key, record in written["writers"].items():
+            key_prefix = output_prefix_for(prefix, key)
+            files += [(f"{key_prefix}.{name}.partial", digest) for name, digest in record["crc32"].items()]
+        return all(file_crc32(path) == digest for path, digest in files)
+    except (KeyError, FileNotFoundError):
         return False
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus.indexed import append, sidecar
+from corpus.indexed import append, partial_files, sidecar
 from corpus.indexed.merge import merge
 from corpus.inspect.checks import CheckOptions, check_prefix
 from tests.corpus.blending.blend_data import write_random
@@ -32,7 +32,7 @@ def documented_root(data: bytes) -> str:
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch) -> None:
     monkeypatch.setattr(append, "BLOCK_BYTES", BLOCK)
-    monkeypatch.setattr(append, "_STEP", 24)  # not a divisor of a block: a block's last read is a short one
+    monkeypatch.setattr(partial_files, "_READ_STEP", 24)  # not a divisor of a block: a block's last read is short
 
 
 @pytest.mark.parametrize("size", [0, 1, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK, 3 * BLOCK + 5])
