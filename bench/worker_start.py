@@ -1,17 +1,20 @@
-"""How soon a tokenize run's worker processes are ready: forked by a server that has imported what they run (the
-default, :mod:`corpus.tokenize.processes`) against spawned as fresh interpreters (the earlier way), side by side.
+"""How soon a tokenize run's worker processes are ready, three ways side by side: forked by a server that has
+imported what they run and built the run's tokenizer once (the default: :mod:`corpus.tokenize.processes`,
+:mod:`corpus.tokenize.server_tokenizer`), forked by a server that has only imported (each worker building its own:
+the way before), and spawned as fresh interpreters (the way before that).
 
     python -m bench.worker_start --tokenizer-model .dev/cl100k/tokenizer.json --workers 4 --repeat 6
     python -m bench.worker_start --tokenizer-model cl100k/tokenizer.json --workers 15 --repeat 4   # a 16-CPU node
 
 Each measurement is a fresh process (interpreter, imports, then the pool: the server's own start counts) that
-times from making the pool (:class:`~corpus.tokenize.pool.PartPool`, every worker building the run's tokenizer) to
-the last worker saying it is ready; the two ways alternate. Prints each way's times, their medians and the ratio.
+times from making the pool (:class:`~corpus.tokenize.pool.PartPool`, given the run's tokenizer) to the last worker
+saying it is ready; the ways alternate. Prints each way's times, their medians and their ratios to the default.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import statistics
@@ -19,12 +22,19 @@ import subprocess
 import sys
 import time
 
+#: The ways compared, the default first.
+METHODS = {"server-builds": "forked from a server holding the built tokenizer",
+           "server-imports": "forked from a server that only imported, each worker building its own",
+           "spawn": "spawned"}
+
 
 def child(method: str, workers: int, model: str) -> None:
     """One measurement, in this process: print the seconds until the last of ``workers`` is ready."""
     from corpus.tokenize import pool
     from corpus.tokenizers import TokenizerConfig
 
+    if method != "server-builds":
+        pool.offered_to_server = lambda settled: contextlib.nullcontext()
     if method == "spawn":
         pool.worker_context = lambda: multiprocessing.get_context("spawn")
     settled = (TokenizerConfig(type="HuggingFaceTokenizer", model=model, encoder="gigatoken"), 1)
@@ -47,12 +57,12 @@ def main() -> None:
     parser.add_argument("--tokenizer-model", required=True, help="a byte-level BPE tokenizer.json")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=6)
-    parser.add_argument("--child", choices=["forkserver", "spawn"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=list(METHODS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.workers, args.tokenizer_model)
         return
-    times: dict[str, list[float]] = {"forkserver": [], "spawn": []}
+    times: dict[str, list[float]] = {method: [] for method in METHODS}
     for _ in range(args.repeat):
         for method in times:
             command = [sys.executable, "-m", "bench.worker_start", "--child", method, "--workers", str(args.workers),
@@ -60,10 +70,12 @@ def main() -> None:
             output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             times[method].append(json.loads(output.splitlines()[-1])["seconds"])
     for method, seconds in times.items():
-        print(f"{method:>10}: last of {args.workers} workers ready after "
+        print(f"{method:>14}: last of {args.workers} workers ready after "
               f"{', '.join(f'{s:.2f}' for s in seconds)} s (median {statistics.median(seconds):.2f})")
-    ratio = statistics.median(times["spawn"]) / statistics.median(times["forkserver"])
-    print(f"forked by the server: ready {ratio:.2f}x sooner than spawned (medians of {args.repeat})")
+    default = statistics.median(times["server-builds"])
+    for method in ("server-imports", "spawn"):
+        print(f"the default (the server builds the tokenizer): ready {statistics.median(times[method]) / default:.2f}x "
+              f"sooner than {METHODS[method]} (medians of {args.repeat})")
 
 
 if __name__ == "__main__":

@@ -27,15 +27,12 @@ from typing import Any, Callable
 from corpus.core.errors import UserError
 from corpus.tokenize.part import Offer, PartTask, run_part
 from corpus.tokenize.processes import join_run, worker_context
+from corpus.tokenize.server_tokenizer import Settled, offered_to_server, prebuilt
 from corpus.tokenize.stats import Counters
 from corpus.tokenize.worker import BatchEncoder, WorkerSpec
 from corpus.tokenizers import TextTokenizer, TokenizerConfig, select_encoder
 
 log = logging.getLogger(__name__)
-
-#: A tokenizer configuration with its encoder fixed, and the threads of each batch call.
-Settled = tuple[TokenizerConfig, int]
-
 
 class _Stopped(BaseException):
     """Raised in the local worker's thread to stop its part when the run stops. Private, and a ``BaseException`` so
@@ -134,9 +131,10 @@ def _worker_main(connection: Connection, settled: Settled | None, environment: d
                  log_level: int) -> None:
     """Entry point of a worker process, in the run's ``environment``, its records logged by the run (this project's
     from ``log_level`` up, other libraries' warnings and errors). The run starts its workers before it has chosen and
-    built its own tokenizer, so that their start-up overlaps its own; a worker builds the ``settled`` tokenizer at
-    once (the one the run will choose, as far as it knows), else the one its first part names when that part
-    comes."""
+    built its own tokenizer, so that their start-up overlaps its own; a worker takes the ``settled`` tokenizer (the
+    one the run will choose, as far as it knows) from the server that forked it
+    (:mod:`corpus.tokenize.server_tokenizer`) or builds it at once, else builds the one its first part names when that
+    part comes."""
     started = time.perf_counter()
     join_run(environment)
     end = _SharedEnd(connection)
@@ -148,7 +146,7 @@ def _worker_main(connection: Connection, settled: Settled | None, environment: d
 
     def tokenizer_for(config: TokenizerConfig, threads: int) -> TextTokenizer:
         if (config, threads) not in tokenizers:
-            tokenizers[config, threads] = select_encoder(config, (), threads)[0]
+            tokenizers[config, threads] = prebuilt(config, threads) or select_encoder(config, (), threads)[0]
         return tokenizers[config, threads]
 
     def encoder_for(spec: WorkerSpec) -> BatchEncoder:
@@ -156,13 +154,15 @@ def _worker_main(connection: Connection, settled: Settled | None, environment: d
             encoders[spec] = BatchEncoder(spec, tokenizer_for(spec.tokenizer, spec.threads))
         return encoders[spec]
 
+    ready = "to build the tokenizer its first part names"
     if settled is not None:
         try:
-            tokenizer_for(*settled)
+            from_server = tokenizer_for(*settled) is prebuilt(*settled)
+            ready = "with the server's tokenizer" if from_server else "its tokenizer built"
         except Exception:  # noqa: BLE001 - the run's own choice decides: this error, if it is one, comes with a part
             pass
     log.debug("worker process %d: ready %.2f s after it was forked, %s", os.getpid(), time.perf_counter() - started,
-              "its tokenizer built" if tokenizers else "to build the tokenizer its first part names")
+              ready)
     _serve(end, encoder_for)
 
 
@@ -171,18 +171,20 @@ class PartPool:
 
     def __init__(self, processes: int, settled: Settled | None = None) -> None:
         """``settled``: the tokenizer configuration and threads the run will most likely give its parts
-        (:func:`corpus.tokenizers.settled_encoder`), which every worker builds as soon as it has started."""
+        (:func:`corpus.tokenizers.settled_encoder`): the server that forks the workers builds it once, if this pool
+        launches the server, else every worker builds it as soon as it has started."""
         context = worker_context()
         environment, log_level = dict(os.environ), _lowest_level()
         self.connections: list[Connection] = []
         self.processes: list[multiprocessing.Process | None] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        for _ in range(processes):
+        for index in range(processes):
             mine, theirs = context.Pipe()
             process = context.Process(target=_worker_main, args=(theirs, settled, environment, log_level),
                                       daemon=True, name="blendforge-part-worker")
-            process.start()
+            with offered_to_server(settled if index == 0 else None):
+                process.start()
             theirs.close()
             self.connections.append(mine)
             self.processes.append(process)

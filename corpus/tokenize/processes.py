@@ -8,8 +8,8 @@ the imports and are ready when their tokenizer is built (``bench/worker_start.py
 its figures are in ``bench/RESULTS.md``).
 
 NOTE: never forked from the run's own process: a forked child would inherit the rayon thread pools of the
-tokenizer libraries without their threads, and hang. The server only imports (it encodes nothing, so it has no
-pool to pass on), and every worker builds its own tokenizer.
+tokenizer libraries without their threads, and hang. The server imports, and builds the run's tokenizer when the
+run that launches it names one, but encodes nothing, so it has no pool to pass on.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ from collections.abc import Mapping
 from multiprocessing.connection import wait
 
 #: What the server imports once for every worker it forks: the part loop and the encoder (with numpy, the readers
-#: and the index writer), and the modules that build each tokenizer family. A name that does not import (a
+#: and the index writer), the run's tokenizer built once (:mod:`corpus.tokenize.server_tokenizer`) and the modules
+#: that build each tokenizer family. A name that does not import (a
 #: library not installed) is skipped by the server; the worker imports what it needs itself.
 PRELOADED = (
     "corpus.tokenize.pool",
+    "corpus.tokenize.server_tokenizer",
     "corpus.tokenizers.gigatoken",
     "corpus.tokenizers.huggingface",
     "corpus.tokenizers.sentencepiece",
