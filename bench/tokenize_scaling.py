@@ -4,6 +4,8 @@ reader and a Megatron-style pipeline on the same cores.
     python -m bench.installed_text --min-bytes 2e9          # once: ≥ 2 GB of installed sources and docs as JSONL
     python -m bench.tokenize_scaling --tokenizer-model DIR/tokenizer.json --cores 1 2 4 8 16
     python -m bench.tokenize_scaling --case zst --tokenizer-type SentencePieceTokenizer --tokenizer-model x.model
+    python -m bench.tokenize_scaling --input code.jsonl --tokenizer-model DIR/tokenizer.json --cores 2 \
+        --methods ours raw --variant "--threads-per-worker 2" --repeat 5 --repeat-cores 2   # another JSONL file
 
 Every measurement is a fresh process bound to the first K CPUs of an order that takes one thread of every physical
 core before a second (so 8 of 16 CPUs on 8 cores × 2 threads are 8 cores); the CPU topology is printed. Methods:
@@ -261,7 +263,8 @@ def prefix_file(source: str, size: int, folder: str) -> str:
 
 
 def print_table(rows: list[dict], topology: str, facts: dict, args: argparse.Namespace) -> None:
-    text = (f"{facts['unique_bytes'] / 1e9:.2f} GB of unique installed text" if args.unique else
+    text = (f"{Path(args.input).name} ({os.path.getsize(args.input) / 1e9:.2f} GB)" if args.input else
+            f"{facts['unique_bytes'] / 1e9:.2f} GB of unique installed text" if args.unique else
             f"{facts['scaled_bytes'] / 1e9:.2f} GB ({facts['unique_bytes'] / 1e9:.2f} GB of unique installed text × "
             f"{facts['copies']})")
     print(f"\n{args.case}: {text}, {args.tokenizer_type} {Path(args.tokenizer_model).name}; {topology}")
@@ -287,6 +290,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--case", choices=["jsonl", "zst"], default="jsonl")
     parser.add_argument("--unique", action="store_true", help="jsonl: the unique text only, not repeated")
+    parser.add_argument("--input", help="jsonl: this JSONL file (a 'text' key) in place of the installed text")
     parser.add_argument("--tokenizer-type", default="HuggingFaceTokenizer")
     parser.add_argument("--tokenizer-model", required=True)
     parser.add_argument("--cores", type=int, nargs="+", default=[1, 2, 4, 8, 16])
@@ -308,7 +312,7 @@ def main() -> None:
         return
     facts = build(int(args.min_bytes))
     order, topology = cpu_order()
-    inputs = ([str(FOLDER / ("sources.jsonl" if args.unique else "scaled.jsonl"))] if args.case == "jsonl"
+    inputs = ([args.input or str(FOLDER / ("sources.jsonl" if args.unique else "scaled.jsonl"))] if args.case == "jsonl"
               else sorted(str(path) for path in (FOLDER / "zst").iterdir()))
     size = sum(os.path.getsize(path) for path in inputs) if args.case == "jsonl" else facts["scaled_bytes"]
     # NOTE: a cache folder of this run's own, filled by one small run first, as every run after a user's first.
@@ -322,7 +326,8 @@ def main() -> None:
             rows.append(measure(args, inputs, size, cores, order[:cores], out, megatron_input))
     from bench.timing import write_results
 
-    write_results(f"tokenize_scaling_{args.case}{'_unique' if args.unique else ''}",
+    write_results(f"tokenize_scaling_{args.case}{'_unique' if args.unique else ''}"
+                  f"{'_' + Path(args.input).stem if args.input else ''}",
                   {"topology": topology, "facts": facts, "rows": rows})
     print_table(rows, topology, facts, args)
 
