@@ -34,6 +34,7 @@ from corpus.tokenizers import TextTokenizer, TokenizerConfig, select_encoder
 
 log = logging.getLogger(__name__)
 
+
 class _Stopped(BaseException):
     """Raised in the local worker's thread to stop its part when the run stops. Private, and a ``BaseException`` so
     that no ``except Exception`` in the part swallows it: the worker's loop ends on it."""

@@ -4,8 +4,9 @@ worker runs, where the platform has one (Linux, macOS); spawned elsewhere.
 Why a server: a spawned worker is a fresh interpreter that imports numpy, the readers, the index writer and the
 tokenizer libraries before it can build its tokenizer, about 0.3 s of CPU each. Sixteen workers starting at once on
 a node whose CPUs share cores took 0.65–0.97 s to be ready, a tenth of a 2 GB run. Forked from the server they skip
-the imports and are ready when their tokenizer is built (``bench/worker_start.py`` times both ways side by side;
-its figures are in ``bench/RESULTS.md``).
+the imports, and the build of the tokenizer when the server has built the run's
+(:mod:`corpus.tokenize.server_tokenizer`; ``bench/worker_start.py`` times the ways side by side, its figures are in
+``bench/RESULTS.md``).
 
 NOTE: never forked from the run's own process: a forked child would inherit the rayon thread pools of the
 tokenizer libraries without their threads, and hang. The server imports, and builds the run's tokenizer when the
@@ -24,8 +25,8 @@ from multiprocessing.connection import wait
 
 #: What the server imports once for every worker it forks: the part loop and the encoder (with numpy, the readers
 #: and the index writer), the run's tokenizer built once (:mod:`corpus.tokenize.server_tokenizer`) and the modules
-#: that build each tokenizer family. A name that does not import (a
-#: library not installed) is skipped by the server; the worker imports what it needs itself.
+#: that build each tokenizer family. A name that does not import (a library not installed) is skipped by the server;
+#: the worker imports what it needs itself.
 PRELOADED = (
     "corpus.tokenize.pool",
     "corpus.tokenize.server_tokenizer",
