@@ -8,7 +8,9 @@ server imports this module when it starts; when the run that starts it names the
 are shared copy-on-write).
 
 NOTE: forking the server after the build is safe because the server never encodes: the tokenizer libraries start
-their thread pools at the first parallel encode, not when built, so the server has none to pass on. Nothing the build
+their thread pools at the first parallel encode, not when built, so the server has none to pass on. Hence it builds
+only a tokenizer whose encoder choice is settled (:func:`corpus.tokenizers.settled_encoder`): choosing would run the
+fast encoder's check, which encodes. Nothing the build
 says reaches the server's stderr (the user's terminal): a worker that finds no tokenizer here builds its own, and any
 error reaches the run from there, as it always did. The tokenizer stays in the server as long as the process that
 started it; a later run of that process with another tokenizer has each worker build its own.
@@ -24,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from corpus.core.errors import UserError
-from corpus.tokenizers import TextTokenizer, TokenizerConfig, select_encoder
+from corpus.tokenizers import TextTokenizer, TokenizerConfig, select_encoder, settled_encoder
 from corpus.tokenizers.base import tokenizer_files
 from corpus.tokenizers.huggingface import limit_rayon_threads
 
@@ -82,6 +84,8 @@ def _build_offered() -> None:
     try:
         record = json.loads(offered)
         settled = (TokenizerConfig(**record["tokenizer"]), record["threads"])
+        if settled_encoder(settled[0]) != settled[0]:
+            return  # its check is no longer cached: building it would encode here (the check), starting a pool
         files = _files_now(settled[0])
         _built = (settled, files, select_encoder(settled[0], (), settled[1])[0])
     except Exception:  # noqa: BLE001 - each worker then builds its own and reports what goes wrong

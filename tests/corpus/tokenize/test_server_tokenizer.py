@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from corpus.tokenize import server_tokenizer
+from corpus.tokenizers import select_encoder, settled_encoder
 from tests.conftest import REPO
 from tests.corpus.tokenize.support import TOKENIZER, hf_tokenizer, output_bytes
 
@@ -29,7 +30,9 @@ def server(monkeypatch):
 def test_the_server_builds_the_offered_tokenizer_and_gives_it_only_for_the_same_settings_and_files(server, tmp_path):
     model = tmp_path / "tokenizer.json"
     shutil.copy(TOKENIZER, model)
-    config = hf_tokenizer(model=str(model), encoder="gigatoken")
+    select_encoder(hf_tokenizer(model=str(model)))  # its check cached, as a run's first run leaves it
+    config = settled_encoder(hf_tokenizer(model=str(model)))
+    assert config.encoder == "gigatoken"
     with server.offered_to_server((config, 1)):
         server._build_offered()
     assert server.VARIABLE not in os.environ  # taken out: the workers forked later keep their run's environment
@@ -40,6 +43,18 @@ def test_the_server_builds_the_offered_tokenizer_and_gives_it_only_for_the_same_
     assert server.prebuilt(config.replace(encoder="reference"), 1) is None
     os.utime(model, ns=(0, model.stat().st_mtime_ns + 1))  # rewritten since: a long-lived process runs again
     assert server.prebuilt(config, 1) is None
+
+
+def test_a_tokenizer_whose_check_is_not_cached_is_not_built_by_the_server(server, tmp_path, monkeypatch):
+    """Choosing its encoder would encode in the server (the check), and a server that has encoded in parallel holds a
+    thread pool that its forked workers would inherit without its threads."""
+    monkeypatch.setenv("BLENDFORGE_TOKENIZER_CHECKS_DIR", str(tmp_path / "empty-checks"))
+
+    chosen = []
+    monkeypatch.setattr(server, "select_encoder", lambda *args: chosen.append(args))
+    with server.offered_to_server((hf_tokenizer(encoder="gigatoken"), 1)):
+        server._build_offered()
+    assert chosen == [] and server.prebuilt(hf_tokenizer(encoder="gigatoken"), 1) is None
 
 
 def test_a_tokenizer_the_server_cannot_build_is_left_to_the_workers_without_a_word(server, tmp_path, caplog):
