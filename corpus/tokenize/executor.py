@@ -33,7 +33,8 @@ def encode_in_pool(batches: Iterator[RawBatch], spec: WorkerSpec, workers: int) 
                                                                                                   EncodedBatch]]:
     """Encode in ``workers`` worker processes; results come back in input order."""
     limit = 2 * workers + 2
-    with ProcessPoolExecutor(workers, mp_context=worker_context(), initializer=start_worker,
+    context = worker_context((spec.tokenizer, spec.threads))
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker,
                              initargs=(spec, dict(os.environ))) as pool:
         pending: deque = deque()
         try:

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from corpus.core.errors import UserError
 from corpus.tokenize.part import Offer, PartTask, run_part
 from corpus.tokenize.processes import join_run, worker_context
-from corpus.tokenize.server_tokenizer import Settled, offered_to_server, prebuilt
+from corpus.tokenize.server_tokenizer import Settled, prebuilt
 from corpus.tokenize.stats import Counters
 from corpus.tokenize.worker import BatchEncoder, WorkerSpec
 from corpus.tokenizers import TextTokenizer, TokenizerConfig, select_encoder
@@ -174,18 +174,17 @@ class PartPool:
         """``settled``: the tokenizer configuration and threads the run will most likely give its parts
         (:func:`corpus.tokenizers.settled_encoder`): the server that forks the workers builds it once, if this pool
         launches the server, else every worker builds it as soon as it has started."""
-        context = worker_context()
+        context = worker_context(settled)
         environment, log_level = dict(os.environ), _lowest_level()
         self.connections: list[Connection] = []
         self.processes: list[multiprocessing.Process | None] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        for index in range(processes):
+        for _ in range(processes):
             mine, theirs = context.Pipe()
             process = context.Process(target=_worker_main, args=(theirs, settled, environment, log_level),
                                       daemon=True, name="blendforge-part-worker")
-            with offered_to_server(settled if index == 0 else None):
-                process.start()
+            process.start()
             theirs.close()
             self.connections.append(mine)
             self.processes.append(process)

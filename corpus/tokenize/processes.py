@@ -21,7 +21,10 @@ import os
 import signal
 import threading
 from collections.abc import Mapping
+from multiprocessing import forkserver
 from multiprocessing.connection import wait
+
+from corpus.tokenize.server_tokenizer import Settled, offered_to_server
 
 #: What the server imports once for every worker it forks: the part loop and the encoder (with numpy, the readers
 #: and the index writer), the run's tokenizer built once (:mod:`corpus.tokenize.server_tokenizer`) and the modules
@@ -37,16 +40,19 @@ PRELOADED = (
 )
 
 
-def worker_context() -> multiprocessing.context.BaseContext:
-    """The multiprocessing context that tokenize's workers start from (see the module docstring).
+def worker_context(settled: Settled | None = None) -> multiprocessing.context.BaseContext:
+    """The multiprocessing context that tokenize's workers start from (see the module docstring), its server running.
 
-    The server is started by the first worker of the process and then serves every later run of the process, with
-    the modules above imported. A server started before with other modules (by another library) still forks
-    workers that work: they import what they miss."""
+    The server is started by the first call of the process and then serves every later run of the process, with
+    the modules above imported and, when that first call names the run's tokenizer (``settled``), that tokenizer
+    built (:mod:`corpus.tokenize.server_tokenizer`). A server started before with other modules (by another library)
+    still forks workers that work: they import and build what they miss."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(PRELOADED))
+    with offered_to_server(settled):
+        forkserver.ensure_running()
     return context
 
 

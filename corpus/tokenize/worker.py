@@ -1,8 +1,9 @@
 """The encoder side of the pipeline: decode a raw batch, encode every json key, pack numpy arrays.
 
-Runs in worker processes (or in the main process with ``workers=0``). NOTE: the tokenizer is
-built here, inside the worker, from a picklable :class:`WorkerSpec`; a tokenizer object (and its rayon
-thread pool) never crosses a process boundary, and no process holding one is forked.
+Runs in worker processes (or in the main process with ``workers=0``). NOTE: a worker's tokenizer is the one the
+server that forked it built without encoding (:mod:`corpus.tokenize.server_tokenizer`), or is built here, inside the
+worker, from a picklable :class:`WorkerSpec`; a tokenizer object (and its rayon thread pool) never crosses a process
+boundary, and no process that has encoded is forked.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 from corpus.indexed import cast_tokens
 from corpus.readers import ColumnPayload, Extracted, LinePayload, extract
 from corpus.tokenize.processes import join_run
+from corpus.tokenize.server_tokenizer import prebuilt
 from corpus.tokenize.stats import own_peak_rss_kb
 from corpus.tokenizers import TextTokenizer, TokenizeError, TokenizerConfig, select_encoder
 from corpus.tokenizers.flat import around_texts
@@ -93,11 +95,11 @@ _encoder: BatchEncoder | None = None
 
 
 def start_worker(spec: WorkerSpec, environment: dict[str, str]) -> None:
-    """Process-pool initializer: go when the run goes, take the run's ``environment``, build this worker's tokenizer
-    once."""
+    """Process-pool initializer: go when the run goes, take the run's ``environment``, take the tokenizer the server
+    that forked this worker built (:mod:`corpus.tokenize.server_tokenizer`), else build this worker's own once."""
     global _encoder
     join_run(environment)
-    _encoder = BatchEncoder(spec)
+    _encoder = BatchEncoder(spec, prebuilt(spec.tokenizer, spec.threads))
 
 
 def encode_in_worker(payload: LinePayload | ColumnPayload) -> EncodedBatch:

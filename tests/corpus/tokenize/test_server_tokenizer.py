@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from corpus.tokenize import server_tokenizer
+from corpus.tokenize import server_tokenizer, worker
+from corpus.tokenize.worker import WorkerSpec
 from corpus.tokenizers import select_encoder, settled_encoder
 from tests.conftest import REPO
 from tests.corpus.tokenize.support import TOKENIZER, hf_tokenizer, output_bytes
@@ -43,6 +44,17 @@ def test_the_server_builds_the_offered_tokenizer_and_gives_it_only_for_the_same_
     assert server.prebuilt(config.replace(encoder="reference"), 1) is None
     os.utime(model, ns=(0, model.stat().st_mtime_ns + 1))  # rewritten since: a long-lived process runs again
     assert server.prebuilt(config, 1) is None
+
+
+def test_an_encoder_process_of_a_compressed_stream_takes_the_servers_tokenizer_too(server, monkeypatch):
+    """The other pool of a run (one ``.gz``/``.zst`` stream: this process reads, encoder processes encode)."""
+    select_encoder(hf_tokenizer())  # its check cached
+    config = settled_encoder(hf_tokenizer())
+    with server.offered_to_server((config, 1)):
+        server._build_offered()
+    monkeypatch.setattr(worker, "_encoder", None)
+    worker.start_worker(WorkerSpec(config, 1, ("text",), None, "int32"), dict(os.environ))
+    assert worker._encoder.tokenizer is server.prebuilt(config, 1) is not None
 
 
 def test_a_tokenizer_whose_check_is_not_cached_is_not_built_by_the_server(server, tmp_path, monkeypatch):
