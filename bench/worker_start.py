@@ -14,7 +14,6 @@ saying it is ready; the ways alternate. Prints each way's times, their medians a
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import multiprocessing
 import statistics
@@ -30,13 +29,13 @@ METHODS = {"server-builds": "forked from a server holding the built tokenizer",
 
 def child(method: str, workers: int, model: str) -> None:
     """One measurement, in this process: print the seconds until the last of ``workers`` is ready."""
-    from corpus.tokenize import pool
+    from corpus.tokenize import pool, processes
     from corpus.tokenizers import TokenizerConfig
 
-    if method != "server-builds":
-        pool.offered_to_server = lambda settled: contextlib.nullcontext()
+    if method == "server-imports":
+        pool.worker_context = lambda settled: processes.worker_context(None)
     if method == "spawn":
-        pool.worker_context = lambda: multiprocessing.get_context("spawn")
+        pool.worker_context = lambda settled: multiprocessing.get_context("spawn")
     settled = (TokenizerConfig(type="HuggingFaceTokenizer", model=model, encoder="gigatoken"), 1)
     start = time.perf_counter()
     workers_pool = pool.PartPool(workers, settled)
