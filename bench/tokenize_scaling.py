@@ -271,8 +271,8 @@ def print_table(rows: list[dict], topology: str, facts: dict, args: argparse.Nam
     variants = list(dict.fromkeys(key for row in rows for key in row if key.startswith("ours")))
     two = next((row for row in rows if row["cores"] == 2), None)
     print(f"{'cores':>5} | " + " ".join(f"{name + ' MB/s':>16}" for name in variants) +
-          f" | {'engine':>7} {'raw':>7} {'megatr.':>7} | {'/engine':>7} {'/raw':>6} {'/megatr.':>8} {'/2 cores':>8} | "
-          f"{'tree MB':>7} | same")
+          f" | {'engine':>7} {'raw':>7} {'megatr.':>7} | {'/engine':>7} {'/raw':>6} {'/megatr.':>8} {'/2 cores':>8} "
+          f"{'engine /2 cores':>15} | {'tree MB':>7} | same")
     reference = rows[0][variants[0]]["checksums"]
     for row in rows:
         main = row[variants[0]]
@@ -281,7 +281,9 @@ def print_table(rows: list[dict], topology: str, facts: dict, args: argparse.Nam
                                                                                                "megatron"))
         ratios = [main["mb_per_s"] / row[m]["mb_per_s"] if m in row else None for m in ("engine", "raw", "megatron")]
         ratios.append(main["mb_per_s"] / two[variants[0]]["mb_per_s"] if two else None)
-        shown = " ".join(f"{r:{w}.2f}" if r is not None else f"{'-':>{w}}" for r, w in zip(ratios, (7, 6, 8, 8)))
+        # the engine's own scaling: what the ratio to 2 CPUs can reach on this machine's cores
+        ratios.append(row["engine"]["mb_per_s"] / two["engine"]["mb_per_s"] if two and "engine" in two else None)
+        shown = " ".join(f"{r:{w}.2f}" if r is not None else f"{'-':>{w}}" for r, w in zip(ratios, (7, 6, 8, 8, 15)))
         same = "yes" if all(row[name]["checksums"] == reference for name in variants if name in row) else "NO"
         print(f"{row['cores']:>5} | {rates} | {other} | {shown} | {main['peak_tree_mb']:7.0f} | {same}")
 
