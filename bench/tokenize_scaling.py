@@ -19,7 +19,9 @@ core before a second (so 8 of 16 CPUs on 8 cores × 2 threads are 8 cores); the 
   megatron-core's ``IndexedDatasetBuilder`` (Megatron's ``preprocess_data.py``), on the first ``--megatron-bytes``
   of the text: it is compared by rate.
 
-Peak memory is the largest sum of the resident sets of the whole process tree (every worker), sampled every 50 ms.
+Peak memory is the largest sum over the whole process tree (every worker, the server that forks them): of the resident
+sets (RSS, every 50 ms), and of the proportional sets (PSS, every 200 ms), which count a page the forked workers share
+once.
 Cases: ``jsonl`` (one file, ``scaled.jsonl``) and ``zst`` (the same text in ~32 MB ``.jsonl.zst`` files). Results
 go to ``$OUT/tokenize_scaling.json``; a short table comes last.
 """
@@ -60,16 +62,19 @@ def cpu_order() -> tuple[list[int], str]:
 
 
 class TreeMemory:
-    """The peak of the summed resident sets of a process and all its descendants, sampled in a thread."""
+    """The peaks of the summed memory of a process and all its descendants, sampled in a thread: resident sets (RSS,
+    every 50 ms), which count a page shared by several processes in each of them (the imports and tokenizer that the
+    server's forked workers share), and proportional sets (PSS, every 200 ms: a process's ``smaps_rollup`` costs
+    about 0.4 ms per 300 MB), which count it once in all."""
 
     PAGE = os.sysconf("SC_PAGE_SIZE")
 
     def __init__(self, pid: int) -> None:
-        self.pid, self.peak, self._done = pid, 0, threading.Event()
+        self.pid, self.peak, self.peak_pss, self._done = pid, 0, 0, threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
 
-    def _tree_bytes(self) -> int:
+    def _tree(self) -> set[int]:
         parents: dict[int, int] = {}
         for entry in os.listdir("/proc"):
             if entry.isdigit():
@@ -81,22 +86,41 @@ class TreeMemory:
         while grew:
             grown = tree | {pid for pid, parent in parents.items() if parent in tree}
             grew, tree = grown != tree, grown
+        return tree
+
+    def _rss(self, pid: int) -> int:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * self.PAGE
+
+    @staticmethod
+    def _pss(pid: int) -> int:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def _sum(self, tree: set[int], measure) -> int:
         total = 0
         for pid in tree:
             try:
-                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * self.PAGE
-            except (OSError, IndexError, ValueError):
+                total += measure(pid)
+            except (OSError, IndexError, ValueError):  # it ended since the listing
                 pass
         return total
 
     def _sample(self) -> None:
+        samples = 0
         while not self._done.wait(0.05):
-            self.peak = max(self.peak, self._tree_bytes())
+            tree = self._tree()
+            self.peak = max(self.peak, self._sum(tree, self._rss))
+            if samples % 4 == 0:
+                self.peak_pss = max(self.peak_pss, self._sum(tree, self._pss))
+            samples += 1
 
-    def stop(self) -> int:
+    def stop(self) -> tuple[int, int]:
+        """The peaks: (RSS, PSS) in bytes."""
         self._done.set()
         self._thread.join()
-        return self.peak
+        return self.peak, self.peak_pss
 
 
 def child_environment() -> dict[str, str]:
@@ -113,11 +137,12 @@ def timed(command: list[str], cpus: list[int]) -> dict:
     memory = TreeMemory(process.pid)
     out, err = process.communicate()
     seconds = time.perf_counter() - began
-    peak = memory.stop()
+    peak, peak_pss = memory.stop()
     if process.returncode:
         raise SystemExit(f"{' '.join(command[:6])}… failed:\n{err[-3000:]}")
     lines = out.strip().splitlines()
-    return {"seconds": seconds, "peak_tree_mb": peak / 1e6, **(json.loads(lines[-1]) if lines else {})}
+    return {"seconds": seconds, "peak_tree_mb": peak / 1e6, "peak_tree_pss_mb": peak_pss / 1e6,
+            **(json.loads(lines[-1]) if lines else {})}
 
 
 def _texts(inputs: list[str]) -> list[str]:
@@ -272,7 +297,7 @@ def print_table(rows: list[dict], topology: str, facts: dict, args: argparse.Nam
     two = next((row for row in rows if row["cores"] == 2), None)
     print(f"{'cores':>5} | " + " ".join(f"{name + ' MB/s':>16}" for name in variants) +
           f" | {'engine':>7} {'raw':>7} {'megatr.':>7} | {'/engine':>7} {'/raw':>6} {'/megatr.':>8} {'/2 cores':>8} "
-          f"{'engine /2 cores':>15} | {'tree MB':>7} | same")
+          f"{'engine /2 cores':>15} | {'tree MB':>7} {'PSS MB':>7} | same")
     reference = rows[0][variants[0]]["checksums"]
     for row in rows:
         main = row[variants[0]]
@@ -285,7 +310,8 @@ def print_table(rows: list[dict], topology: str, facts: dict, args: argparse.Nam
         ratios.append(row["engine"]["mb_per_s"] / two["engine"]["mb_per_s"] if two and "engine" in two else None)
         shown = " ".join(f"{r:{w}.2f}" if r is not None else f"{'-':>{w}}" for r, w in zip(ratios, (7, 6, 8, 8, 15)))
         same = "yes" if all(row[name]["checksums"] == reference for name in variants if name in row) else "NO"
-        print(f"{row['cores']:>5} | {rates} | {other} | {shown} | {main['peak_tree_mb']:7.0f} | {same}")
+        print(f"{row['cores']:>5} | {rates} | {other} | {shown} | {main['peak_tree_mb']:7.0f} "
+              f"{main['peak_tree_pss_mb']:7.0f} | {same}")
 
 
 def main() -> None:
