@@ -1,21 +1,20 @@
 """The tokenizer that the server forking a run's workers builds once, so that no worker builds its own.
 
 A run's workers are forked by a server process that has imported what they run (:mod:`corpus.tokenize.processes`).
-Each used to build the run's tokenizer itself once forked: on the 16-CPU host the last of 15 workers was ready 0.48 s
-after the pool was made (``bench/worker_start.py``), a tenth of a 2 GB run, most of it fifteen builds at once. The
-server imports this module when it starts; when the run that starts it names the tokenizer it will most likely use
-(:func:`offered_to_server`), the module builds it then, and every worker forked afterwards has it already (the pages
-are shared copy-on-write).
+Fifteen workers each building the run's tokenizer once forked were ready 0.48 s after the pool was made on the
+16-CPU host, a tenth of a 2 GB run, most of it the builds at once (``bench/worker_start.py``). So the server imports
+this module when it starts, and when the run that starts it names the tokenizer it will most likely use
+(:func:`offered_to_server`, through :func:`corpus.tokenize.processes.worker_context`), the module builds it then:
+every worker forked afterwards has it already, its pages shared copy-on-write.
 
 NOTE: forking the server after the build is safe because the server never encodes: the tokenizer libraries start
 their thread pools at the first parallel encode, not when built, so the server has none to pass on. Hence it builds
 only a tokenizer whose encoder choice is settled (:func:`corpus.tokenizers.settled_encoder`): choosing would run the
-fast encoder's check, which encodes. Nothing the build
-says reaches the server's stderr (the user's terminal): a worker that finds no tokenizer here builds its own, and any
-error reaches the run from there, as it always did. The tokenizer stays in the server as long as the process that
-started it; a later run of that process with another tokenizer has each worker build its own.
+fast encoder's check, which encodes. Nothing the build says reaches the server's stderr (the user's terminal): a
+worker that finds no tokenizer here builds its own, and any error reaches the run from there. The tokenizer stays in
+the server as long as the process that started it; a later run of that process with another tokenizer has each
+worker build its own.
 """
-
 from __future__ import annotations
 
 import dataclasses
