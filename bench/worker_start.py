@@ -8,7 +8,8 @@ the way before), and spawned as fresh interpreters (the way before that).
 
 Each measurement is a fresh process (interpreter, imports, then the pool: the server's own start counts) that
 times from making the pool (:class:`~corpus.tokenize.pool.PartPool`, given the run's tokenizer) to the last worker
-saying it is ready; the ways alternate. Prints each way's times, their medians and their ratios to the default.
+saying it is ready; the ways alternate. The tokenizer's encoder check is cached before the first, as a user's first run
+leaves it. Prints each way's times, their medians and their ratios to the default.
 """
 
 from __future__ import annotations
@@ -27,16 +28,25 @@ METHODS = {"server-builds": "forked from a server holding the built tokenizer",
            "spawn": "spawned"}
 
 
+def _tokenizer(model: str):
+    from corpus.tokenizers import TokenizerConfig
+
+    return TokenizerConfig(type="HuggingFaceTokenizer", model=model)
+
+
 def child(method: str, workers: int, model: str) -> None:
     """One measurement, in this process: print the seconds until the last of ``workers`` is ready."""
     from corpus.tokenize import pool, processes
-    from corpus.tokenizers import TokenizerConfig
+    from corpus.tokenizers import settled_encoder
 
     if method == "server-imports":
         pool.worker_context = lambda settled: processes.worker_context(None)
     if method == "spawn":
         pool.worker_context = lambda settled: multiprocessing.get_context("spawn")
-    settled = (TokenizerConfig(type="HuggingFaceTokenizer", model=model, encoder="gigatoken"), 1)
+    config = settled_encoder(_tokenizer(model))  # what a run passes its pool: its check cached by main()
+    if config is None:
+        raise SystemExit(f"{model}: its encoder check is not cached")
+    settled = (config, 1)
     start = time.perf_counter()
     workers_pool = pool.PartPool(workers, settled)
     ready: set[int] = set()
@@ -61,6 +71,11 @@ def main() -> None:
     if args.child:
         child(args.child, args.workers, args.tokenizer_model)
         return
+    from corpus.tokenizers import select_encoder
+
+    # NOTE: the encoder check cached first, as a user's first run leaves it: a server builds only a tokenizer whose
+    # encoder is settled, and otherwise every worker would run the check itself.
+    select_encoder(_tokenizer(args.tokenizer_model))
     times: dict[str, list[float]] = {method: [] for method in METHODS}
     for _ in range(args.repeat):
         for method in times:
