@@ -19,6 +19,10 @@ core before a second (so 8 of 16 CPUs on 8 cores × 2 threads are 8 cores); the 
   megatron-core's ``IndexedDatasetBuilder`` (Megatron's ``preprocess_data.py``), on the first ``--megatron-bytes``
   of the text: it is compared by rate.
 
+CPU time: what a run used of its CPUs (``/proc/stat``, every process of its tree; the engine: its encode calls only),
+per input byte. The engine's CPU per byte over ours ("share") is the most ``/engine`` can reach with every CPU busy
+all the time; "busy" is how much of its CPUs' time ours used: ``/engine`` is about share × busy over the engine's own.
+
 Peak memory is the largest sum over the whole process tree (every worker, the server that forks them): of the resident
 sets (RSS, every 50 ms), and of the proportional sets (PSS, every 200 ms), which count a page the forked workers share
 once.
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -123,26 +128,40 @@ class TreeMemory:
         return self.peak, self.peak_pss
 
 
+def busy_seconds(cpus: list[int]) -> float:
+    """CPU time spent so far on ``cpus`` by everything (user, nice, system, interrupts; not idle, I/O wait or the time a
+    hypervisor took), from ``/proc/stat``: the difference over a run is what the run used of its CPUs, every process of
+    its tree counted, on a machine that is otherwise idle."""
+    wanted, busy = {f"cpu{cpu}" for cpu in cpus}, 0
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *fields = line.split()
+        if name in wanted:
+            user, nice, system, _idle, _iowait, irq, softirq = map(int, fields[:7])
+            busy += user + nice + system + irq + softirq
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def child_environment() -> dict[str, str]:
     """The environment of a measured process: this one's, with the repository importable."""
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
 def timed(command: list[str], cpus: list[int]) -> dict:
-    """Run ``command`` bound to ``cpus``; its wall time, the tree's peak memory and its last stdout line (JSON)."""
-    began = time.perf_counter()
+    """Run ``command`` bound to ``cpus``; its wall time, the CPU time used on ``cpus``, the tree's peak memory and its
+    last stdout line (JSON)."""
+    busy, began = busy_seconds(cpus), time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=child_environment(),
                                preexec_fn=lambda: os.sched_setaffinity(0, cpus))
     memory = TreeMemory(process.pid)
     out, err = process.communicate()
-    seconds = time.perf_counter() - began
+    seconds, cpu_seconds = time.perf_counter() - began, busy_seconds(cpus) - busy
     peak, peak_pss = memory.stop()
     if process.returncode:
         raise SystemExit(f"{' '.join(command[:6])}… failed:\n{err[-3000:]}")
     lines = out.strip().splitlines()
-    return {"seconds": seconds, "peak_tree_mb": peak / 1e6, "peak_tree_pss_mb": peak_pss / 1e6,
-            **(json.loads(lines[-1]) if lines else {})}
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "peak_tree_mb": peak / 1e6,
+            "peak_tree_pss_mb": peak_pss / 1e6, **(json.loads(lines[-1]) if lines else {})}
 
 
 def _texts(inputs: list[str]) -> list[str]:
@@ -186,11 +205,18 @@ def child_engine(args: argparse.Namespace) -> dict:
     from corpus.tokenizers.gigatoken_rows import without_awkward
 
     batches, tokenizer = engine_batches(_texts(args.inputs), ENGINE_BATCH_BYTES), engine_tokenizer(args)
-    began, tokens = time.perf_counter(), 0
+    began, used, tokens = time.perf_counter(), _process_cpu_seconds(), 0
     with without_awkward():
         for batch in batches:
             tokens += len(tokenizer.encode_batch(batch, parallel=True).flat)
-    return {"seconds": time.perf_counter() - began, "tokens": tokens}
+    # its own clock and CPU time: reading and decoding the texts are left out of both
+    return {"seconds": time.perf_counter() - began, "cpu_seconds": _process_cpu_seconds() - used, "tokens": tokens}
+
+
+def _process_cpu_seconds() -> float:
+    """The CPU time of this process so far, every thread of it."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def child_raw(args: argparse.Namespace) -> dict:
@@ -287,6 +313,21 @@ def prefix_file(source: str, size: int, folder: str) -> str:
     return str(target)
 
 
+def _ns_per_byte(run: dict) -> float | None:
+    """CPU nanoseconds per input byte of one run (None for a run measured before CPU time was)."""
+    return run["cpu_seconds"] / (run["mb_per_s"] * run["seconds"]) * 1e3 if "cpu_seconds" in run else None
+
+
+def _cpu_columns(ours_run: dict, engine_run: dict | None, cores: int) -> str:
+    """Ours' CPU per byte (the whole process tree), the engine's (its encode calls only), the engine's share of ours
+    (the most ``/engine`` can be with every CPU busy all the time) and how busy ours kept its CPUs."""
+    ours_cost, engine_cost = _ns_per_byte(ours_run), _ns_per_byte(engine_run) if engine_run else None
+    busy = ours_run["cpu_seconds"] / (ours_run["seconds"] * cores) if ours_cost is not None else None
+    share = engine_cost / ours_cost if ours_cost and engine_cost else None
+    return " ".join(f"{value:{width}.{digits}f}" if value is not None else f"{'-':>{width}}"
+                     for value, width, digits in ((ours_cost, 8, 2), (engine_cost, 6, 2), (share, 5, 2), (busy, 5, 2)))
+
+
 def print_table(rows: list[dict], topology: str, facts: dict, args: argparse.Namespace) -> None:
     text = (f"{Path(args.input).name} ({os.path.getsize(args.input) / 1e9:.2f} GB)" if args.input else
             f"{facts['unique_bytes'] / 1e9:.2f} GB of unique installed text" if args.unique else
@@ -297,7 +338,8 @@ def print_table(rows: list[dict], topology: str, facts: dict, args: argparse.Nam
     two = next((row for row in rows if row["cores"] == 2), None)
     print(f"{'cores':>5} | " + " ".join(f"{name + ' MB/s':>16}" for name in variants) +
           f" | {'engine':>7} {'raw':>7} {'megatr.':>7} | {'/engine':>7} {'/raw':>6} {'/megatr.':>8} {'/2 cores':>8} "
-          f"{'engine /2 cores':>15} | {'tree MB':>7} {'PSS MB':>7} | same")
+          f"{'engine /2 cores':>15} | {'CPU ns/B':>8} {'engine':>6} {'share':>5} {'busy':>5} | {'tree MB':>7} "
+          f"{'PSS MB':>7} | same")
     reference = rows[0][variants[0]]["checksums"]
     for row in rows:
         main = row[variants[0]]
@@ -309,8 +351,9 @@ def print_table(rows: list[dict], topology: str, facts: dict, args: argparse.Nam
         # the engine's own scaling: what the ratio to 2 CPUs can reach on this machine's cores
         ratios.append(row["engine"]["mb_per_s"] / two["engine"]["mb_per_s"] if two and "engine" in two else None)
         shown = " ".join(f"{r:{w}.2f}" if r is not None else f"{'-':>{w}}" for r, w in zip(ratios, (7, 6, 8, 8, 15)))
+        cpu = _cpu_columns(main, row.get("engine"), row["cores"])
         same = "yes" if all(row[name]["checksums"] == reference for name in variants if name in row) else "NO"
-        print(f"{row['cores']:>5} | {rates} | {other} | {shown} | {main['peak_tree_mb']:7.0f} "
+        print(f"{row['cores']:>5} | {rates} | {other} | {shown} | {cpu} | {main['peak_tree_mb']:7.0f} "
               f"{main['peak_tree_pss_mb']:7.0f} | {same}")
 
 
