@@ -128,17 +128,19 @@ class TreeMemory:
         return self.peak, self.peak_pss
 
 
-def busy_seconds(cpus: list[int]) -> float:
-    """CPU time spent so far on ``cpus`` by everything (user, nice, system, interrupts; not idle, I/O wait or the time a
-    hypervisor took), from ``/proc/stat``: the difference over a run is what the run used of its CPUs, every process of
-    its tree counted, on a machine that is otherwise idle."""
-    wanted, busy = {f"cpu{cpu}" for cpu in cpus}, 0
+def busy_seconds(cpus: list[int]) -> tuple[float, float]:
+    """CPU time spent so far on ``cpus`` by everything, and the kernel's part of it (user, nice, system, interrupts; not
+    idle, I/O wait or the time a hypervisor took), from ``/proc/stat``: the difference over a run is what the run used
+    of its CPUs, every process of its tree counted, on a machine that is otherwise idle."""
+    wanted, busy, kernel = {f"cpu{cpu}" for cpu in cpus}, 0, 0
     for line in Path("/proc/stat").read_text().splitlines():
         name, *fields = line.split()
         if name in wanted:
             user, nice, system, _idle, _iowait, irq, softirq = map(int, fields[:7])
             busy += user + nice + system + irq + softirq
-    return busy / os.sysconf("SC_CLK_TCK")
+            kernel += system + irq + softirq
+    tick = os.sysconf("SC_CLK_TCK")
+    return busy / tick, kernel / tick
 
 
 def child_environment() -> dict[str, str]:
@@ -149,18 +151,19 @@ def child_environment() -> dict[str, str]:
 def timed(command: list[str], cpus: list[int]) -> dict:
     """Run ``command`` bound to ``cpus``; its wall time, the CPU time used on ``cpus``, the tree's peak memory and its
     last stdout line (JSON)."""
-    busy, began = busy_seconds(cpus), time.perf_counter()
+    (busy, kernel), began = busy_seconds(cpus), time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=child_environment(),
                                preexec_fn=lambda: os.sched_setaffinity(0, cpus))
     memory = TreeMemory(process.pid)
     out, err = process.communicate()
-    seconds, cpu_seconds = time.perf_counter() - began, busy_seconds(cpus) - busy
+    seconds, (busy_after, kernel_after) = time.perf_counter() - began, busy_seconds(cpus)
     peak, peak_pss = memory.stop()
     if process.returncode:
         raise SystemExit(f"{' '.join(command[:6])}… failed:\n{err[-3000:]}")
     lines = out.strip().splitlines()
-    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "peak_tree_mb": peak / 1e6,
+    return {"seconds": seconds, "cpu_seconds": busy_after - busy, "kernel_cpu_seconds": kernel_after - kernel,
+            "peak_tree_mb": peak / 1e6,
             "peak_tree_pss_mb": peak_pss / 1e6, **(json.loads(lines[-1]) if lines else {})}
 
 
@@ -210,7 +213,8 @@ def child_engine(args: argparse.Namespace) -> dict:
         for batch in batches:
             tokens += len(tokenizer.encode_batch(batch, parallel=True).flat)
     # its own clock and CPU time: reading and decoding the texts are left out of both
-    return {"seconds": time.perf_counter() - began, "cpu_seconds": _process_cpu_seconds() - used, "tokens": tokens}
+    return {"seconds": time.perf_counter() - began, "encode_cpu_seconds": _process_cpu_seconds() - used,
+            "tokens": tokens}
 
 
 def _process_cpu_seconds() -> float:
@@ -314,8 +318,10 @@ def prefix_file(source: str, size: int, folder: str) -> str:
 
 
 def _ns_per_byte(run: dict) -> float | None:
-    """CPU nanoseconds per input byte of one run (None for a run measured before CPU time was)."""
-    return run["cpu_seconds"] / (run["mb_per_s"] * run["seconds"]) * 1e3 if "cpu_seconds" in run else None
+    """CPU nanoseconds per input byte of one run: the engine's encode calls, or a whole process tree (None for a run
+    measured before CPU time was)."""
+    cpu = run.get("encode_cpu_seconds", run.get("cpu_seconds"))
+    return cpu / (run["mb_per_s"] * run["seconds"]) * 1e3 if cpu is not None else None
 
 
 def _cpu_columns(ours_run: dict, engine_run: dict | None, cores: int) -> str:
