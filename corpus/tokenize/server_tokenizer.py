@@ -1,8 +1,9 @@
 """The tokenizer that the server forking a run's workers builds once, so that no worker builds its own.
 
 A run's workers are forked by a server process that has imported what they run (:mod:`corpus.tokenize.processes`).
-Fifteen workers each building the run's tokenizer once forked were ready 0.48 s after the pool was made on the
-16-CPU host, a tenth of a 2 GB run, most of it the builds at once (``bench/worker_start.py``). So the server imports
+Where they outnumber the cores their builds queue: on 2 cores the last of 15 workers each building the run's tokenizer
+was ready 1.09 s after the pool was made, 0.29 s with this module; on 16 CPUs, where the builds run side by side, both
+took about 0.43 s (``bench/worker_start.py``, bench/RESULTS.md). So the server imports
 this module when it starts, and when the run that starts it names the tokenizer it will most likely use
 (:func:`offered_to_server`, through :func:`corpus.tokenize.processes.worker_context`), the module builds it then:
 every worker forked afterwards has it already, its pages shared copy-on-write.
