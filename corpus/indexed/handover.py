@@ -4,7 +4,8 @@ A part's files live for seconds, between the worker that writes them and the joi
 outputs; their checksum only tells a resumed run whether a part recorded as done still holds what it wrote after the
 machine went down (its files and record are not synced). That needs no strength against anyone, so it is crc32 (about
 6.7 GB/s on one core of the development VM, against 2.0 GB/s for sha256), not the outputs' tree sha256
-(:mod:`corpus.indexed.append`): on a 16-CPU run the parts' sha256 took about a twentieth of all the CPU time.
+(:mod:`corpus.indexed.append`): a profile of a 16-CPU run put at most a twentieth of all its CPU time in the
+parts' sha256 (at most: the profiler over-counts calls made without the GIL, bench/RESULTS.md).
 """
 
 from __future__ import annotations
