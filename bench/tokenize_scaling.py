@@ -163,8 +163,7 @@ def timed(command: list[str], cpus: list[int]) -> dict:
         raise SystemExit(f"{' '.join(command[:6])}… failed:\n{err[-3000:]}")
     lines = out.strip().splitlines()
     return {"seconds": seconds, "cpu_seconds": busy_after - busy, "kernel_cpu_seconds": kernel_after - kernel,
-            "peak_tree_mb": peak / 1e6,
-            "peak_tree_pss_mb": peak_pss / 1e6, **(json.loads(lines[-1]) if lines else {})}
+            "peak_tree_mb": peak / 1e6, "peak_tree_pss_mb": peak_pss / 1e6, **(json.loads(lines[-1]) if lines else {})}
 
 
 def _texts(inputs: list[str]) -> list[str]:
